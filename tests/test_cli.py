@@ -1,0 +1,208 @@
+"""The commands as a user types them: JSON shapes, and bad input as one line with exit code 2."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tutor.cli import main
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    """Run the CLI in-process: (exit code, stdout, stderr). Any exception other than SystemExit fails."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_one_line_error(argv: list[str], fragment: str = "") -> str:
+    code, out, err = run(argv)
+    assert code == 2, (argv, code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tensor-tutor: error:"), err
+    assert "Traceback" not in err and fragment.lower() in err.lower(), err
+    return err
+
+
+def test_fit_json_has_the_documented_shape() -> None:
+    code, out, _ = run(["fit", "llama-3.1-8b", "--json", "--device", "24GiB"])
+    assert code == 0
+    report = json.loads(out)
+    assert report["model"]["name"] == "Llama-3.1-8B"
+    assert report["model"]["params_total"] == report["model"]["params_active"] == 8_030_261_248
+    assert report["mode"] == "inference"
+    per_device = report["per_device_bytes"]
+    assert set(per_device) >= {"weights", "gradients", "optimizer", "activations", "kv_cache", "overhead", "total"}
+    assert all(isinstance(value, int) for value in per_device.values())
+    assert per_device["total"] == sum(v for k, v in per_device.items() if k != "total")
+    assert report["device"]["capacity_bytes"] == 24 * 2**30
+    assert report["fits"] is True
+    assert report["largest_batch"] >= 1 and report["largest_seq_len"] >= 4096
+
+
+def test_fit_training_reports_what_would_make_it_fit() -> None:
+    code, out, _ = run(["fit", "llama-3.1-70b", "--mode", "train", "--device", "80GB", "--json"])
+    report = json.loads(out)
+    assert code == 0 and report["fits"] is False
+    assert report["suggestions"] and all(s["total_bytes"] <= 80e9 for s in report["suggestions"])
+
+
+def test_fit_moe_reports_active_parameters() -> None:
+    report = json.loads(run(["fit", "mixtral-8x7b", "--json", "--device", "100GB"])[1])
+    assert report["model"]["params_total"] == 46_702_792_704
+    assert report["model"]["params_active"] == 12_879_925_248
+
+
+def test_fit_bare_count() -> None:
+    code, out, _ = run(["fit", "--params", "7.5B", "--mode", "train", "--dp", "64", "--zero", "3", "--json",
+                        "--device", "32GB"])
+    report = json.loads(out)
+    assert code == 0 and report["model"]["params_total"] == 7_500_000_000
+    states = sum(report["per_device_bytes"][k] for k in ("weights", "gradients", "optimizer"))
+    assert states == 1_875_000_000  # ZeRO paper Figure 1: 1.875 GB per device
+
+
+def test_fit_reads_a_config_file_and_a_folder_with_safetensors(tmp_path: Path) -> None:
+    from tutor.theory.models import load_preset
+
+    config, _ = load_preset("qwen2.5-1.5b")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    header = json.dumps({"model.embed_tokens.weight": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + bytes(8))
+    for spec in (str(tmp_path / "config.json"), str(tmp_path)):
+        code, out, err = run(["fit", spec, "--json", "--device", "8GiB"])
+        assert code == 0, err
+        assert json.loads(out)["model"]["params_total"] == 1_543_714_304
+
+
+def test_models_lists_the_presets() -> None:
+    code, out, _ = run(["models", "--json"])
+    rows = json.loads(out)["models"]
+    assert code == 0 and len(rows) >= 25
+    assert {"llama-3.1-8b", "mixtral-8x7b", "deepseek-v3"} <= {row["name"] for row in rows}
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["fit", "llama-3.1-8bb"], "llama-3.1-8b"),          # unknown preset: suggests the close name
+        (["fit", "no-such-model-at-all"], "preset"),
+        (["fit", "llama-3.1-8b", "--zero", "5"], "zero"),
+        (["fit", "llama-3.1-8b", "--dtype", "fp7"], "fp7"),
+        (["fit", "llama-3.1-8b", "--kv-dtype", "q9"], "q9"),
+        (["fit", "llama-3.1-8b", "--batch", "0"], "batch"),
+        (["fit", "llama-3.1-8b", "--seq", "-5"], "seq"),
+        (["fit", "llama-3.1-8b", "--tp", "3"], "tensor-parallel"),
+        (["fit", "llama-3.1-8b", "--optimizer", "adamx"], "adamx"),
+        (["fit", "llama-3.1-8b", "--recipe", "magic"], "magic"),
+        (["fit", "llama-3.1-8b", "--mode", "finetune"], "mode"),
+        (["fit", "llama-3.1-8b", "--device", "lots"], "lots"),
+        (["fit", "llama-3.1-8b", "--device", "0GiB"], "size"),
+        (["fit", "llama-3.1-8b", "--lora-targets", "x"], "lora"),
+        (["fit", "--params", "-3B"], "count"),
+        (["fit", "--params", "seven"], "seven"),
+        (["fit"], "model"),
+        (["fit", "llama-3.1-8b", "--params", "7B"], "either"),
+        (["fit", "mixtral-8x7b", "--ep", "3", "--dp", "3"], "divide"),
+        (["fit", "llama-3.1-8b", "--ep", "2", "--dp", "2"], "mixture-of-experts"),
+        (["nosuchcommand"], "nosuchcommand"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(argv: list[str], fragment: str) -> None:
+    assert_one_line_error(argv, fragment)
+
+
+def test_gpu_index_without_a_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tutor.commands import fit as fit_command
+    from tutor.hardware import detect_machine
+
+    machine = detect_machine()
+    if machine.gpus:
+        pytest.skip("this machine has a GPU")
+    assert_one_line_error(["fit", "gpt2", "--device", "0"], "no gpu 0")
+    assert fit_command.device_budget(None).kind == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"", "empty"),
+        (b"{not json", "json"),
+        (b"\x00\x01\x02\xff\xfe binary", ""),
+        (b"[1, 2, 3]", "object"),
+        (b'"a string"', "object"),
+        (b'{"model_type": "llama"}', "hidden_size"),
+        (b'{"model_type": "bert", "hidden_size": 768}', "bert"),
+        (b'{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 3, "num_hidden_layers": 2, '
+         b'"intermediate_size": 11008, "vocab_size": 32000}', "head"),
+        (b'{"model_type": "llama", "hidden_size": -4096, "num_attention_heads": 32, "num_hidden_layers": 2, '
+         b'"intermediate_size": 11008, "vocab_size": 32000}', "hidden_size"),
+    ],
+)
+def test_bad_config_files_are_one_line_errors(tmp_path: Path, content: bytes, fragment: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    assert_one_line_error(["fit", str(path)], fragment)
+
+
+def test_missing_config_and_empty_folder(tmp_path: Path) -> None:
+    assert_one_line_error(["fit", str(tmp_path / "nope.json")])
+    assert_one_line_error(["fit", str(tmp_path)])
+
+
+OPTION_VALUES = {
+    "--mode": ["inference", "train", "x", ""],
+    "--dtype": ["bf16", "fp8", "int4", "nf4-dq", "q4_k", "mxfp4", "zz", ""],
+    "--recipe": ["mixed", "megatron", "hf-amp", "bf16", "fp32", "lora", "qlora", "?"],
+    "--optimizer": ["adam", "sgd", "adam-8bit", "adafactor", "lion", "no"],
+    "--batch": ["1", "8", "0", "-1", "1e3", "x", "99999999999999999999"],
+    "--seq": ["1", "4096", "131072", "0", "-7", "nan"],
+    "--dp": ["1", "2", "64", "0"], "--tp": ["1", "2", "8", "3", "0"], "--pp": ["1", "2", "4", "1000"],
+    "--ep": ["1", "2", "8", "0"], "--zero": ["0", "1", "2", "3", "4", "-1"],
+    "--recompute": ["none", "selective", "full", "x"], "--attention": ["eager", "flash", "x"],
+    "--kv-dtype": ["bf16", "fp8", "fp32", "x"], "--microbatches": ["1", "8", "0"],
+    "--lora-rank": ["1", "64", "0"], "--lora-targets": ["all-linear", "q,v", "q,,v", "qq"],
+    "--device": ["24GiB", "80GB", "1", "cpu", "0", "-1GB", "1e400GB", "7", "GiB"],
+    "--params": ["7B", "1", "0", "-1", "1e30", "x"],
+}
+MODELS = ["gpt2", "llama-3.1-8b", "mixtral-8x7b", "deepseek-v3", "gemma-2-9b", "qwen3-30b-a3b", "phi-3-mini-4k",
+          "nope", ""]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    model=st.sampled_from(MODELS),
+    options=st.lists(st.sampled_from(sorted(OPTION_VALUES)), max_size=5, unique=True),
+    data=st.data(),
+    flags=st.lists(st.sampled_from(["--sp", "--json"]), unique=True),
+)
+def test_fit_never_shows_a_traceback(model: str, options: list[str], data: st.DataObject, flags: list[str]) -> None:
+    argv = ["fit"] + ([model] if model else [])
+    for option in options:
+        argv += [option, data.draw(st.sampled_from(OPTION_VALUES[option]))]
+    code, out, err = run(argv + flags)
+    assert code in (0, 2), (argv, code, err)
+    assert "Traceback" not in err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1, err
+    elif "--json" in flags:
+        json.loads(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=12), max_size=6))
+def test_any_argv_never_shows_a_traceback(argv: list[str]) -> None:
+    code, _, err = run(["fit", *argv])
+    assert code in (0, 2) and "Traceback" not in err

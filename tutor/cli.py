@@ -1,0 +1,73 @@
+"""The `tensor-tutor` command line.
+
+Each subcommand lives in `tutor/commands/<name>.py` and is imported only when it runs, so that
+`tensor-tutor fit` never pays for torch or textual (tests/test_layers.py enforces this).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from tutor import __version__
+from tutor.errors import UserError
+
+# name -> (module, attribute, one-line help shown by `tensor-tutor --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "fit": ("tutor.commands.fit", "fit", "Does a model fit this machine for inference or training?"),
+    "models": ("tutor.commands.models", "models", "List the bundled model presets."),
+    "env": ("tutor.commands.env", "env", "What this machine is: CPU, GPUs, drivers, theoretical peaks."),
+    "bench": ("tutor.commands.bench", "bench", "Measure this machine against its datasheet."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when that subcommand is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if _command_available(name)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS or not _command_available(name):
+            return None
+        module_name, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module_name), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help comes from COMMANDS so `--help` imports no subcommand module.
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _command_available(name: str) -> bool:
+    module_name = COMMANDS[name][0]
+    return importlib.util.find_spec(module_name) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tensor-tutor")
+def cli() -> None:
+    """tensor-tutor: the hardware behind large language models, explained and measured."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
+    try:
+        cli.main(args=argv, prog_name="tensor-tutor", standalone_mode=False)
+    except UserError as error:
+        click.echo(f"tensor-tutor: error: {error}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("tensor-tutor: cancelled", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        # Usage errors (unknown option, bad choice) already carry their one-line message.
+        click.echo(f"tensor-tutor: error: {error.format_message()}", err=True)
+        sys.exit(2)
+    except click.exceptions.Exit as exit_:
+        sys.exit(exit_.exit_code)

@@ -1,0 +1,244 @@
+"""`tensor-tutor fit MODEL`: does a model fit this machine's memory, and what would make it fit.
+
+No torch, no textual: the answer comes from tutor.theory and the memory that NVML (GPU) or
+psutil (CPU) reports as free right now.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import click
+
+from tutor.errors import UserError
+from tutor.theory import fit as fitting
+from tutor.theory.lora import parse_lora_targets
+from tutor.theory.units import GB, GiB, parse_bytes, parse_count
+
+
+@dataclass(frozen=True)
+class DeviceBudget:
+    """The memory one device offers the model, and where that figure comes from."""
+
+    name: str
+    kind: str            # "cuda", "cpu" or "given"
+    capacity: int | None  # bytes available to the model; None when unknown
+    source: str
+    gpu: bool
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "capacity_bytes": self.capacity, "source": self.source}
+
+
+def device_budget(spec: str | None) -> DeviceBudget:
+    """The device to fit on: a size ('24GiB'), a GPU index ('0'), 'cpu', or this machine's first GPU
+    (else its RAM). A GPU's budget is its free memory now (NVML); a CPU's is available RAM (psutil)."""
+    if spec is not None and spec.strip() and not spec.strip().isdigit() and spec.strip().lower() != "cpu":
+        capacity = parse_bytes(spec)
+        return DeviceBudget(f"a {spec.strip()} device", "given", capacity, "--device (as given)", gpu=True)
+    from tutor.hardware import detect_machine
+
+    machine = detect_machine()
+    if spec is not None and spec.strip().isdigit():
+        index = int(spec)
+        if not machine.gpus:
+            reason = machine.nvml.reason or "NVML found no NVIDIA GPU"
+            raise UserError(f"no GPU {index} on this machine ({reason}); use --device 24GiB for a card you do not have")
+        if index >= len(machine.gpus):
+            raise UserError(f"no GPU {index}: this machine has {len(machine.gpus)} (0..{len(machine.gpus) - 1})")
+        return _gpu_budget(machine.gpus[index])
+    if spec is None and machine.gpus:
+        return _gpu_budget(machine.gpus[0])
+    cpu = machine.cpu
+    name = f"CPU RAM ({cpu.model_name})" if cpu.model_name else "CPU RAM"
+    return DeviceBudget(name, "cpu", cpu.ram_available_bytes, "available RAM now (psutil)", gpu=False)
+
+
+def _gpu_budget(gpu) -> DeviceBudget:
+    return DeviceBudget(f"GPU {gpu.index}: {gpu.name}", "cuda", gpu.memory_free_bytes, "free memory now (NVML)", gpu=True)
+
+
+def _size(value: int) -> str:
+    return f"{value / GiB:,.2f}"
+
+
+def _gb(value: int) -> str:
+    return f"{value / GB:,.2f}"
+
+
+def _estimate_json(estimate: fitting.FitEstimate) -> dict:
+    worst = estimate.worst
+    per_device = {name: worst.component(name) for name in fitting.COMPONENTS}
+    per_device["total"] = worst.total
+    return per_device
+
+
+def _request_json(request: fitting.FitRequest) -> dict:
+    return {
+        "mode": request.mode, "dtype": request.dtype, "recipe": request.recipe, "optimizer": request.optimizer,
+        "batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp, "pp": request.pp,
+        "ep": request.ep, "zero": request.zero, "sequence_parallel": request.sequence_parallel,
+        "recompute": request.recompute, "attention": request.attention, "kv_dtype": request.kv_dtype,
+        "microbatches": request.microbatches or request.pp, "devices": request.devices,
+    }
+
+
+def _resolve(model: str | None, params: str | None):
+    """(Architecture or None, display name, source, bare count or None) for the MODEL / --params input."""
+    if model and params:
+        raise UserError("give either MODEL or --params, not both")
+    if params:
+        count = parse_count(params)
+        return None, f"{params} parameters", "--params (bare count: model states only)", count
+    if not model:
+        raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json, a model folder, or --params 7B")
+    from tutor.theory.models import resolve_model
+
+    arch, source = resolve_model(model)
+    return arch, arch.name or model, source, None
+
+
+@click.command("fit")
+@click.argument("model", required=False)
+@click.option("--params", "params", metavar="N", help="A bare parameter count such as 7B (model states only).")
+@click.option("--mode", type=click.Choice(fitting.MODES), default="inference", show_default=True)
+@click.option("--dtype", default="bf16", show_default=True,
+              help="Weight storage: fp32, bf16, fp16, fp8, int8, int4, nf4, nf4-dq, mxfp4, nvfp4, q4_k, ...")
+@click.option("--recipe", default="mixed", show_default=True,
+              help="Training precision: mixed (16 B/param with Adam), megatron, hf-amp, bf16, fp32, lora, qlora.")
+@click.option("--optimizer", default="adam", show_default=True,
+              help="adam, adamw, sgd, sgd-momentum, adam-8bit, adafactor, lion.")
+@click.option("--batch", default=1, show_default=True, type=int, help="Micro-batch per data-parallel rank (inference: sequences).")
+@click.option("--seq", "seq_len", default=4096, show_default=True, type=int, help="Tokens per sequence.")
+@click.option("--dp", default=1, show_default=True, type=int, help="Data-parallel degree.")
+@click.option("--tp", default=1, show_default=True, type=int, help="Tensor-parallel degree.")
+@click.option("--pp", default=1, show_default=True, type=int, help="Pipeline-parallel stages.")
+@click.option("--ep", default=1, show_default=True, type=int, help="Expert-parallel degree (MoE).")
+@click.option("--zero", default=0, show_default=True, type=int, help="ZeRO stage 0-3 (3 = FSDP full shard).")
+@click.option("--sp", "sequence_parallel", is_flag=True, help="Sequence parallelism (with --tp).")
+@click.option("--recompute", type=click.Choice(("none", "selective", "full")), default="none", show_default=True)
+@click.option("--attention", type=click.Choice(("eager", "flash")), default="flash", show_default=True)
+@click.option("--kv-dtype", default=None, help="KV cache type: bf16, fp16, fp8, int8, fp32 (default: bf16).")
+@click.option("--microbatches", default=None, type=int, help="Pipeline micro-batches per step (default: pp).")
+@click.option("--lora-rank", default=16, show_default=True, type=int)
+@click.option("--lora-targets", default="all-linear", show_default=True, help="all-linear or a list such as q,v.")
+@click.option("--device", "device", default=None,
+              help="A GPU index, 'cpu', or a size such as 24GiB or 80GB for a card you do not have.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, pp, ep, zero, sequence_parallel,
+        recompute, attention, kv_dtype, microbatches, lora_rank, lora_targets, device, as_json) -> None:
+    """Does MODEL fit this machine for inference or training, on how many devices, and what would make it fit?
+
+    MODEL is a preset name (tensor-tutor models), a config.json, or a local model folder.
+    """
+    arch, name, source, count = _resolve(model, params)
+    budget = device_budget(device)
+    request = fitting.FitRequest(
+        mode=mode, dtype=dtype, recipe=recipe, optimizer=optimizer, batch=batch, seq_len=seq_len, dp=dp, tp=tp,
+        pp=pp, ep=ep, zero=zero, sequence_parallel=sequence_parallel, recompute=recompute, attention=attention,
+        kv_dtype=kv_dtype, microbatches=microbatches, lora_rank=lora_rank,
+        lora_targets=parse_lora_targets(lora_targets), gpu=budget.gpu)
+    estimate = fitting.estimate(arch, request) if arch is not None else fitting.estimate_from_count(count, request)
+    capacity = budget.capacity
+    fits = None if capacity is None else estimate.worst.total <= capacity
+    searches = {"largest_batch": None, "largest_seq_len": None, "suggestions": []}
+    if arch is not None and capacity is not None:
+        searches["largest_batch"] = fitting.largest_batch(arch, request, capacity)
+        searches["largest_seq_len"] = fitting.largest_seq_len(arch, request, capacity)
+        if not fits:
+            searches["suggestions"] = fitting.suggestions(arch, request, capacity)
+    if as_json:
+        click.echo(json.dumps(_report_json(estimate, name, source, budget, fits, searches), indent=2))
+        return
+    _render(estimate, name, source, budget, fits, searches)
+
+
+def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: DeviceBudget, fits, searches) -> dict:
+    params = estimate.params
+    return {
+        "model": {
+            "name": name,
+            "source": source,
+            "model_type": estimate.arch.model_type if estimate.arch else None,
+            "params_total": estimate.total_params,
+            "params_active": params.active if params else estimate.total_params,
+            "params_trainable": estimate.trainable_params,
+        },
+        "mode": estimate.request.mode,
+        "request": _request_json(estimate.request),
+        "per_device_bytes": _estimate_json(estimate),
+        "components": [{"name": c.name, "bytes": c.bytes, "formula": c.formula} for c in estimate.worst.components],
+        "stages": [{"stage": s.stage, "layers": s.layers, "params": s.params, "total_bytes": s.total,
+                    "bytes": {n: s.component(n) for n in fitting.COMPONENTS}} for s in estimate.stages],
+        "device": budget.to_json() if budget.capacity is not None else None,
+        "fits": fits,
+        "largest_batch": searches["largest_batch"],
+        "largest_seq_len": searches["largest_seq_len"],
+        "suggestions": [{"change": s.change, "total_bytes": s.total} for s in searches["suggestions"]],
+        "notes": list(estimate.notes),
+    }
+
+
+def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: DeviceBudget, fits, searches) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from tutor.theory.units import human_count
+
+    console = Console()
+    request = estimate.request
+    params_line = f"{human_count(estimate.total_params)} parameters ({estimate.total_params:,})"
+    if estimate.params and estimate.params.active != estimate.params.total:
+        params_line += f", {human_count(estimate.params.active)} active per token"
+    if request.mode == "train" and request.adapter:
+        params_line += f", {estimate.trainable_params:,} trainable ({request.recipe})"
+    console.print(f"[bold]{name}[/bold]  {params_line}\n[dim]{source}[/dim]")
+    layout = f"dp {request.dp} x tp {request.tp} x pp {request.pp}" + (f", ep {request.ep}" if request.ep > 1 else "")
+    what = (f"inference, {request.dtype} weights, batch {request.batch} x {request.seq_len:,} tokens"
+            if request.mode == "inference" else
+            f"training ({request.recipe} + {request.optimizer}), micro-batch {request.batch} x {request.seq_len:,} "
+            f"tokens, ZeRO-{request.zero}, recompute {request.recompute}")
+    console.print(f"{what}; {layout} = {request.devices} device(s)\n")
+    shown = estimate.stages if len(estimate.stages) <= 4 else (estimate.stages[0], estimate.worst, estimate.stages[-1])
+    for stage in dict.fromkeys(shown):
+        title = "Memory per device" if len(estimate.stages) == 1 else (
+            f"Pipeline stage {stage.stage} ({stage.layers} layers)" + (" - the most loaded" if stage is estimate.worst else ""))
+        table = Table(title=title, title_justify="left")
+        table.add_column("component")
+        table.add_column("GiB", justify="right")
+        table.add_column("GB", justify="right")
+        table.add_column("share", justify="right")
+        table.add_column("formula", overflow="fold")
+        total = stage.total or 1
+        for component in stage.components:
+            table.add_row(component.name.replace("_", " "), _size(component.bytes), _gb(component.bytes),
+                          f"{component.bytes / total:.0%}", Text(component.formula, style="dim"))
+        table.add_section()
+        table.add_row("[bold]total[/bold]", f"[bold]{_size(stage.total)}[/bold]", _gb(stage.total), "100%", "")
+        console.print(table)
+    for note in estimate.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    if budget.capacity is None:
+        console.print(f"\n[yellow]No verdict:[/yellow] the memory of {budget.name} is unknown ({budget.source}); "
+                      "pass --device 24GiB to check against a size.")
+        return
+    worst = estimate.worst.total
+    verdict = "[bold green]FITS[/bold green]" if fits else "[bold red]DOES NOT FIT[/bold red]"
+    console.print(f"\n{verdict}: needs {_size(worst)} GiB per device; {budget.name} has "
+                  f"{_size(budget.capacity)} GiB ({budget.source}), "
+                  + (f"{_size(budget.capacity - worst)} GiB to spare." if fits else f"{_size(worst - budget.capacity)} GiB short."))
+    if searches["largest_batch"] is not None:
+        batch, seq = searches["largest_batch"], searches["largest_seq_len"]
+        console.print(f"Largest batch at {request.seq_len:,} tokens: {batch:,}" if batch else
+                      f"No batch fits at {request.seq_len:,} tokens.")
+        console.print(f"Longest sequence at batch {request.batch}: {seq:,} tokens" if seq else
+                      f"No sequence length fits at batch {request.batch}.")
+    if searches["suggestions"]:
+        console.print("\nWhat would make it fit:")
+        for suggestion in searches["suggestions"]:
+            console.print(f"  {suggestion.change}: {_size(suggestion.total)} GiB per device")
+    elif fits is False:
+        console.print("\nNo single change tried here makes it fit; combine them (e.g. --zero 3 with --recompute full) "
+                      "or use a larger device.")

@@ -1,0 +1,268 @@
+"""NVIDIA GPUs through NVML (package nvidia-ml-py, import name pynvml), imported lazily.
+
+Every failure is a displayable state, after nvitop's api/libnvml.py: a field NVML cannot give
+is None with a reason ("N/A: not supported"); a machine without the library or the driver gets
+an `NvmlStatus` that says so. Nothing here raises.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable
+
+from tutor.hardware.specs import GpuSpec, match_gpu_spec
+
+# Bits of nvmlClocksEventReasons (formerly ClocksThrottleReasons), NVML API reference.
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (0x001, "idle"),
+    (0x002, "application clocks setting"),
+    (0x004, "software power cap"),
+    (0x008, "hardware slowdown"),
+    (0x010, "sync boost"),
+    (0x020, "software thermal slowdown"),
+    (0x040, "hardware thermal slowdown"),
+    (0x080, "hardware power brake slowdown"),
+    (0x100, "display clock setting"),
+)
+
+# NVML error codes (nvml.h) that get a plain-words reason.
+_NOT_SUPPORTED, _NO_PERMISSION, _DRIVER_NOT_LOADED, _LIBRARY_NOT_FOUND, _FUNCTION_NOT_FOUND = 3, 4, 9, 12, 13
+
+
+@dataclass(frozen=True)
+class NvmlStatus:
+    """Whether NVML answered, and if not, why (shown to the user as is)."""
+
+    available: bool
+    reason: str | None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    nvml_version: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU (NVML gives host PIDs, even inside a container)."""
+
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One NVIDIA GPU as NVML describes it. A None field has its reason in `unavailable`."""
+
+    index: int
+    name: str
+    uuid: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    memory_clock_max_mhz: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: int | None = None
+    utilization_gpu_pct: int | None = None
+    utilization_memory_pct: int | None = None
+    pcie_generation: int | None = None
+    pcie_generation_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    clock_event_reasons: tuple[str, ...] | None = None
+    processes: tuple[GpuProcess, ...] | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> GpuSpec | None:
+        """The dense datasheet entry for this GPU, None when the name is not a known SKU."""
+        return match_gpu_spec(self.name)
+
+
+def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
+    """The clock-event ("throttle") bitmask in words; () when the clocks are not held back."""
+    words = [word for bit, word in CLOCK_EVENT_REASONS if mask & bit]
+    known = 0
+    for bit, _ in CLOCK_EVENT_REASONS:
+        known |= bit
+    if mask & ~known:
+        words.append(f"other ({mask & ~known:#x})")
+    return tuple(words)
+
+
+def _error_reason(error: BaseException) -> str:
+    code = getattr(error, "value", None)
+    if code == _NOT_SUPPORTED:
+        return "N/A: not supported"
+    if code == _NO_PERMISSION:
+        return "N/A: insufficient permissions"
+    if code == _FUNCTION_NOT_FOUND:
+        return "N/A: the driver is older than this query (nvidia-ml-py/driver mismatch)"
+    return f"N/A: NVML error: {error}"
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class _Query:
+    """Calls NVML functions by name; a failure stores a reason and returns None."""
+
+    def __init__(self, pynvml: ModuleType) -> None:
+        self.pynvml = pynvml
+        self.unavailable: dict[str, str] = {}
+
+    def __call__(self, field_name: str, function: str, *args: Any) -> Any:
+        func: Callable[..., Any] | None = getattr(self.pynvml, function, None)
+        if func is None:
+            self.unavailable[field_name] = f"N/A: this nvidia-ml-py has no {function}"
+            return None
+        try:
+            return func(*args)
+        except Exception as error:  # NVMLError, or UnicodeDecodeError etc. from odd drivers
+            error_type = getattr(self.pynvml, "NVMLError", None)
+            if isinstance(error_type, type) and isinstance(error, error_type):
+                self.unavailable[field_name] = _error_reason(error)
+            else:
+                self.unavailable[field_name] = f"N/A: {type(error).__name__}: {error}"
+            return None
+
+
+def import_pynvml() -> tuple[ModuleType | None, str | None]:
+    """The pynvml module, or None and why (not installed, shadowed by the deprecated package)."""
+    try:
+        module = importlib.import_module("pynvml")
+    except ImportError:
+        return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+    except Exception as error:
+        return None, f"pynvml failed to import: {type(error).__name__}: {error}"
+    if not hasattr(module, "nvmlInit"):
+        return None, "the pynvml module found is not nvidia-ml-py (reinstall nvidia-ml-py)"
+    return module, None
+
+
+def init_nvml(pynvml: ModuleType) -> str | None:
+    """nvmlInit; None on success, else the line to show."""
+    try:
+        pynvml.nvmlInit()
+    except Exception as error:
+        code = getattr(error, "value", None)
+        if code in (_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED):
+            return f"no NVIDIA driver found (NVML: {error})"
+        if code == _NO_PERMISSION:
+            return f"NVML refused access (NVML: {error})"
+        return f"NVML unavailable: {type(error).__name__}: {error}"
+    return None
+
+
+def shutdown_nvml(pynvml: ModuleType) -> None:
+    try:
+        pynvml.nvmlShutdown()
+    except Exception:  # shutting down a half-initialised library must not hide the result
+        pass
+
+
+def _cuda_version(value: Any) -> str | None:
+    if not isinstance(value, int) or value <= 0:
+        return None
+    return f"{value // 1000}.{value % 1000 // 10}"
+
+
+def _read_gpu(pynvml: ModuleType, index: int) -> GpuInfo:
+    query = _Query(pynvml)
+    handle = query("handle", "nvmlDeviceGetHandleByIndex", index)
+    if handle is None:
+        reason = query.unavailable.get("handle", "N/A")
+        return GpuInfo(index, f"GPU {index} (unreadable: {reason})", unavailable=query.unavailable)
+    name = query("name", "nvmlDeviceGetName", handle)
+    uuid = query("uuid", "nvmlDeviceGetUUID", handle)
+    memory = query("memory", "nvmlDeviceGetMemoryInfo", handle)
+    sm_type, mem_type = getattr(pynvml, "NVML_CLOCK_SM", 1), getattr(pynvml, "NVML_CLOCK_MEM", 2)
+    power_mw = query("power_w", "nvmlDeviceGetPowerUsage", handle)
+    limit_mw = query("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle)
+    utilization = query("utilization", "nvmlDeviceGetUtilizationRates", handle)
+    capability = query("compute_capability", "nvmlDeviceGetCudaComputeCapability", handle)
+    if hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons"):
+        mask = query("clock_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    else:
+        mask = query("clock_event_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    raw_processes = query("processes", "nvmlDeviceGetComputeRunningProcesses", handle)
+    processes = None
+    if raw_processes is not None:
+        processes = tuple(
+            GpuProcess(int(getattr(p, "pid", -1)),
+                       mem if isinstance(mem := getattr(p, "usedGpuMemory", None), int) else None)
+            for p in raw_processes
+        )
+    memory_fields: tuple[int | None, ...] = (None, None, None)
+    if memory is not None:
+        memory_fields = tuple(getattr(memory, attr, None) for attr in ("total", "used", "free"))
+        if not memory_fields[0]:
+            # Unified-memory parts (GB10, Jetson) report 0 or NotSupported (reference §5.2).
+            query.unavailable["memory"] = "N/A: no dedicated GPU memory reported (unified memory?)"
+            memory_fields = (None, None, None)
+    utilization_fields = (None, None)
+    if utilization is not None:
+        utilization_fields = (getattr(utilization, "gpu", None), getattr(utilization, "memory", None))
+    capability_field = None
+    if isinstance(capability, tuple) and len(capability) == 2:
+        capability_field = (int(capability[0]), int(capability[1]))
+    return GpuInfo(
+        index=index,
+        name=_text(name) if name is not None else f"GPU {index} (name unreadable)",
+        uuid=_text(uuid) if uuid is not None else None,
+        memory_total_bytes=memory_fields[0],
+        memory_used_bytes=memory_fields[1],
+        memory_free_bytes=memory_fields[2],
+        sm_clock_mhz=query("sm_clock_mhz", "nvmlDeviceGetClockInfo", handle, sm_type),
+        sm_clock_max_mhz=query("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, sm_type),
+        memory_clock_mhz=query("memory_clock_mhz", "nvmlDeviceGetClockInfo", handle, mem_type),
+        memory_clock_max_mhz=query("memory_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, mem_type),
+        power_w=power_mw / 1000 if power_mw is not None else None,
+        power_limit_w=limit_mw / 1000 if limit_mw is not None else None,
+        temperature_c=query("temperature_c", "nvmlDeviceGetTemperature", handle,
+                            getattr(pynvml, "NVML_TEMPERATURE_GPU", 0)),
+        utilization_gpu_pct=utilization_fields[0],
+        utilization_memory_pct=utilization_fields[1],
+        pcie_generation=query("pcie_generation", "nvmlDeviceGetCurrPcieLinkGeneration", handle),
+        pcie_generation_max=query("pcie_generation_max", "nvmlDeviceGetMaxPcieLinkGeneration", handle),
+        pcie_width=query("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", handle),
+        pcie_width_max=query("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", handle),
+        compute_capability=capability_field,
+        clock_event_reasons=decode_clock_event_reasons(int(mask)) if mask is not None else None,
+        processes=processes,
+        unavailable=query.unavailable,
+    )
+
+
+def detect_nvidia() -> tuple[NvmlStatus, list[GpuInfo]]:
+    """NVML's view of this machine: status plus one GpuInfo per GPU. Never raises."""
+    pynvml, reason = import_pynvml()
+    if pynvml is None:
+        return NvmlStatus(False, reason), []
+    reason = init_nvml(pynvml)
+    if reason is not None:
+        return NvmlStatus(False, reason), []
+    try:
+        query = _Query(pynvml)
+        driver = query("driver", "nvmlSystemGetDriverVersion")
+        cuda = query("cuda", "nvmlSystemGetCudaDriverVersion_v2") or query("cuda", "nvmlSystemGetCudaDriverVersion")
+        nvml_version = query("nvml", "nvmlSystemGetNVMLVersion")
+        count = query("count", "nvmlDeviceGetCount")
+        if count is None:
+            return NvmlStatus(False, f"NVML could not count GPUs ({query.unavailable['count']})",
+                              _text(driver) if driver else None, _cuda_version(cuda)), []
+        gpus = [_read_gpu(pynvml, index) for index in range(int(count))]
+        status = NvmlStatus(True, None if gpus else "NVML found no GPU",
+                            _text(driver) if driver is not None else None, _cuda_version(cuda),
+                            _text(nvml_version) if nvml_version is not None else None)
+        return status, gpus
+    except Exception as error:  # a broken binding must not crash `env`
+        return NvmlStatus(False, f"NVML failed: {type(error).__name__}: {error}"), []
+    finally:
+        shutdown_nvml(pynvml)

@@ -1,0 +1,578 @@
+"""The fit check: memory per device for a model, a mode and a parallel layout, term by term.
+
+Everything here composes the formulas of the sibling modules (models, memory, activations,
+kv_cache, parallel, lora); each component carries the formula it used, so the CLI, the lessons'
+calculators and the tests all show the same numbers with the same explanation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from tutor.errors import UserError
+from tutor.theory.activations import (
+    ATTENTION_KINDS,
+    RECOMPUTE_MODES,
+    activation_bytes_per_layer,
+    input_ids_bytes,
+    layer_activation_terms,
+    logits_bytes,
+    pipeline_activation_multiplier,
+)
+from tutor.theory.kv_cache import kv_cache_bytes, kv_dtype_bytes
+from tutor.theory.lora import ALL_LINEAR, lora_trainable_params, quantizable_weights_per_layer
+from tutor.theory.memory import (
+    ALLOCATOR_SLACK_FRACTION,
+    TRAINING_RECIPES,
+    cuda_context_overhead_bytes,
+    model_state_bytes_per_param,
+    training_recipe,
+    weight_format,
+)
+from tutor.theory.models import Architecture, ParamCount, count_parameters, parameters_per_layer
+from tutor.theory.parallel import pipeline_stages, zero_model_states
+from tutor.theory.units import GiB
+
+MODES = ("inference", "train")
+ADAPTER_RECIPES = ("lora", "qlora")
+RECIPES = tuple(TRAINING_RECIPES) + ADAPTER_RECIPES
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "overhead")
+SIXTEEN_BIT = ("bf16", "fp16")
+# Formats that keep every tensor at full width; the others quantize only the blocks' linear weights.
+UNQUANTIZED = ("fp32", "tf32", "bf16", "fp16")
+QLORA_BASE_FORMAT = "nf4-dq"  # QLoRA paper arXiv 2305.14314 §3: NF4 with double quantization
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """What to fit: a mode, storage formats, a batch, and a parallel layout.
+
+    batch is the micro-batch per data-parallel rank (inference: concurrent sequences); seq_len
+    the tokens per sequence (inference: prompt + generated, the KV cache length).
+    """
+
+    mode: str = "inference"
+    dtype: str = "bf16"              # weight storage (inference; the frozen base for LoRA)
+    recipe: str = "mixed"            # training precision layout, or lora / qlora
+    optimizer: str = "adam"
+    batch: int = 1
+    seq_len: int = 4096
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    zero: int = 0
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    attention: str = "flash"
+    kv_dtype: str | None = None      # None: the weights' 16-bit type (bf16 for quantized weights)
+    microbatches: int | None = None  # pipeline micro-batches per step; None: pp (a full pipeline)
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = ALL_LINEAR
+    gpu: bool = True                 # add the CUDA context (a GPU); False for a CPU-only machine
+
+    @property
+    def devices(self) -> int:
+        """Devices the layout spans: dp x tp x pp (expert parallelism is carved out of dp)."""
+        return self.dp * self.tp * self.pp
+
+    @property
+    def adapter(self) -> bool:
+        return self.mode == "train" and self.recipe in ADAPTER_RECIPES
+
+
+@dataclass(frozen=True)
+class Component:
+    """One term of a device's memory: bytes, and the formula that produced them."""
+
+    name: str
+    bytes: int
+    formula: str
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The memory of one device (the worst rank of one pipeline stage)."""
+
+    stage: int
+    layers: int
+    params: int
+    components: tuple[Component, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+    def component(self, name: str) -> int:
+        """Bytes of the named component (0 when this device has none)."""
+        return sum(c.bytes for c in self.components if c.name == name)
+
+
+@dataclass(frozen=True)
+class FitEstimate:
+    """Per-device memory of every pipeline stage, and the one that bounds the fit.
+
+    arch is None for a bare parameter count (`--params`): then only the model states are known.
+    """
+
+    arch: Architecture | None
+    params: ParamCount | None
+    total_params: int
+    request: FitRequest
+    trainable_params: int
+    stages: tuple[DeviceMemory, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def worst(self) -> DeviceMemory:
+        """The most loaded device: what must fit."""
+        return max(self.stages, key=lambda stage: stage.total)
+
+
+def validate_request(arch: Architecture, request: FitRequest) -> None:
+    """Raise UserError, one line, for a request that cannot describe a real run of this model."""
+    if request.mode not in MODES:
+        raise UserError(f"unknown mode {request.mode!r}: use {' or '.join(MODES)}")
+    for name in ("batch", "seq_len", "dp", "tp", "pp", "ep", "lora_rank"):
+        value = getattr(request, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
+    if request.microbatches is not None and (not isinstance(request.microbatches, int) or request.microbatches < 1):
+        raise UserError(f"microbatches must be a whole number >= 1, got {request.microbatches!r}")
+    if request.zero not in (0, 1, 2, 3):
+        raise UserError(f"ZeRO stage must be 0, 1, 2 or 3, got {request.zero!r}")
+    if request.recompute not in RECOMPUTE_MODES:
+        raise UserError(f"unknown recompute mode {request.recompute!r}: use {', '.join(RECOMPUTE_MODES)}")
+    if request.attention not in ATTENTION_KINDS:
+        raise UserError(f"unknown attention {request.attention!r}: use {', '.join(ATTENTION_KINDS)}")
+    if request.recipe not in RECIPES:
+        training_recipe(request.recipe)  # raises the list of valid names
+    weight_format(request.dtype)
+    if request.kv_dtype is not None:
+        kv_dtype_bytes(request.kv_dtype)
+    model_state_bytes_per_param("mixed", request.optimizer)
+    if arch.num_heads % request.tp:
+        raise UserError(f"tensor-parallel size {request.tp} must divide the {arch.num_heads} attention heads")
+    if request.pp > arch.num_layers:
+        raise UserError(f"pipeline-parallel size {request.pp} exceeds the model's {arch.num_layers} layers")
+    if request.ep > 1:
+        if not arch.is_moe:
+            raise UserError(f"expert parallelism (ep={request.ep}) needs a mixture-of-experts model")
+        if arch.num_experts % request.ep:
+            raise UserError(f"ep={request.ep} must divide the {arch.num_experts} experts")
+        if request.dp % request.ep:
+            raise UserError(f"ep={request.ep} must divide dp={request.dp} "
+                            "(expert-parallel groups are carved out of the data-parallel ranks)")
+
+
+def estimate(arch: Architecture, request: FitRequest) -> FitEstimate:
+    """Memory per device for `request`, one DeviceMemory per pipeline stage."""
+    validate_request(arch, request)
+    params = count_parameters(arch)
+    layers = parameters_per_layer(arch)
+    trainable = 0
+    if request.adapter:
+        trainable = lora_trainable_params(arch, rank=request.lora_rank, targets=request.lora_targets)
+    elif request.mode == "train":
+        trainable = params.total
+    # What lies outside the layers: the final norm (and anything else the counter adds there).
+    final_norm = params.total - params.embedding - params.lm_head - params.position_embedding - sum(
+        layer.total for layer in layers)
+    stages = []
+    start = 0
+    for stage in pipeline_stages(arch.num_layers, request.pp, tied_embeddings=arch.tie_word_embeddings):
+        stage_layers = range(start, start + stage.layers)
+        start += stage.layers
+        stages.append(_stage_memory(arch, params, request, stage, stage_layers, final_norm, trainable))
+    notes = _notes(arch, request)
+    return FitEstimate(arch=arch, params=params, total_params=params.total, request=request,
+                       trainable_params=trainable, stages=tuple(stages), notes=notes)
+
+
+def estimate_from_count(total_params: int, request: FitRequest) -> FitEstimate:
+    """Model states only, for a bare parameter count: weights (and, training, gradients and
+    optimizer states) split evenly over tp x pp and sharded by ZeRO. Activations and the KV
+    cache depend on the architecture, so they are not estimated (and the verdict says so)."""
+    if isinstance(total_params, bool) or not isinstance(total_params, int) or total_params < 1:
+        raise UserError(f"parameter count must be a whole number >= 1, got {total_params!r}")
+    if request.recipe in ADAPTER_RECIPES and request.mode == "train":
+        raise UserError("LoRA/QLoRA need the model's architecture: pass a preset or a config.json, not --params")
+    if request.ep > 1:
+        raise UserError("expert parallelism needs the model's architecture: pass a preset or a config.json")
+    for name in ("batch", "seq_len", "dp", "tp", "pp"):
+        value = getattr(request, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
+    if request.zero not in (0, 1, 2, 3):
+        raise UserError(f"ZeRO stage must be 0, 1, 2 or 3, got {request.zero!r}")
+    on_device = math.ceil(Fraction(total_params, request.tp * request.pp))
+    split = f" / (tp x pp = {request.tp * request.pp})" if request.tp * request.pp > 1 else ""
+    if request.mode == "inference":
+        fmt = weight_format(request.dtype)
+        components = [Component("weights", math.ceil(on_device * fmt.bits_per_weight / 8),
+                                f"{total_params:,} params{split} x {float(fmt.bits_per_weight) / 8:g} B ({fmt.name})")]
+    elif request.mode == "train":
+        resident = _StageParams(dense=on_device, expert=0, quantizable=0, sixteen_bit=on_device)
+        components = _model_states(request, resident)
+    else:
+        raise UserError(f"unknown mode {request.mode!r}: use {' or '.join(MODES)}")
+    components.append(Component("overhead", cuda_context_overhead_bytes().bytes if request.gpu else 0,
+                                "CUDA context (measured by HF on a V100)" if request.gpu else "none on a CPU"))
+    stage = DeviceMemory(stage=0, layers=0, params=on_device, components=tuple(components))
+    notes = ("activations and KV cache not estimated: a bare parameter count has no architecture "
+             "(pass a preset name or a config.json for those)",)
+    return FitEstimate(arch=None, params=None, total_params=total_params, request=request,
+                       trainable_params=total_params if request.mode == "train" else 0,
+                       stages=(stage,), notes=notes)
+
+
+@dataclass(frozen=True)
+class _StageParams:
+    """Parameters resident on one device of a stage, split by how they are sharded and stored."""
+
+    dense: int        # replicated over data parallelism (sharded by ZeRO over dp)
+    expert: int       # routed experts (sharded by ZeRO over the expert-data-parallel group)
+    quantizable: int  # the blocks' linear weights a low-bit format applies to
+    sixteen_bit: int  # embeddings, head, norms, biases, routers: kept 16-bit by quantized formats
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
+
+
+def _stage_params(arch: Architecture, params: ParamCount, request: FitRequest, stage, stage_layers: range,
+                  final_norm: int) -> _StageParams:
+    tp, ep = request.tp, request.ep
+    layers = parameters_per_layer(arch)
+    dense = expert = quantizable = 0
+    for index in stage_layers:
+        layer = layers[index]
+        routed = arch.num_experts * params.expert if layer.is_moe else 0
+        shared_mlp = layer.mlp - routed
+        dense += math.ceil(Fraction(layer.attention + shared_mlp, tp)) + layer.router + layer.norms
+        # Megatron's classic layout: experts split over ep ranks, each expert tensor-parallel over tp.
+        expert += math.ceil(Fraction(routed, ep * tp))
+        linear = quantizable_weights_per_layer(arch, moe_layer=layer.is_moe)
+        quantizable += math.ceil(Fraction(linear - routed, tp)) + math.ceil(Fraction(routed, ep * tp))
+    if stage.input_embedding:
+        dense += math.ceil(Fraction(params.embedding, tp)) + params.position_embedding
+    if stage.output_head:
+        dense += math.ceil(Fraction(params.lm_head or params.embedding, tp))
+    if stage.index == request.pp - 1:
+        dense += final_norm
+    total = dense + expert
+    return _StageParams(dense=dense, expert=expert, quantizable=quantizable, sixteen_bit=total - quantizable)
+
+
+def _stage_memory(arch: Architecture, params: ParamCount, request: FitRequest, stage, stage_layers: range,
+                  final_norm: int, trainable: int) -> DeviceMemory:
+    resident = _stage_params(arch, params, request, stage, stage_layers, final_norm)
+    components: list[Component] = []
+    if request.mode == "inference":
+        components.append(_stored_weights(resident, request.dtype))
+    elif request.adapter:
+        base_format = QLORA_BASE_FORMAT if request.recipe == "qlora" else request.dtype
+        components += _adapter_states(request, _stored_weights(resident, base_format), trainable,
+                                      resident.total, params.total)
+    else:
+        components += _model_states(request, resident)
+    activations = _activations(arch, request, stage, stage_layers)
+    components.append(activations)
+    if request.mode == "inference":
+        components.append(_kv_cache(arch, request, stage_layers))
+    components.append(_overhead(request, activations.bytes))
+    return DeviceMemory(stage=stage.index, layers=len(stage_layers), params=resident.total,
+                        components=tuple(components))
+
+
+def _stored_weights(resident: _StageParams, fmt_name: str) -> Component:
+    fmt = weight_format(fmt_name)
+    if fmt.name in UNQUANTIZED:
+        n_bytes = math.ceil(resident.total * fmt.bits_per_weight / 8)
+        return Component("weights", n_bytes, f"{resident.total:,} params x {fmt.bits_per_weight / 8} B ({fmt.name})")
+    quantized = math.ceil(resident.quantizable * fmt.bits_per_weight / 8)
+    kept = resident.sixteen_bit * 2
+    bits = float(fmt.bits_per_weight)
+    return Component(
+        "weights", quantized + kept,
+        f"{resident.quantizable:,} linear weights x {bits:g} bits ({fmt.name}, incl. scales) "
+        f"+ {resident.sixteen_bit:,} embedding/head/norm params x 2 B (kept 16-bit)")
+
+
+def _model_states(request: FitRequest, resident: _StageParams) -> list[Component]:
+    """Weights, gradients and optimizer states of full training, sharded by ZeRO stage."""
+    per_param = model_state_bytes_per_param(request.recipe, request.optimizer)
+    dense = zero_model_states(params=resident.dense, dp=request.dp, stage=request.zero,
+                              weight_bytes=per_param.weights, grad_bytes=per_param.gradients,
+                              optimizer_bytes=per_param.optimizer)
+    expert_dp = request.dp // request.ep
+    expert = zero_model_states(params=resident.expert, dp=expert_dp, stage=request.zero,
+                               weight_bytes=per_param.weights, grad_bytes=per_param.gradients,
+                               optimizer_bytes=per_param.optimizer) if resident.expert else None
+    shard = {0: (), 1: ("optimizer",), 2: ("optimizer", "gradients"), 3: ("optimizer", "gradients", "weights")}
+    sharded = shard[request.zero]
+
+    def formula(name: str, per: Fraction) -> str:
+        base = f"{resident.total:,} params x {float(per):g} B"
+        if name in sharded and request.dp > 1:
+            base += f" / dp {request.dp} (ZeRO-{request.zero})"
+        return base + f" [{request.recipe} + {request.optimizer}]"
+
+    def total(field_name: str) -> int:
+        return getattr(dense, field_name) + (getattr(expert, field_name) if expert else 0)
+
+    return [
+        Component("weights", total("weights"), formula("weights", per_param.weights)),
+        Component("gradients", total("gradients"), formula("gradients", per_param.gradients)),
+        Component("optimizer", total("optimizer"), formula("optimizer", per_param.optimizer)),
+    ]
+
+
+def _adapter_states(request: FitRequest, base: Component, trainable: int, resident_params: int,
+                    total_params: int) -> list[Component]:
+    """LoRA/QLoRA: the frozen base (no gradients, no optimizer) plus adapters trained with mixed
+    precision (2 + 2 + 12 B/param with Adam), spread over devices in the same share as the base."""
+    on_device = math.ceil(trainable * Fraction(resident_params, total_params))
+    per_param = model_state_bytes_per_param("mixed", request.optimizer)
+    label = f"{on_device:,} LoRA params (r={request.lora_rank}, {','.join(request.lora_targets)})"
+    return [
+        Component("weights", base.bytes + math.ceil(on_device * per_param.weights),
+                  f"frozen base: {base.formula}; + {label} x {float(per_param.weights):g} B"),
+        Component("gradients", math.ceil(on_device * per_param.gradients),
+                  f"{label} x {float(per_param.gradients):g} B (the frozen base has none)"),
+        Component("optimizer", math.ceil(on_device * per_param.optimizer),
+                  f"{label} x {float(per_param.optimizer):g} B [mixed + {request.optimizer}]"),
+    ]
+
+
+def _layer_shape(arch: Architecture, is_moe: bool) -> dict:
+    """Arguments of the activation formulas for one layer.
+
+    MoE: each token passes through top-k experts plus the shared ones, so the MLP activations
+    are those of an MLP of width k x expert + shared. MLA: K and V are expanded per head in
+    training (transformers DeepseekV3Attention), i.e. heads x head_dim like MHA.
+    """
+    ffn = (arch.experts_per_token * arch.moe_intermediate_size + arch.shared_expert_intermediate_size
+           if is_moe else arch.intermediate_size)
+    kv_heads = arch.num_heads if arch.uses_mla else arch.num_kv_heads
+    return dict(hidden=arch.hidden_size, heads=arch.num_heads, kv_heads=kv_heads, head_dim=arch.head_dim,
+                ffn=ffn, gated_mlp=arch.gated_mlp, dropout=arch.dropout)
+
+
+def _activations(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> Component:
+    s, b, t = request.seq_len, request.batch, request.tp
+    if request.mode == "inference":
+        return _inference_activations(arch, request, stage_layers)
+    microbatches = request.microbatches or request.pp
+    in_flight = pipeline_activation_multiplier(pp=request.pp, microbatches=microbatches, stage=stage.index)
+    common = dict(seq_len=s, batch=b, attention=request.attention, tp=t,
+                  sequence_parallel=request.sequence_parallel)
+    moe_flags = arch.layer_is_moe
+    stored = sum(activation_bytes_per_layer(**common, **_layer_shape(arch, moe_flags[i]),
+                                            recompute=request.recompute) for i in stage_layers)
+    n_bytes = stored * in_flight
+    formula = (f"{len(stage_layers)} layers x Korthikanti per-layer bytes (recompute {request.recompute}, "
+               f"{request.attention}) x {float(in_flight):g} micro-batches in flight")
+    if request.recompute == "full" and len(stage_layers):
+        # Backward recomputes one layer at a time; its full activations live while it is done.
+        n_bytes += activation_bytes_per_layer(**common, **_layer_shape(arch, moe_flags[stage_layers[0]]),
+                                              recompute="none")
+        formula += " + one layer recomputed"
+    if stage.input_embedding:
+        n_bytes += input_ids_bytes(s, b) * in_flight
+        formula += " + token ids"
+    if stage.index == request.pp - 1:
+        n_bytes += logits_bytes(seq_len=s, batch=b, vocab=arch.vocab_size, tp=t, fp32_loss=True)
+        formula += " + logits and fp32 loss (10 s b V / t)"
+    return Component("activations", math.ceil(n_bytes), formula)
+
+
+def _inference_activations(arch: Architecture, request: FitRequest, stage_layers: range) -> Component:
+    """Prefill of the whole batch: one layer's tensors at a time (the rest are freed), plus the
+    fp32 logits of the last position of each sequence (what generation samples from)."""
+    if not len(stage_layers):
+        return Component("activations", 0, "no layers on this stage")
+    flags = arch.layer_is_moe
+    peak = 0
+    for is_moe in {flags[i] for i in stage_layers}:
+        terms = layer_activation_terms(seq_len=request.seq_len, batch=request.batch, attention=request.attention,
+                                       tp=request.tp, **{**_layer_shape(arch, is_moe), "dropout": False})
+        attention_part = sum(t.bytes for t in terms if not t.name.startswith(("MLP", "gate", "up", "down",
+                                                                               "activation", "second")))
+        mlp_part = sum(t.bytes for t in terms) - attention_part
+        peak = max(peak, math.ceil(max(attention_part, mlp_part)))
+    logits = 4 * request.batch * arch.vocab_size
+    return Component("activations", peak + logits,
+                     f"largest block (attention or MLP) of one layer over {request.batch} x {request.seq_len} "
+                     f"tokens ({request.attention}) + last-token logits 4 b V")
+
+
+def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> Component:
+    kv_name = request.kv_dtype or (request.dtype if weight_format(request.dtype).name in SIXTEEN_BIT else "bf16")
+    element = kv_dtype_bytes(kv_name)
+    if not len(stage_layers):
+        return Component("kv_cache", 0, "no layers on this stage")
+    sliding = [i for i in stage_layers if arch.layer_uses_sliding_window[i]]
+    kv_heads = 1 if arch.uses_mla else arch.num_kv_heads
+    n_bytes = kv_cache_bytes(layer_widths=[arch.kv_cache_width_per_layer] * len(stage_layers),
+                             seq_len=request.seq_len, batch=request.batch, bytes_per_element=element,
+                             sliding_window=arch.sliding_window if sliding else None,
+                             sliding_layers=len(sliding), tp=request.tp, kv_heads=kv_heads)
+    width = ("(kv_lora_rank + rope dim) latent" if arch.uses_mla
+             else f"2 x {arch.num_kv_heads} KV heads x {arch.head_dim}")
+    formula = f"{len(stage_layers)} layers x {width} x {request.seq_len} tokens x {request.batch} seqs x {element} B ({kv_name})"
+    if sliding:
+        formula += f"; {len(sliding)} sliding-window layers cap at {arch.sliding_window} tokens"
+    if request.tp > 1:
+        formula += f"; / tp {request.tp} (at least one KV head per rank)"
+    return Component("kv_cache", n_bytes, formula)
+
+
+def _overhead(request: FitRequest, activation_bytes: int) -> Component:
+    """Explicit runtime terms: the CUDA context (GPU only) and allocator slack on the transient
+    activations (weights and states are allocated once, in large blocks that waste little)."""
+    slack = math.ceil(activation_bytes * ALLOCATOR_SLACK_FRACTION)
+    parts = [f"allocator slack {float(ALLOCATOR_SLACK_FRACTION):.0%} of activations (PEFT reserved/allocated)"]
+    n_bytes = slack
+    if request.gpu:
+        context = cuda_context_overhead_bytes()
+        n_bytes += context.bytes
+        parts.insert(0, f"CUDA context {context.bytes / GiB:.2f} GiB (measured by HF on a V100)")
+    return Component("overhead", n_bytes, " + ".join(parts))
+
+
+def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
+    notes = []
+    if arch.tie_word_embeddings and request.pp > 1:
+        notes.append("tied embeddings with pp > 1: the last stage keeps its own copy of the embedding (Megatron)")
+    if request.tp > arch.num_kv_heads and not arch.uses_mla and request.mode == "inference":
+        notes.append(f"tp {request.tp} > {arch.num_kv_heads} KV heads: KV heads are replicated across ranks")
+    if request.mode == "inference" and arch.max_position_embeddings and request.seq_len > arch.max_position_embeddings:
+        notes.append(f"seq {request.seq_len:,} exceeds the model's trained context of "
+                     f"{arch.max_position_embeddings:,} tokens")
+    if weight_format(request.dtype).name not in UNQUANTIZED:
+        notes.append("quantized formats store the blocks' linear weights low-bit; embeddings, head and norms stay 16-bit")
+    return tuple(notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Searches: the largest batch and context that fit, and what would make a model fit.
+
+
+def _largest(fits, upper: int) -> int:
+    """Largest n in [1, upper] with fits(n), for a monotone predicate; 0 if even 1 does not fit."""
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= upper and fits(high):
+        low, high = high, high * 2
+    high = min(high, upper + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def largest_batch(arch: Architecture, request: FitRequest, capacity: int, upper: int = 1 << 20) -> int:
+    """The largest batch (per data-parallel rank) at request.seq_len whose worst device fits capacity."""
+    return _largest(lambda b: estimate(arch, replace(request, batch=b)).worst.total <= capacity, upper)
+
+
+def largest_seq_len(arch: Architecture, request: FitRequest, capacity: int, upper: int = 1 << 24) -> int:
+    """The longest sequence at request.batch whose worst device fits capacity (0: none)."""
+    return _largest(lambda s: estimate(arch, replace(request, seq_len=s)).worst.total <= capacity, upper)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A change to the request, and the worst device's total memory with it."""
+
+    change: str
+    request: FitRequest
+    total: int
+
+
+def _candidate_changes(arch: Architecture, request: FitRequest) -> list[tuple[str, FitRequest]]:
+    candidates: list[tuple[str, FitRequest]] = []
+    heads = arch.num_heads
+    if request.mode == "inference":
+        if (request.kv_dtype or "bf16") not in ("fp8", "int8"):
+            candidates.append(("--kv-dtype fp8 (halves the KV cache)", replace(request, kv_dtype="fp8")))
+        for fmt in ("fp8", "int4", "nf4"):
+            if weight_format(request.dtype).bits_per_weight > weight_format(fmt).bits_per_weight:
+                candidates.append((f"--dtype {fmt}", replace(request, dtype=fmt)))
+        if request.seq_len > 1024:
+            candidates.append((f"--seq {request.seq_len // 2} (half the context)",
+                               replace(request, seq_len=request.seq_len // 2)))
+        if request.batch > 1:
+            candidates.append(("--batch 1", replace(request, batch=1)))
+        for tp in (2, 4, 8, 16, 32, 64):
+            if tp > request.tp and heads % tp == 0:
+                candidates.append((f"--tp {tp} ({tp * request.pp * request.dp} devices)", replace(request, tp=tp)))
+        for fmt in ("fp8", "int4"):
+            if weight_format(request.dtype).bits_per_weight > weight_format(fmt).bits_per_weight:
+                for tp in (2, 4, 8, 16, 32, 64):
+                    if tp > request.tp and heads % tp == 0:
+                        candidates.append((f"--dtype {fmt} --tp {tp} ({tp * request.pp * request.dp} devices)",
+                                           replace(request, dtype=fmt, tp=tp)))
+        return candidates
+    if request.recompute != "full":
+        for mode in ("selective", "full"):
+            if RECOMPUTE_MODES.index(mode) > RECOMPUTE_MODES.index(request.recompute):
+                candidates.append((f"--recompute {mode}", replace(request, recompute=mode)))
+    if request.batch > 1:
+        candidates.append(("--batch 1 (gradient accumulation keeps the global batch)", replace(request, batch=1)))
+    if not request.adapter:
+        candidates.append(("--recipe lora (frozen base, train adapters)", replace(request, recipe="lora")))
+        candidates.append(("--recipe qlora (4-bit base + adapters)", replace(request, recipe="qlora")))
+        if request.optimizer in ("adam", "adamw"):
+            candidates.append(("--optimizer adam-8bit", replace(request, optimizer="adam-8bit")))
+        for dp in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+            if dp > request.dp:
+                devices = dp * request.tp * request.pp
+                candidates.append((f"--zero 3 --dp {dp} ({devices} devices)",
+                                   replace(request, zero=3, dp=dp, ep=request.ep if dp % request.ep == 0 else 1)))
+    for tp in (2, 4, 8):
+        if tp > request.tp and heads % tp == 0:
+            candidates.append((f"--tp {tp} --sp", replace(request, tp=tp, sequence_parallel=True)))
+    if not request.adapter:
+        # Combined plans, as large runs use them: full recompute with sharded states, then with TP.
+        base = replace(request, recompute="full")
+        tp8 = 8 if heads % 8 == 0 and request.tp < 8 else request.tp
+        for dp in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+            if dp > request.dp:
+                candidates.append((f"--recompute full --zero 3 --dp {dp} ({dp * request.tp * request.pp} devices)",
+                                   replace(base, zero=3, dp=dp, ep=request.ep if dp % request.ep == 0 else 1)))
+        for dp in (1, 2, 4, 8, 16, 32, 64, 128):
+            candidates.append((f"--recompute full --tp {tp8} --sp --zero 3 --dp {dp} ({dp * tp8 * request.pp} devices)",
+                               replace(base, tp=tp8, sequence_parallel=True, zero=3, dp=dp, ep=1)))
+    return candidates
+
+
+def suggestions(arch: Architecture, request: FitRequest, capacity: int, limit: int = 4) -> list[Suggestion]:
+    """Single changes to the request that make the worst device fit `capacity`, cheapest first.
+
+    Changes are tried in the order a practitioner would (no extra hardware before more hardware);
+    of each kind of change (the flags it sets) only the first, i.e. smallest, that fits is kept.
+    """
+    found: list[Suggestion] = []
+    kinds_done: set[str] = set()
+    for change, candidate in _candidate_changes(arch, request):
+        kind = " ".join(word for word in change.split() if word.startswith("--"))
+        if kind in kinds_done:
+            continue
+        try:
+            total = estimate(arch, candidate).worst.total
+        except UserError:
+            continue
+        if total <= capacity:
+            found.append(Suggestion(change, candidate, total))
+            kinds_done.add(kind)
+            if len(found) >= limit:
+                break
+    return found

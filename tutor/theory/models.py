@@ -1,0 +1,845 @@
+"""Model architectures read from Hugging Face config.json files, and their exact parameter counts.
+
+A config is turned into an `Architecture` (one frozen record of every size and quirk that changes
+a count or a memory formula), then `count_parameters` follows the module structure of the
+transformers modelling code for that `model_type`, weight by weight and bias by bias. Every exact
+count published for the shipped presets is reproduced to the parameter (tests/test_models.py;
+sources in /work/shared/reference/memory-and-models.md §3 and in tutor/presets/index.json).
+
+Presets are the published config.json files of popular models, shipped in `tutor/presets/`.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tutor.errors import UserError
+
+SUPPORTED_MODEL_TYPES = (
+    "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+    "gemma", "gemma2", "phi3", "olmo", "olmo2", "deepseek_v3",
+)
+
+# Upper bounds that no real model comes near; they keep every later formula (and loops over
+# layers) cheap and turn garbage such as 1e30 into a clear message instead of a silly answer.
+_MAX_DIM = 2**24
+_MAX_HEADS = 2**16
+_MAX_LAYERS = 10_000
+_MAX_VOCAB = 2**31
+_MAX_EXPERTS = 2**16
+_MAX_POSITIONS = 2**40
+_MAX_CONFIG_BYTES = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The sizes and quirks of a decoder-only transformer, as read from its config.json.
+
+    `head_dim` is the query/key head width (for MLA: qk_nope_head_dim + qk_rope_head_dim);
+    `intermediate_size` is the dense MLP width (per matrix, not fused); `vocab_size` is the
+    number of rows of the embedding table (OLMo v1's padded `embedding_size` where given).
+    """
+
+    name: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int                 # = num_heads for MHA; fewer for GQA/MQA
+    head_dim: int
+    intermediate_size: int            # dense MLP width (the config's value; unused by all-MoE models)
+    vocab_size: int
+    tie_word_embeddings: bool
+    gated_mlp: bool                   # 3 matrices (SwiGLU/GeGLU) vs 2 (GPT-2)
+    norm: str                         # "rmsnorm" | "layernorm" | "nonparametric"
+    norms_per_layer: int              # 2, or 4 for Gemma-2 (pre and post norms)
+    qkv_bias: bool
+    qk_norm: bool
+    learned_positions: int            # rows of a learned position table (GPT-2: n_positions), else 0
+    max_position_embeddings: int      # 0 when the config does not say
+    dropout: bool                     # any dropout probability > 0 in the config
+    sliding_window: int | None        # None when no layer uses one
+    sliding_window_layers: int
+    num_experts: int                  # routed experts per MoE layer; 0 for dense models
+    experts_per_token: int
+    num_shared_experts: int
+    moe_intermediate_size: int        # width of one routed expert
+    shared_expert_intermediate_size: int  # total width of the shared expert(s) of a layer
+    dense_layers: int                 # layers with a dense MLP: all of a dense model, DeepSeek-V3's first 3
+    q_lora_rank: int | None           # MLA only (None: full-rank query projection)
+    kv_lora_rank: int                 # MLA latent width; 0 without MLA
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    num_nextn_predict_layers: int     # DeepSeek MTP modules, counted apart from the total
+    # Extra detail the counter needs.
+    o_bias: bool = False              # output-projection bias (GPT-2, attention_bias=true)
+    mlp_bias: bool = False
+    qk_norm_per_head: bool = True     # Qwen3: norm over head_dim; OLMo-2: over the whole projection
+    shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (h x 1)
+    router_bias: bool = False         # DeepSeek-V3 noaux_tc score-correction bias (E per layer)
+    dense_layer_indices: tuple[int, ...] = ()
+    sliding_window_layer_indices: tuple[int, ...] = ()
+
+    @property
+    def is_moe(self) -> bool:
+        """True when at least one layer routes tokens to experts."""
+        return self.moe_layers > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Number of layers whose MLP is a mixture of experts."""
+        return self.num_layers - self.dense_layers
+
+    @property
+    def uses_mla(self) -> bool:
+        """True for DeepSeek's multi-head latent attention (a compressed, shared KV latent)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def q_width(self) -> int:
+        """Width of the concatenated query heads: num_heads * head_dim."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the concatenated key (or value) heads: num_kv_heads * head_dim."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def kv_cache_width_per_layer(self) -> int:
+        """Elements cached per token per layer.
+
+        Standard/GQA attention caches K and V: 2 * num_kv_heads * head_dim (Shazeer 2019 MQA,
+        Ainslie et al. 2023 GQA). MLA caches the compressed latent plus the shared RoPE key:
+        kv_lora_rank + qk_rope_head_dim (DeepSeek-V2 paper, arXiv 2405.04434, §2.1.2: 512 + 64).
+        """
+        if self.uses_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    @property
+    def layer_uses_sliding_window(self) -> tuple[bool, ...]:
+        """For each layer in order, whether it attends only to the last `sliding_window` tokens
+        (and so caches at most that many): Mistral-7B-v0.1 all, Gemma-2 layers 0, 2, 4, ..."""
+        sliding = set(self.sliding_window_layer_indices)
+        return tuple(i in sliding for i in range(self.num_layers))
+
+    @property
+    def layer_is_moe(self) -> tuple[bool, ...]:
+        """For each layer in order, whether its MLP is a mixture of experts."""
+        dense = set(self.dense_layer_indices)
+        return tuple(self.num_experts > 0 and i not in dense for i in range(self.num_layers))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and validating config values
+
+
+def shown(text: object, limit: int = 160) -> str:
+    """Text safe to put in a one-line message: repr() when it holds control characters, cut to `limit`."""
+    text = str(text)
+    if not text.isprintable():
+        text = repr(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bad(key: str, why: str) -> UserError:
+    return UserError(f"config key {key!r} {why}")
+
+
+def _int(config: dict, key: str, default: Any = ..., *, minimum: int = 1, maximum: int = _MAX_DIM,
+         aliases: tuple[str, ...] = ()) -> int:
+    """A whole number from the config; missing without a default, or out of range, is a UserError."""
+    for name in (key, *aliases):
+        if name in config and config[name] is not None:
+            key, value = name, config[name]
+            break
+    else:
+        if default is ...:
+            raise _bad(key, "is missing; it must be a whole number (see the model's config.json)")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(key, f"must be a whole number, got {value!r} ({type(value).__name__})"[:200])
+    if value < minimum:
+        raise _bad(key, f"must be at least {minimum}, got {value}")
+    if value > maximum:
+        raise _bad(key, f"is implausibly large ({value}); at most {maximum} is accepted")
+    return value
+
+
+def _optional_int(config: dict, key: str, *, minimum: int = 1, maximum: int = _MAX_DIM) -> int | None:
+    if config.get(key) is None:
+        return None
+    return _int(config, key, minimum=minimum, maximum=maximum)
+
+
+def _bool(config: dict, key: str, default: bool) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(key, f"must be true or false, got {value!r}"[:200])
+    return value
+
+
+def _probability(config: dict, key: str) -> float:
+    """A dropout probability in [0, 1]; absent or null means 0."""
+    value = config.get(key)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise _bad(key, f"must be a probability between 0 and 1, got {value!r}"[:200])
+    return float(value)
+
+
+def _int_list(config: dict, key: str, num_layers: int) -> tuple[int, ...]:
+    value = config.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _bad(key, f"must be a list of layer numbers, got {value!r}"[:200])
+    out = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < num_layers:
+            raise _bad(key, f"must hold layer numbers 0..{num_layers - 1}, got {item!r}"[:200])
+        out.append(item)
+    return tuple(sorted(set(out)))
+
+
+def _dropout(config: dict, keys: tuple[str, ...]) -> bool:
+    """True when any dropout probability in the config is above zero (GPT-2: 0.1; Llama: 0.0)."""
+    return any(_probability(config, key) > 0 for key in keys)
+
+
+def _sliding_from_layer_types(config: dict, num_layers: int) -> tuple[int, ...] | None:
+    """Indices of "sliding_attention" layers when the config lists per-layer attention types."""
+    types = config.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != num_layers or not all(isinstance(t, str) for t in types):
+        raise _bad("layer_types", f"must list one attention type per layer ({num_layers} strings)")
+    return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json -> Architecture
+
+
+def architecture_from_config(config: dict, name: str = "") -> Architecture:
+    """Read the architecture of a Hugging Face config.json (already parsed into a dict).
+
+    Defaults for absent keys follow each transformers `configuration_<type>.py` (e.g.
+    tie_word_embeddings: True for gpt2/gemma/gemma2, False for llama, mistral, qwen2, phi3, olmo,
+    deepseek_v3; gemma head_dim 256; qwen3 head_dim 128; mistral sliding_window 4096).
+    Raises UserError, with one line naming the key, on anything that is not a usable config.
+    """
+    if not isinstance(config, dict):
+        raise UserError(f"a model config must be a JSON object (a dict), got {type(config).__name__}")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        shown = repr(model_type)[:60] if model_type is not None else "missing"
+        raise UserError(f"unsupported model_type {shown}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    if not isinstance(name, str):
+        raise UserError("the model name must be a string")
+    name = name or (config["_name_or_path"] if isinstance(config.get("_name_or_path"), str) else "") or model_type
+    if model_type == "gpt2":
+        fields = _gpt2_fields(config)
+    elif model_type == "deepseek_v3":
+        fields = _deepseek_v3_fields(config)
+    else:
+        fields = _llama_family_fields(config, model_type)
+    if not fields["num_experts"]:
+        fields.update(dense_layers=fields["num_layers"], dense_layer_indices=tuple(range(fields["num_layers"])))
+    arch = Architecture(name=name, model_type=model_type, **fields)
+    _check_consistency(arch)
+    return arch
+
+
+def _no_moe() -> dict[str, Any]:
+    return dict(num_experts=0, experts_per_token=0, num_shared_experts=0, moe_intermediate_size=0,
+                shared_expert_intermediate_size=0, dense_layers=0, q_lora_rank=None, kv_lora_rank=0,
+                qk_nope_head_dim=0, qk_rope_head_dim=0, v_head_dim=0, num_nextn_predict_layers=0)
+
+
+def _gpt2_fields(config: dict) -> dict[str, Any]:
+    """GPT-2 (transformers GPT2Config): Conv1D layers with biases everywhere, LayerNorm, learned positions."""
+    hidden = _int(config, "n_embd", aliases=("hidden_size",))
+    layers = _int(config, "n_layer", maximum=_MAX_LAYERS, aliases=("num_hidden_layers",))
+    heads = _int(config, "n_head", maximum=_MAX_HEADS, aliases=("num_attention_heads",))
+    if hidden % heads:
+        raise _bad("n_head", f"({heads}) must divide n_embd ({hidden})")
+    positions = _int(config, "n_positions", 1024, maximum=_MAX_POSITIONS)
+    return dict(
+        hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=heads,
+        head_dim=hidden // heads, intermediate_size=_int(config, "n_inner", 4 * hidden),
+        vocab_size=_int(config, "vocab_size", maximum=_MAX_VOCAB),
+        tie_word_embeddings=_bool(config, "tie_word_embeddings", True),
+        gated_mlp=False, norm="layernorm", norms_per_layer=2, qkv_bias=True, qk_norm=False,
+        learned_positions=positions, max_position_embeddings=positions,
+        dropout=_dropout(config, ("resid_pdrop", "embd_pdrop", "attn_pdrop")),
+        sliding_window=None, sliding_window_layers=0, o_bias=True, mlp_bias=True,
+        **_no_moe(),
+    )
+
+
+# Per model type, from transformers configuration_*.py / modeling_*.py: (tie_word_embeddings
+# default, head_dim default, norm, norms per layer, QK-norm scope, attention-bias rule). Bias rule:
+# "always" (Qwen2 hard-codes q/k/v biases), "never" (Mistral, Mixtral, Phi-3 hard-code none) or
+# "attention_bias" (the config key switches q/k/v/o biases, default false).
+_FAMILY = {
+    "llama": (False, None, "rmsnorm", 2, "", "attention_bias"),
+    "mistral": (False, None, "rmsnorm", 2, "", "never"),
+    "mixtral": (False, None, "rmsnorm", 2, "", "never"),
+    "qwen2": (False, None, "rmsnorm", 2, "", "always"),
+    "qwen2_moe": (False, None, "rmsnorm", 2, "", "always"),
+    "qwen3": (False, 128, "rmsnorm", 2, "head", "attention_bias"),
+    "qwen3_moe": (False, None, "rmsnorm", 2, "head", "attention_bias"),
+    "gemma": (True, 256, "rmsnorm", 2, "", "attention_bias"),
+    "gemma2": (True, 256, "rmsnorm", 4, "", "attention_bias"),
+    "phi3": (False, None, "rmsnorm", 2, "", "never"),
+    "olmo": (False, None, "nonparametric", 2, "", "attention_bias"),
+    "olmo2": (False, None, "rmsnorm", 2, "projection", "attention_bias"),
+}
+
+
+def _llama_family_fields(config: dict, model_type: str) -> dict[str, Any]:
+    """Llama-like decoders: separate (or fused, same count) q/k/v/o and gated MLP."""
+    tie_default, head_dim_default, norm, norms_per_layer, qk_norm_scope, bias_rule = _FAMILY[model_type]
+    hidden = _int(config, "hidden_size", aliases=("d_model",))
+    layers = _int(config, "num_hidden_layers", maximum=_MAX_LAYERS, aliases=("n_layers",))
+    heads = _int(config, "num_attention_heads", maximum=_MAX_HEADS, aliases=("n_heads",))
+    kv_heads = _int(config, "num_key_value_heads", heads, maximum=_MAX_HEADS)
+    explicit_head_dim = _optional_int(config, "head_dim")
+    head_dim = explicit_head_dim or head_dim_default
+    if head_dim is None:
+        if hidden % heads:
+            raise _bad("num_attention_heads", f"({heads}) must divide hidden_size ({hidden}) unless head_dim is given")
+        head_dim = hidden // heads
+    if heads % kv_heads:
+        raise _bad("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
+    vocab = _int(config, "vocab_size", maximum=_MAX_VOCAB)
+    if model_type == "olmo" and config.get("embedding_size") is not None:
+        # OLMo v1 pads its embedding table (50280 tokens -> 50304 rows) for throughput.
+        padded = _int(config, "embedding_size", maximum=_MAX_VOCAB)
+        if padded < vocab:
+            raise _bad("embedding_size", f"({padded}) must be at least vocab_size ({vocab})")
+        vocab = padded
+    moe_types = ("mixtral", "qwen2_moe", "qwen3_moe")
+    intermediate = _int(config, "intermediate_size", 0 if model_type in moe_types else ..., minimum=0)
+    if intermediate == 0 and model_type not in moe_types:
+        raise _bad("intermediate_size", "must be at least 1")
+    attention_bias = _bool(config, "attention_bias", False)
+    qkv_bias = {"always": True, "never": False}.get(bias_rule, attention_bias)
+    o_bias = attention_bias if bias_rule == "attention_bias" else False
+    mlp_bias = _bool(config, "mlp_bias", False) if model_type == "llama" else False
+    positions = _int(config, "max_position_embeddings", 0, minimum=0, maximum=_MAX_POSITIONS,
+                     aliases=("max_sequence_length",))
+    dropout = _dropout(config, ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop"))
+    moe = _no_moe()
+    shared_gate = False
+    dense_indices: tuple[int, ...] = ()
+    if model_type == "mixtral":
+        experts = _int(config, "num_local_experts", 8, maximum=_MAX_EXPERTS)
+        moe.update(num_experts=experts, experts_per_token=_int(config, "num_experts_per_tok", 2, maximum=_MAX_EXPERTS),
+                   moe_intermediate_size=_int(config, "intermediate_size"))
+        intermediate = moe["moe_intermediate_size"]
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        experts = _int(config, "num_experts", 60 if model_type == "qwen2_moe" else 128, minimum=0, maximum=_MAX_EXPERTS)
+        moe.update(num_experts=experts,
+                   experts_per_token=_int(config, "num_experts_per_tok", 4 if model_type == "qwen2_moe" else 8,
+                                          maximum=_MAX_EXPERTS),
+                   moe_intermediate_size=_int(config, "moe_intermediate_size", 1408 if model_type == "qwen2_moe" else 768))
+        if experts == 0:  # transformers falls back to a dense MLP in every layer
+            moe.update(experts_per_token=0, moe_intermediate_size=0)
+        step = _int(config, "decoder_sparse_step", 1, maximum=_MAX_LAYERS)
+        mlp_only = set(_int_list(config, "mlp_only_layers", layers))
+        # transformers Qwen2MoeDecoderLayer: sparse iff not in mlp_only_layers, experts > 0 and
+        # (layer_idx + 1) % decoder_sparse_step == 0.
+        dense_indices = tuple(i for i in range(layers)
+                              if experts == 0 or i in mlp_only or (i + 1) % step != 0)
+        if model_type == "qwen2_moe":
+            shared = _int(config, "shared_expert_intermediate_size", 5632, minimum=0) if experts else 0
+            moe.update(shared_expert_intermediate_size=shared, num_shared_experts=1 if shared else 0)
+            shared_gate = shared > 0
+        if dense_indices and intermediate == 0:
+            raise _bad("intermediate_size", "must be at least 1 when some layers have a dense MLP")
+        moe["dense_layers"] = len(dense_indices)
+    sliding_window = None
+    sliding_layers = 0
+    sliding_indices = ()
+    if model_type in ("mistral", "mixtral", "phi3", "gemma2", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+        default_window = None if model_type in ("mixtral", "phi3") else 4096
+        if "sliding_window" in config:
+            sliding_window = _optional_int(config, "sliding_window", maximum=_MAX_POSITIONS)
+        else:
+            sliding_window = default_window
+        if model_type.startswith("qwen") and not _bool(config, "use_sliding_window", False):
+            sliding_window = None
+        listed = _sliding_from_layer_types(config, layers)
+        if sliding_window is None:
+            sliding_indices: tuple[int, ...] = ()
+        elif listed is not None:
+            sliding_indices = listed
+        elif model_type == "gemma2":
+            sliding_indices = tuple(range(0, layers, 2))  # layers 0, 2, 4, ... slide; the others see everything
+        elif model_type.startswith("qwen"):
+            # transformers Qwen2Config.layer_types: sliding iff layer_idx >= max_window_layers.
+            first = _int(config, "max_window_layers", 28, minimum=0, maximum=_MAX_LAYERS)
+            sliding_indices = tuple(range(first, layers))
+        else:
+            sliding_indices = tuple(range(layers))
+        if not sliding_indices:
+            sliding_window = None
+        sliding_layers = len(sliding_indices)
+    return dict(
+        hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=intermediate, vocab_size=vocab,
+        tie_word_embeddings=_bool(config, "tie_word_embeddings", tie_default),
+        gated_mlp=True, norm=norm, norms_per_layer=norms_per_layer, qkv_bias=qkv_bias,
+        qk_norm=bool(qk_norm_scope), learned_positions=0, max_position_embeddings=positions,
+        dropout=dropout, sliding_window=sliding_window, sliding_window_layers=sliding_layers,
+        sliding_window_layer_indices=sliding_indices,
+        o_bias=o_bias, mlp_bias=mlp_bias, qk_norm_per_head=qk_norm_scope != "projection",
+        shared_expert_gate=shared_gate, dense_layer_indices=dense_indices, **moe,
+    )
+
+
+def _deepseek_v3_fields(config: dict) -> dict[str, Any]:
+    """DeepSeek-V3 (transformers DeepseekV3Config): MLA, shared experts, first k layers dense, MTP."""
+    hidden = _int(config, "hidden_size")
+    layers = _int(config, "num_hidden_layers", maximum=_MAX_LAYERS)
+    heads = _int(config, "num_attention_heads", maximum=_MAX_HEADS)
+    kv_heads = _int(config, "num_key_value_heads", heads, maximum=_MAX_HEADS)
+    if heads % kv_heads:
+        raise _bad("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
+    nope = _int(config, "qk_nope_head_dim", 128)
+    rope = _int(config, "qk_rope_head_dim", 64)
+    experts = _int(config, "n_routed_experts", 256, minimum=0, maximum=_MAX_EXPERTS)
+    first_dense = _int(config, "first_k_dense_replace", 3, minimum=0, maximum=_MAX_LAYERS)
+    if first_dense > layers:
+        raise _bad("first_k_dense_replace", f"({first_dense}) must not exceed num_hidden_layers ({layers})")
+    freq = _int(config, "moe_layer_freq", 1, maximum=_MAX_LAYERS)
+    # DeepSeek modelling: layer i is MoE iff experts and i >= first_k_dense_replace and i % moe_layer_freq == 0.
+    dense_indices = tuple(i for i in range(layers) if experts == 0 or i < first_dense or i % freq)
+    shared = _int(config, "n_shared_experts", 1, minimum=0, maximum=_MAX_EXPERTS)
+    moe_inter = _int(config, "moe_intermediate_size", 2048)
+    attention_bias = _bool(config, "attention_bias", False)
+    return dict(
+        hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
+        head_dim=nope + rope, intermediate_size=_int(config, "intermediate_size"),
+        vocab_size=_int(config, "vocab_size", maximum=_MAX_VOCAB),
+        tie_word_embeddings=_bool(config, "tie_word_embeddings", False),
+        gated_mlp=True, norm="rmsnorm", norms_per_layer=2, qkv_bias=attention_bias, qk_norm=False,
+        learned_positions=0,
+        max_position_embeddings=_int(config, "max_position_embeddings", 0, minimum=0, maximum=_MAX_POSITIONS),
+        dropout=_dropout(config, ("attention_dropout",)), sliding_window=None, sliding_window_layers=0,
+        num_experts=experts,
+        experts_per_token=_int(config, "num_experts_per_tok", 8, maximum=_MAX_EXPERTS) if experts else 0,
+        num_shared_experts=shared if experts else 0, moe_intermediate_size=moe_inter if experts else 0,
+        shared_expert_intermediate_size=shared * moe_inter if experts else 0,
+        dense_layers=len(dense_indices), dense_layer_indices=dense_indices,
+        q_lora_rank=_optional_int(config, "q_lora_rank"),
+        kv_lora_rank=_int(config, "kv_lora_rank", 512),
+        qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=_int(config, "v_head_dim", 128),
+        num_nextn_predict_layers=_int(config, "num_nextn_predict_layers", 0, minimum=0, maximum=_MAX_LAYERS),
+        o_bias=attention_bias,
+        # noaux_tc routing adds a learned per-expert score-correction bias (DeepSeek-V3 paper §2.1.2).
+        router_bias=config.get("topk_method", "noaux_tc") == "noaux_tc",
+    )
+
+
+def _check_consistency(arch: Architecture) -> None:
+    if arch.num_experts:
+        if arch.experts_per_token < 1:
+            raise _bad("num_experts_per_tok", "must be at least 1 in a mixture-of-experts model")
+        if arch.experts_per_token > arch.num_experts:
+            raise _bad("num_experts_per_tok",
+                       f"({arch.experts_per_token}) must not exceed the number of experts ({arch.num_experts})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter counts
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer, split the way activation and sharding formulas need them."""
+
+    attention: int       # projections (+ biases) and QK-norm weights
+    mlp: int             # dense MLP, or every routed + shared expert of a MoE layer
+    active_mlp: int      # what one token uses: dense MLP, or top-k routed + shared experts
+    router: int          # router (+ correction bias) and Qwen2-MoE's shared-expert gate
+    norms: int           # the layer's pre/post norms (not the QK-norm)
+    is_moe: bool
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mlp + self.router + self.norms
+
+    @property
+    def active(self) -> int:
+        return self.attention + self.active_mlp + self.router + self.norms
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameter counts of a model. `total` is what must be stored; `active` what one token uses.
+
+    `total` excludes the DeepSeek multi-token-prediction module, reported in `mtp` (the
+    671B-vs-685B distinction of deepseek-ai/DeepSeek-V3 README_WEIGHTS.md).
+    """
+
+    total: int
+    active: int
+    embedding: int               # input token table
+    lm_head: int                 # output projection; 0 when tied to the embedding
+    position_embedding: int      # learned positions (GPT-2), else 0
+    attention_per_layer: int
+    attention: int               # all layers
+    dense_mlp_per_layer: int     # 0 when no layer is dense
+    moe_mlp_per_layer: int       # all routed + shared experts of one MoE layer; 0 for dense models
+    expert: int                  # one routed expert
+    shared_experts_per_layer: int
+    mlp: int                     # all layers, all experts
+    router_per_layer: int
+    router: int                  # all layers
+    norms: int                   # every norm weight/bias in the model incl. the final norm and QK-norms
+    mtp: int                     # DeepSeek MTP module, parameters not shared with the main model
+
+    @property
+    def non_embedding(self) -> int:
+        """Total minus the token tables and position embeddings (Kaplan et al. 2020's N)."""
+        return self.total - self.embedding - self.lm_head - self.position_embedding
+
+
+def _norm_size(arch: Architecture, width: int) -> int:
+    """Parameters of one norm over `width` features: RMSNorm a weight, LayerNorm weight + bias."""
+    return {"rmsnorm": width, "layernorm": 2 * width, "nonparametric": 0}[arch.norm]
+
+
+def attention_weights(arch: Architecture) -> int:
+    """Matrix weights of one attention block (no biases, no norms).
+
+    GQA/MQA: h*(a*d) for Q, 2*h*(g*d) for K and V, (a*d)*h for O, with explicit head_dim d
+    (Ainslie et al. 2023; transformers LlamaAttention). MLA (DeepSeek-V2 arXiv 2405.04434 §2.1;
+    transformers DeepseekV3Attention): q_a h*r_q, q_b r_q*a*(nope+rope) (or q h*a*(nope+rope)
+    without a query LoRA), kv_a h*(r_kv+rope), kv_b r_kv*a*(nope+v), o a*v*h.
+    """
+    h = arch.hidden_size
+    if arch.uses_mla:
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+        q = h * arch.num_heads * qk if arch.q_lora_rank is None else h * arch.q_lora_rank + arch.q_lora_rank * arch.num_heads * qk
+        kv = h * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank * arch.num_heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+        return q + kv + arch.num_heads * arch.v_head_dim * h
+    return 2 * h * arch.q_width + 2 * h * arch.kv_width
+
+
+def qk_norm_parameters(arch: Architecture) -> int:
+    """Norm weights inside one attention block.
+
+    Qwen3: an RMSNorm over head_dim shared by all heads, for q and for k (2*d); OLMo-2: an
+    RMSNorm over the whole q and k projections (a*d + g*d); MLA: the q_a and kv_a latent norms.
+    """
+    if arch.uses_mla:
+        return arch.kv_lora_rank + (arch.q_lora_rank or 0)
+    if not arch.qk_norm:
+        return 0
+    if arch.qk_norm_per_head:
+        return 2 * arch.head_dim
+    return arch.q_width + arch.kv_width
+
+
+def attention_biases(arch: Architecture) -> int:
+    """Biases of one attention block: Qwen2 q/k/v only; GPT-2 and attention_bias=true also o."""
+    h = arch.hidden_size
+    if arch.uses_mla:
+        if not arch.qkv_bias:
+            return 0
+        q_in = arch.q_lora_rank if arch.q_lora_rank is not None else arch.num_heads * arch.head_dim
+        return q_in + arch.kv_lora_rank + arch.qk_rope_head_dim + (h if arch.o_bias else 0)
+    return (arch.q_width + 2 * arch.kv_width if arch.qkv_bias else 0) + (h if arch.o_bias else 0)
+
+
+def mlp_weights(arch: Architecture, width: int) -> int:
+    """Matrix weights of one MLP of the given width: 3*h*f gated (SwiGLU/GeGLU), 2*h*f plain (GPT-2)."""
+    return (3 if arch.gated_mlp else 2) * arch.hidden_size * width
+
+
+def mlp_biases(arch: Architecture, width: int) -> int:
+    """Biases of one MLP: GPT-2's c_fc (f) and c_proj (h); Llama with mlp_bias the same per matrix."""
+    if not arch.mlp_bias:
+        return 0
+    return (2 * width if arch.gated_mlp else width) + arch.hidden_size
+
+
+def router_weights(arch: Architecture) -> int:
+    """Router (gate) of one MoE layer: a h x E matrix; Qwen2-MoE adds a h x 1 shared-expert gate."""
+    return arch.hidden_size * arch.num_experts + (arch.hidden_size if arch.shared_expert_gate else 0)
+
+
+def parameters_per_layer(arch: Architecture) -> tuple[LayerParams, ...]:
+    """Parameters of each decoder layer in order (dense and MoE layers differ)."""
+    dense, moe = _dense_layer(arch), _moe_layer(arch)
+    return tuple(moe if is_moe else dense for is_moe in arch.layer_is_moe)
+
+
+def _attention_params(arch: Architecture) -> int:
+    return attention_weights(arch) + attention_biases(arch) + qk_norm_parameters(arch)
+
+
+def _dense_layer(arch: Architecture) -> LayerParams:
+    mlp = mlp_weights(arch, arch.intermediate_size) + mlp_biases(arch, arch.intermediate_size)
+    return LayerParams(attention=_attention_params(arch), mlp=mlp, active_mlp=mlp, router=0,
+                       norms=arch.norms_per_layer * _norm_size(arch, arch.hidden_size), is_moe=False)
+
+
+def _moe_layer(arch: Architecture) -> LayerParams:
+    expert = mlp_weights(arch, arch.moe_intermediate_size)
+    shared = mlp_weights(arch, arch.shared_expert_intermediate_size)
+    router = router_weights(arch) + (arch.num_experts if arch.router_bias else 0)
+    return LayerParams(attention=_attention_params(arch), mlp=arch.num_experts * expert + shared,
+                       active_mlp=arch.experts_per_token * expert + shared, router=router,
+                       norms=arch.norms_per_layer * _norm_size(arch, arch.hidden_size), is_moe=True)
+
+
+def _mtp_params(arch: Architecture, moe_layer: LayerParams, dense_layer: LayerParams) -> int:
+    """One DeepSeek-V3 MTP module per predicted token: enorm + hnorm (2h), eh_proj (2h x h), one
+    decoder block, and the shared head's norm (h); embedding and output head are shared with the
+    main model (DeepSeek-V3 paper arXiv 2412.19437 §2.2; README_WEIGHTS.md, "11.5B unique")."""
+    h = arch.hidden_size
+    block = moe_layer.total if arch.num_experts else dense_layer.total
+    return arch.num_nextn_predict_layers * (3 * _norm_size(arch, h) + 2 * h * h + block)
+
+
+def count_parameters(arch: Architecture) -> ParamCount:
+    """Exact parameter count following the transformers module structure for arch.model_type.
+
+    total = embedding + (lm_head if untied) + positions + sum over layers + final norm.
+    active adds only top-k routed experts of each MoE layer (plus shared experts, router, all
+    attention, embeddings, norms): the "12.9B of 46.7B" of Mixtral (Mistral AI announcement) and
+    37.55B of 671B for DeepSeek-V3 (paper: 37B).
+    """
+    h = arch.hidden_size
+    embedding = arch.vocab_size * h
+    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * h
+    positions = arch.learned_positions * h
+    dense, moe = _dense_layer(arch), _moe_layer(arch)
+    n_moe = arch.moe_layers
+    n_dense = arch.num_layers - n_moe
+    final_norm = _norm_size(arch, h)
+    base = embedding + lm_head + positions + final_norm
+    total = base + n_dense * dense.total + n_moe * moe.total
+    active = base + n_dense * dense.active + n_moe * moe.active
+    return ParamCount(
+        total=total, active=active, embedding=embedding, lm_head=lm_head, position_embedding=positions,
+        attention_per_layer=dense.attention, attention=arch.num_layers * dense.attention,
+        dense_mlp_per_layer=dense.mlp if n_dense else 0, moe_mlp_per_layer=moe.mlp if n_moe else 0,
+        expert=mlp_weights(arch, arch.moe_intermediate_size) if n_moe else 0,
+        shared_experts_per_layer=mlp_weights(arch, arch.shared_expert_intermediate_size) if n_moe else 0,
+        mlp=n_dense * dense.mlp + n_moe * moe.mlp,
+        router_per_layer=moe.router if n_moe else 0, router=n_moe * moe.router,
+        norms=arch.num_layers * (dense.norms + qk_norm_parameters(arch)) + final_norm,
+        mtp=_mtp_params(arch, moe, dense),
+    )
+
+
+def matmul_parameters(arch: Architecture) -> int:
+    """Weights one token multiplies through in a forward pass: the N in the 6·N·D training rule.
+
+    Convention: every matrix a token's activations are multiplied by, i.e. attention projections,
+    the dense MLP or the top-k routed + shared experts, the router, and the output projection
+    (V·h, counted even when tied to the input table, because the logits are a real matmul).
+    Excluded: the input-embedding and position lookups, norms and biases (no multiply-accumulate
+    per weight) and the MTP module. Kaplan et al. 2020 (arXiv 2001.08361, §2.1) drop embeddings
+    from N altogether; Chinchilla (Hoffmann et al. 2022) keeps them; counting the output
+    projection but not the lookup follows the FLOP count of Narayanan et al. 2021 (arXiv 2104.04473, §5.1).
+    """
+    h = arch.hidden_size
+    attention = attention_weights(arch)
+    dense = mlp_weights(arch, arch.intermediate_size)
+    moe = (arch.experts_per_token * mlp_weights(arch, arch.moe_intermediate_size)
+           + mlp_weights(arch, arch.shared_expert_intermediate_size) + router_weights(arch))
+    n_moe = arch.moe_layers
+    return (arch.num_layers * attention + (arch.num_layers - n_moe) * dense + n_moe * moe
+            + arch.vocab_size * h)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading configs and presets
+
+
+def load_config(path: str | os.PathLike[str]) -> dict:
+    """Read a config.json file, or the config.json inside a model folder, as a dict.
+
+    Missing, unreadable, binary, malformed, empty or non-object files raise UserError.
+    """
+    try:
+        target = Path(path)
+        is_dir, exists = target.is_dir(), target.exists()
+        if is_dir:
+            folder, target = target, target / "config.json"
+            if not target.is_file():
+                raise UserError(f"no config.json in folder {shown(folder)}; point at a model folder or a config.json file")
+    except (TypeError, ValueError, OSError) as exc:
+        if isinstance(exc, UserError):
+            raise
+        raise UserError(f"not a usable file path: {str(path)[:120]!r}") from None
+    if not is_dir and not exists:
+        raise UserError(f"no such file: {shown(target)}")
+    try:
+        with target.open("rb") as handle:
+            raw = handle.read(_MAX_CONFIG_BYTES + 1)  # bounded: the path may be a weights file or a device
+    except OSError as exc:
+        raise UserError(f"cannot read {shown(target)}: {exc.strerror or exc}") from None
+    if len(raw) > _MAX_CONFIG_BYTES:
+        raise UserError(f"{shown(target)} is over {_MAX_CONFIG_BYTES // 2**20} MiB; a config.json is a few kilobytes (a weights file?)")
+    if not raw.strip():
+        raise UserError(f"{shown(target)} is empty; expected a JSON object like a Hugging Face config.json")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UserError(f"{shown(target)} is not a UTF-8 text file (binary?); expected a config.json") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{shown(target)} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise UserError(f"{shown(target)} is nested too deeply to be a config.json") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{shown(target)} holds a JSON {type(config).__name__}; a config.json must be a JSON object")
+    return config
+
+
+@dataclass(frozen=True)
+class PublishedCount:
+    """A parameter count as published: exact (an integer) or rounded text like "7.61B"."""
+
+    text: str
+    source: str
+
+    @property
+    def exact(self) -> bool:
+        return self.text.isdigit()
+
+    @property
+    def value(self) -> float:
+        """The published number: the integer, or the rounded figure (B = 1e9, M = 1e6)."""
+        if self.exact:
+            return int(self.text)
+        return float(self.text[:-1]) * {"B": 1e9, "M": 1e6}[self.text[-1]]
+
+    @property
+    def resolution(self) -> float:
+        """One unit of the last published digit (0.01e9 for "7.61B"); 0 for exact counts."""
+        if self.exact:
+            return 0.0
+        digits = self.text[:-1]
+        decimals = len(digits.split(".")[1]) if "." in digits else 0
+        return 10.0 ** -decimals * {"B": 1e9, "M": 1e6}[self.text[-1]]
+
+
+@dataclass(frozen=True)
+class PresetInfo:
+    """What the preset index says about one shipped model config."""
+
+    name: str
+    display_name: str
+    hf_repo: str
+    config_source: str
+    total: PublishedCount | None
+    active: PublishedCount | None = None
+    non_embedding: PublishedCount | None = None
+    stored_elements: PublishedCount | None = None  # Hub API safetensors.total (may include buffers)
+    notes: str = ""
+
+
+_PRESET_PACKAGE = "tutor.presets"
+
+
+@lru_cache(maxsize=1)
+def _preset_index() -> dict[str, dict]:
+    try:
+        text = resources.files(_PRESET_PACKAGE).joinpath("index.json").read_text(encoding="utf-8")
+    except (OSError, ModuleNotFoundError) as exc:  # a broken install, not a user mistake
+        raise UserError(f"the preset index is missing from this installation ({exc}); reinstall tensor-tutor") from None
+    return json.loads(text)["presets"]
+
+
+def _published(entry: dict, key: str) -> PublishedCount | None:
+    value = entry.get(key)
+    return PublishedCount(str(value["value"]), value["source"]) if value else None
+
+
+def _preset_info(name: str, entry: dict) -> PresetInfo:
+    return PresetInfo(
+        name=name, display_name=entry["display_name"], hf_repo=entry["hf_repo"],
+        config_source=entry["config_source"], total=_published(entry, "total"),
+        active=_published(entry, "active"), non_embedding=_published(entry, "non_embedding"),
+        stored_elements=_published(entry, "stored_elements"), notes=entry.get("notes", ""),
+    )
+
+
+def list_presets() -> list[PresetInfo]:
+    """Every shipped preset, in index order."""
+    return [_preset_info(name, entry) for name, entry in _preset_index().items()]
+
+
+def _unknown_preset(name: str) -> UserError:
+    names = list(_preset_index())
+    key = name.strip().lower()
+    starting = [n for n in names if key and n.startswith(key)]
+    close = list(dict.fromkeys(starting + difflib.get_close_matches(key, names, n=3, cutoff=0.5)))[:3]
+    hint = f"did you mean {', '.join(close)}?" if close else f"presets include {', '.join(names[:6])}, ..."
+    return UserError(f"unknown model preset {name!r}: {hint} (or give a config.json path or a model folder)"[:300])
+
+
+def load_preset(name: str) -> tuple[dict, PresetInfo]:
+    """The published config.json of a preset (case-insensitive name) and its index entry."""
+    if not isinstance(name, str):
+        raise UserError("a preset name must be text, such as llama-3.1-8b")
+    key = name.strip().lower()
+    entry = _preset_index().get(key)
+    if entry is None:
+        raise _unknown_preset(name)
+    try:
+        text = resources.files(_PRESET_PACKAGE).joinpath(f"{key}.json").read_text(encoding="utf-8")
+    except OSError as exc:  # listed in the index but not shipped: a broken install
+        raise UserError(f"preset {key} is missing from this installation ({exc}); reinstall tensor-tutor") from None
+    return json.loads(text), _preset_info(key, entry)
+
+
+def resolve_model(spec: str) -> tuple[Architecture, str]:
+    """A preset name, a config.json path or a model folder -> (Architecture, where it came from)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise UserError("give a model: a preset name such as llama-3.1-8b, a config.json path or a model folder")
+    spec = spec.strip()
+    if spec.lower() in _preset_index():
+        config, info = load_preset(spec)
+        return architecture_from_config(config, info.display_name), f"preset {info.name} ({info.hf_repo} config.json)"
+    try:
+        path = Path(os.path.expanduser(spec))  # unlike Path.expanduser, never raises on "~nobody"
+        exists = path.exists()
+    except (OSError, ValueError):  # a NUL byte or an over-long name is not a path on this system
+        path, exists = Path(), False
+    if exists:
+        config = load_config(path)
+        folder = path if path.is_dir() else path.parent
+        name = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else ""
+        return architecture_from_config(config, name or folder.resolve().name or spec), f"config {shown(path)}"
+    if os.sep in spec or "/" in spec or spec.endswith(".json"):
+        if "/" in spec and not spec.startswith((".", "/", "~")) and spec.count("/") == 1:
+            close = difflib.get_close_matches(spec.split("/")[1].lower(), list(_preset_index()), n=1, cutoff=0.6)
+            hint = f"try the preset {close[0]}" if close else "or use a preset"
+            raise UserError(f"no such file or folder: {shown(spec)}; Hub ids are not fetched (no network): download its "
+                            f"config.json and pass that path, {hint}"[:300])
+        raise UserError(f"no such file or folder: {shown(spec)}")
+    raise _unknown_preset(spec)
