@@ -206,3 +206,13 @@ def test_fit_never_shows_a_traceback(model: str, options: list[str], data: st.Da
 def test_any_argv_never_shows_a_traceback(argv: list[str]) -> None:
     code, _, err = run(["fit", *argv])
     assert code in (0, 2) and "Traceback" not in err
+
+
+def test_bare_command_shows_what_it_can_do() -> None:
+    code, out, err = run([])
+    assert code == 0 and "fit" in out and "env" in out and not err
+
+
+def test_version_and_help_exit_zero() -> None:
+    assert run(["--version"])[0] == 0
+    assert run(["fit", "--help"])[0] == 0

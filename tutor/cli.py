@@ -49,10 +49,15 @@ def _command_available(name: str) -> bool:
     return importlib.util.find_spec(module_name) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tensor-tutor")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """tensor-tutor: the hardware behind large language models, explained and measured."""
+    if ctx.invoked_subcommand is None:
+        # The tutor app (issue 4) will open here; until it lands, show what the commands do.
+        click.echo(ctx.get_help())
+        click.echo("\nTry: tensor-tutor fit llama-3.1-8b    tensor-tutor env    tensor-tutor models")
 
 
 def main(argv: list[str] | None = None) -> None:
