@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tutor.errors import UserError
+from tutor.theory.checks import positive_int
 from tutor.theory.parallel import kv_heads_per_rank
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -30,11 +31,6 @@ LOGSUMEXP_BYTES = 4
 # Token ids are int64 (torch.long), the dtype nn.Embedding and cross-entropy expect.
 TOKEN_ID_BYTES = 8
 
-
-def _positive_int(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{name} must be a whole number of at least 1, got {value!r}")
-    return value
 
 
 def _choice(value: str, name: str, allowed: tuple[str, ...]) -> str:
@@ -76,11 +72,11 @@ def activation_bytes_per_layer_gpt(
     selective: sbh(10 + 24/t), or sbh·34/t with SP (the attention core is recomputed);
     full:      2sbh, only the layer input; with SP that input is itself split, so 2sbh/t.
     """
-    s = _positive_int(seq_len, "seq_len")
-    b = _positive_int(batch, "batch")
-    h = _positive_int(hidden, "hidden")
-    a = _positive_int(heads, "heads")
-    t = _positive_int(tp, "tensor-parallel size (tp)")
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    h = positive_int(hidden, "hidden")
+    a = positive_int(heads, "heads")
+    t = positive_int(tp, "tensor-parallel size (tp)")
     _heads_per_rank(a, t)
     _choice(recompute, "recompute mode", RECOMPUTE_MODES)
     sbh = Fraction(s * b * h)
@@ -129,15 +125,15 @@ def layer_activation_terms(
     flash attention already stores none of these, so nothing more is dropped); "full" keeps only
     the layer input (its checkpoint), divided by t under sequence parallelism.
     """
-    s = _positive_int(seq_len, "seq_len")
-    b = _positive_int(batch, "batch")
-    h = _positive_int(hidden, "hidden")
-    a = _positive_int(heads, "heads")
-    kv = _positive_int(kv_heads, "kv_heads")
-    d = _positive_int(head_dim, "head_dim")
-    f = _positive_int(ffn, "ffn")
-    t = _positive_int(tp, "tensor-parallel size (tp)")
-    value = _positive_int(bytes_per_value, "bytes_per_value")
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    h = positive_int(hidden, "hidden")
+    a = positive_int(heads, "heads")
+    kv = positive_int(kv_heads, "kv_heads")
+    d = positive_int(head_dim, "head_dim")
+    f = positive_int(ffn, "ffn")
+    t = positive_int(tp, "tensor-parallel size (tp)")
+    value = positive_int(bytes_per_value, "bytes_per_value")
     _choice(attention, "attention implementation", ATTENTION_KINDS)
     _choice(recompute, "recompute mode", RECOMPUTE_MODES)
     if a % kv:
@@ -239,10 +235,10 @@ def embedding_activation_bytes(
     under sequence parallelism). Without dropout the embedding output is the first layer's input,
     already counted there, so this is 0. The int64 token ids are `input_ids_bytes`.
     """
-    s = _positive_int(seq_len, "seq_len")
-    b = _positive_int(batch, "batch")
-    h = _positive_int(hidden, "hidden")
-    t = _positive_int(tp, "tensor-parallel size (tp)")
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    h = positive_int(hidden, "hidden")
+    t = positive_int(tp, "tensor-parallel size (tp)")
     if not dropout:
         return 0
     return math.ceil(Fraction(DROPOUT_MASK_BYTES * s * b * h, t if sequence_parallel else 1))
@@ -250,8 +246,8 @@ def embedding_activation_bytes(
 
 def input_ids_bytes(seq_len: int, batch: int) -> int:
     """Bytes of one micro-batch of token ids: 8·s·b (int64; Megatron theoretical_memory_usage.py)."""
-    s = _positive_int(seq_len, "seq_len")
-    b = _positive_int(batch, "batch")
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
     return TOKEN_ID_BYTES * s * b
 
 
@@ -267,10 +263,10 @@ def logits_bytes(*, seq_len: int, batch: int, vocab: int, tp: int = 1, fp32_loss
     `4sbh(1 + V/h)` term (see `megatron_output_layer_activation_bytes`); vram-calculator counts
     4·s·b·V × 2 (fp32 logits and their gradient).
     """
-    s = _positive_int(seq_len, "seq_len")
-    b = _positive_int(batch, "batch")
-    v = _positive_int(vocab, "vocab")
-    t = _positive_int(tp, "tensor-parallel size (tp)")
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    v = positive_int(vocab, "vocab")
+    t = positive_int(tp, "tensor-parallel size (tp)")
     per_value = 2 + (4 + 4 if fp32_loss else 2)
     return math.ceil(Fraction(per_value * s * b * v, t))
 
@@ -281,11 +277,11 @@ def megatron_output_layer_activation_bytes(*, seq_len: int, batch: int, hidden: 
     Megatron-LM theoretical_memory_usage.py (`compute_activation_memory`, pp = 1): the final
     LayerNorm and output-layer inputs (2sbh each) and the fp32 logits (4sbV), all split over t.
     """
-    s = _positive_int(seq_len, "seq_len")
-    b = _positive_int(batch, "batch")
-    h = _positive_int(hidden, "hidden")
-    v = _positive_int(vocab, "vocab")
-    t = _positive_int(tp, "tensor-parallel size (tp)")
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    h = positive_int(hidden, "hidden")
+    v = positive_int(vocab, "vocab")
+    t = positive_int(tp, "tensor-parallel size (tp)")
     return math.ceil(Fraction(4 * s * b * h, t) * (1 + Fraction(v, h)))
 
 
@@ -305,9 +301,9 @@ def pipeline_activation_multiplier(
     fewer micro-batches the stage simply holds all m of them.
     stage: "first", "last", or a 0-based stage index.
     """
-    p = _positive_int(pp, "pipeline-parallel size (pp)")
-    m = _positive_int(microbatches, "microbatches")
-    v = _positive_int(interleave, "interleave (model chunks per stage)")
+    p = positive_int(pp, "pipeline-parallel size (pp)")
+    m = positive_int(microbatches, "microbatches")
+    v = positive_int(interleave, "interleave (model chunks per stage)")
     if stage == "first":
         rank = 0
     elif stage == "last":

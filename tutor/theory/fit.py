@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from tutor.errors import UserError
+from tutor.theory.checks import positive_int
 from tutor.theory.activations import (
     ATTENTION_KINDS,
     RECOMPUTE_MODES,
@@ -136,11 +137,9 @@ def validate_request(arch: Architecture, request: FitRequest) -> None:
     if request.mode not in MODES:
         raise UserError(f"unknown mode {request.mode!r}: use {' or '.join(MODES)}")
     for name in ("batch", "seq_len", "dp", "tp", "pp", "ep", "lora_rank"):
-        value = getattr(request, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
-    if request.microbatches is not None and (not isinstance(request.microbatches, int) or request.microbatches < 1):
-        raise UserError(f"microbatches must be a whole number >= 1, got {request.microbatches!r}")
+        positive_int(getattr(request, name), name.replace("_", "-"))
+    if request.microbatches is not None:
+        positive_int(request.microbatches, "microbatches")
     if request.zero not in (0, 1, 2, 3):
         raise UserError(f"ZeRO stage must be 0, 1, 2 or 3, got {request.zero!r}")
     if request.recompute not in RECOMPUTE_MODES:
@@ -195,16 +194,13 @@ def estimate_from_count(total_params: int, request: FitRequest) -> FitEstimate:
     """Model states only, for a bare parameter count: weights (and, training, gradients and
     optimizer states) split evenly over tp x pp and sharded by ZeRO. Activations and the KV
     cache depend on the architecture, so they are not estimated (and the verdict says so)."""
-    if isinstance(total_params, bool) or not isinstance(total_params, int) or total_params < 1:
-        raise UserError(f"parameter count must be a whole number >= 1, got {total_params!r}")
+    positive_int(total_params, "parameter count")
     if request.recipe in ADAPTER_RECIPES and request.mode == "train":
         raise UserError("LoRA/QLoRA need the model's architecture: pass a preset or a config.json, not --params")
     if request.ep > 1:
         raise UserError("expert parallelism needs the model's architecture: pass a preset or a config.json")
     for name in ("batch", "seq_len", "dp", "tp", "pp"):
-        value = getattr(request, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
+        positive_int(getattr(request, name), name.replace("_", "-"))
     if request.zero not in (0, 1, 2, 3):
         raise UserError(f"ZeRO stage must be 0, 1, 2 or 3, got {request.zero!r}")
     on_device = math.ceil(Fraction(total_params, request.tp * request.pp))

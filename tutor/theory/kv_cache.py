@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tutor.errors import UserError
+from tutor.theory.checks import positive_int
 from tutor.theory.parallel import kv_heads_per_rank
 
 __all__ = [
@@ -37,11 +38,6 @@ _KV_DTYPE_ALIASES = {
 VLLM_DEFAULT_BLOCK_SIZE = 16
 
 
-def _positive_int(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{name} must be a whole number of at least 1, got {value!r}")
-    return value
-
 
 def kv_dtype_bytes(name: str) -> int:
     """Bytes per cached K/V element for a KV-cache dtype name (bf16 2, fp8 1, ...).
@@ -62,10 +58,10 @@ def kv_cache_bytes_per_token(*, layers: int, kv_heads: int, head_dim: int, bytes
     num_key_value_heads (GQA; 1 for MQA). Matches vLLM exactly: Mistral-Small-3.2-24B,
     2·40·8·128·2 = 163,840 B/token (llm-d docs/empirical-vllm-memory-results.md).
     """
-    layers = _positive_int(layers, "layers")
-    kv_heads = _positive_int(kv_heads, "kv_heads")
-    head_dim = _positive_int(head_dim, "head_dim")
-    bytes_per_element = _positive_int(bytes_per_element, "bytes_per_element")
+    layers = positive_int(layers, "layers")
+    kv_heads = positive_int(kv_heads, "kv_heads")
+    head_dim = positive_int(head_dim, "head_dim")
+    bytes_per_element = positive_int(bytes_per_element, "bytes_per_element")
     return 2 * layers * kv_heads * head_dim * bytes_per_element
 
 
@@ -78,10 +74,10 @@ def mla_kv_cache_bytes_per_token(
     kv_lora_rank) and the shared decoupled RoPE key (d_h^R = qk_rope_head_dim) per layer.
     DeepSeek-V3 (61 layers, 512 + 64) in bf16: 70,272 B/token.
     """
-    layers = _positive_int(layers, "layers")
-    kv_lora_rank = _positive_int(kv_lora_rank, "kv_lora_rank")
-    qk_rope_head_dim = _positive_int(qk_rope_head_dim, "qk_rope_head_dim")
-    bytes_per_element = _positive_int(bytes_per_element, "bytes_per_element")
+    layers = positive_int(layers, "layers")
+    kv_lora_rank = positive_int(kv_lora_rank, "kv_lora_rank")
+    qk_rope_head_dim = positive_int(qk_rope_head_dim, "qk_rope_head_dim")
+    bytes_per_element = positive_int(bytes_per_element, "bytes_per_element")
     return layers * (kv_lora_rank + qk_rope_head_dim) * bytes_per_element
 
 
@@ -110,23 +106,23 @@ def kv_cache_bytes(
     """
     if isinstance(layer_widths, (str, bytes)) or not isinstance(layer_widths, Sequence) or not layer_widths:
         raise UserError("layer_widths must be a non-empty list of elements cached per token, one per layer")
-    widths = [_positive_int(w, "each layer width (elements per token)") for w in layer_widths]
-    seq_len = _positive_int(seq_len, "seq_len")
-    batch = _positive_int(batch, "batch")
-    bytes_per_element = _positive_int(bytes_per_element, "bytes_per_element")
-    tp = _positive_int(tp, "tensor-parallel size (tp)")
+    widths = [positive_int(w, "each layer width (elements per token)") for w in layer_widths]
+    seq_len = positive_int(seq_len, "seq_len")
+    batch = positive_int(batch, "batch")
+    bytes_per_element = positive_int(bytes_per_element, "bytes_per_element")
+    tp = positive_int(tp, "tensor-parallel size (tp)")
     valid_count = isinstance(sliding_layers, int) and not isinstance(sliding_layers, bool)
     if not valid_count or not 0 <= sliding_layers <= len(widths):
         raise UserError(f"sliding_layers must be a whole number from 0 to {len(widths)}, got {sliding_layers!r}")
     if sliding_layers and sliding_window is None:
         raise UserError("sliding_layers needs sliding_window (the window length in tokens)")
-    window = seq_len if sliding_window is None else min(seq_len, _positive_int(sliding_window, "sliding_window"))
+    window = seq_len if sliding_window is None else min(seq_len, positive_int(sliding_window, "sliding_window"))
     if tp > 1:
         if kv_heads is None:
             raise UserError(
                 "with tp > 1 pass kv_heads (KV heads per layer; 1 for an MLA latent) so replication is counted"
             )
-        heads = _positive_int(kv_heads, "kv_heads")
+        heads = positive_int(kv_heads, "kv_heads")
         for w in widths:
             if w % heads:
                 raise UserError(
@@ -143,8 +139,8 @@ def kv_cache_blocks(tokens: int, block_size: int = VLLM_DEFAULT_BLOCK_SIZE) -> i
     vLLM allocates the KV cache in fixed blocks (default 16 tokens); llm-d measured
     ceil(15049/128) = 118 blocks with block size 128.
     """
-    tokens = _positive_int(tokens, "tokens")
-    block_size = _positive_int(block_size, "block_size")
+    tokens = positive_int(tokens, "tokens")
+    block_size = positive_int(block_size, "block_size")
     return -(-tokens // block_size)
 
 
@@ -156,6 +152,6 @@ def kv_cache_tokens_that_fit(budget_bytes: int, bytes_per_token: int, block_size
     """
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
         raise UserError(f"budget_bytes must be a whole number of bytes >= 0, got {budget_bytes!r}")
-    bytes_per_token = _positive_int(bytes_per_token, "bytes_per_token")
-    block_size = _positive_int(block_size, "block_size")
+    bytes_per_token = positive_int(bytes_per_token, "bytes_per_token")
+    block_size = positive_int(block_size, "block_size")
     return budget_bytes // (block_size * bytes_per_token) * block_size

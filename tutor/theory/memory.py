@@ -15,6 +15,7 @@ from numbers import Rational
 from typing import TypeVar
 
 from tutor.errors import UserError
+from tutor.theory.checks import positive_int
 from tutor.theory.activations import (
     ATTENTION_KINDS,
     RECOMPUTE_MODES,
@@ -65,11 +66,6 @@ __all__ = [
 _Entry = TypeVar("_Entry")
 
 
-def _positive_int(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{name} must be a whole number of at least 1, got {value!r}")
-    return value
-
 
 def _lookup(name: str, table: dict[str, _Entry], aliases: dict[str, str], what: str) -> _Entry:
     key = str(name).strip().lower().replace("_", "-")
@@ -86,8 +82,8 @@ def _lookup(name: str, table: dict[str, _Entry], aliases: dict[str, str], what: 
 def grouped_bits_per_weight(element_bits: int, group_size: int, overhead_bits: int) -> Fraction:
     """Bits per weight of a format that stores `element_bits` per weight plus `overhead_bits`
     (scales, zero-points) shared by each group of `group_size` weights: element + overhead/group."""
-    _positive_int(element_bits, "element_bits")
-    _positive_int(group_size, "group_size")
+    positive_int(element_bits, "element_bits")
+    positive_int(group_size, "group_size")
     if isinstance(overhead_bits, bool) or not isinstance(overhead_bits, int) or overhead_bits < 0:
         raise UserError(f"overhead_bits must be a whole number >= 0, got {overhead_bits!r}")
     return element_bits + Fraction(overhead_bits, group_size)
@@ -95,7 +91,7 @@ def grouped_bits_per_weight(element_bits: int, group_size: int, overhead_bits: i
 
 def block_bits_per_weight(block_bytes: int, block_weights: int) -> Fraction:
     """Bits per weight of a format stored as fixed blocks (GGUF): 8 × block bytes / weights per block."""
-    return Fraction(8 * _positive_int(block_bytes, "block_bytes"), _positive_int(block_weights, "block_weights"))
+    return Fraction(8 * positive_int(block_bytes, "block_bytes"), positive_int(block_weights, "block_weights"))
 
 
 def int8_rowwise_bits_per_weight(row_length: int, scale_bits: int = 32) -> Fraction:
@@ -192,7 +188,7 @@ def weight_format(name: str) -> WeightFormat:
 
 def weight_bytes(params: int, fmt: str) -> int:
     """Bytes to store `params` weights in format `fmt`: ceil(params × bits_per_weight / 8)."""
-    params = _positive_int(params, "params")
+    params = positive_int(params, "params")
     return math.ceil(params * weight_format(fmt).bits_per_weight / 8)
 
 
@@ -307,7 +303,7 @@ def adafactor_state_elements(shape: tuple[int, ...], *, momentum: bool = False) 
     """
     if not isinstance(shape, tuple) or not shape:
         raise UserError(f"shape must be a non-empty tuple of sizes, got {shape!r}")
-    dims = [_positive_int(n, "each dimension of shape") for n in shape]
+    dims = [positive_int(n, "each dimension of shape") for n in shape]
     elements = math.prod(dims)
     second = elements if len(dims) == 1 else math.prod(dims[:-1]) + math.prod(dims[:-2]) * dims[-1]
     return second + (elements if momentum else 0)
@@ -347,7 +343,7 @@ def model_state_bytes_per_param(recipe: str = "mixed", optimizer: str = "adam") 
 def model_state_bytes(params: int, recipe: str = "mixed", optimizer: str = "adam") -> int:
     """Bytes of weights + gradients + optimizer states for `params` trainable parameters, on one
     device with nothing sharded: ceil(params × model_state_bytes_per_param(...).total)."""
-    params = _positive_int(params, "params")
+    params = positive_int(params, "params")
     return math.ceil(params * model_state_bytes_per_param(recipe, optimizer).total)
 
 
@@ -356,7 +352,7 @@ def lora_adapter_params(d_in: int, d_out: int, rank: int) -> int:
 
     Hu et al., LoRA, arXiv 2106.09685 §4.1: W0 + BA with B ∈ R^{d_out×r}, A ∈ R^{r×d_in}.
     """
-    return _positive_int(rank, "LoRA rank") * (_positive_int(d_in, "d_in") + _positive_int(d_out, "d_out"))
+    return positive_int(rank, "LoRA rank") * (positive_int(d_in, "d_in") + positive_int(d_out, "d_out"))
 
 
 # --------------------------------------------------------------------------------------------

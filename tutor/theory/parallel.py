@@ -22,6 +22,7 @@ from fractions import Fraction
 from numbers import Rational
 
 from tutor.errors import UserError
+from tutor.theory.checks import positive_int
 
 Number = int | float | Fraction
 
@@ -44,9 +45,7 @@ def _exact(value: Number, name: str) -> Fraction:
 def _positive_int(value: int, name: str) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # 7.5e9 typed as a float is still a whole count
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{name} must be a whole number of at least 1, got {value!r}")
-    return value
+    return positive_int(value, name)
 
 
 def _ceil(value: Fraction) -> int:
