@@ -21,6 +21,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "models": ("tutor.commands.models", "models", "List the bundled model presets."),
     "env": ("tutor.commands.env", "env", "What this machine is: CPU, GPUs, drivers, theoretical peaks."),
     "bench": ("tutor.commands.bench", "bench", "Measure this machine against its datasheet."),
+    "learn": ("tutor.commands.learn", "learn", "Open the tutor app (at a lesson, if given)."),
+    "lessons": ("tutor.commands.lessons", "lessons", "List the lessons and your progress."),
+    "serve": ("tutor.commands.serve", "serve", "Run the tutor app in a browser on localhost."),
 }
 
 
@@ -55,7 +58,10 @@ def _command_available(name: str) -> bool:
 def cli(ctx: click.Context) -> None:
     """tensor-tutor: the hardware behind large language models, explained and measured."""
     if ctx.invoked_subcommand is None:
-        # The tutor app (issue 4) will open here; until it lands, show what the commands do.
+        learn = ctx.command.get_command(ctx, "learn")
+        if learn is not None:
+            ctx.invoke(learn)
+            return
         click.echo(ctx.get_help())
         click.echo("\nTry: tensor-tutor fit llama-3.1-8b    tensor-tutor env    tensor-tutor models")
 
@@ -63,7 +69,10 @@ def cli(ctx: click.Context) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
     try:
-        cli.main(args=argv, prog_name="tensor-tutor", standalone_mode=False)
+        # Without standalone mode, click returns (rather than raises) the code of ctx.exit(n).
+        code = cli.main(args=argv, prog_name="tensor-tutor", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except UserError as error:
         click.echo(f"tensor-tutor: error: {error}", err=True)
         sys.exit(2)

@@ -1,0 +1,68 @@
+"""Collectives with local gloo ranks: algbw/busbw as nccl-tests defines them; failure states."""
+
+from __future__ import annotations
+
+import pytest
+
+from tutor.bench import collective
+from tutor.bench.collective import collective_bandwidth, parse_sizes
+from tutor.errors import UserError
+
+pytest.importorskip("torch")
+
+COLLECTIVE_KEYS = {"kind", "op", "backend", "ranks", "bytes", "algbw_gbps", "busbw_gbps"}
+
+
+def test_two_gloo_ranks_report_algbw_and_busbw() -> None:
+    results = collective_bandwidth(ranks=2, budget_s=1.0, sizes=(64 * 1024,))
+    assert [r.op for r in results] == ["all_reduce", "all_gather", "reduce_scatter"]
+    for result in results:
+        data = result.to_json()
+        assert COLLECTIVE_KEYS <= set(data) and data["kind"] == "collective"
+        assert result.state == "ok", result.message
+        assert result.backend == "gloo" and result.ranks == 2 and result.bytes == 64 * 1024
+        assert result.algbw_gbps == pytest.approx(result.bytes / result.time_median_s / 1e9)
+    by_op = {r.op: r for r in results}
+    # nccl-tests doc/PERFORMANCE.md on n = 2: all_reduce 2(n-1)/n = 1, all_gather/reduce_scatter (n-1)/n = 1/2.
+    assert by_op["all_reduce"].busbw_gbps == pytest.approx(by_op["all_reduce"].algbw_gbps)
+    assert by_op["all_gather"].busbw_gbps == pytest.approx(by_op["all_gather"].algbw_gbps / 2)
+    assert by_op["reduce_scatter"].busbw_gbps == pytest.approx(by_op["reduce_scatter"].algbw_gbps / 2)
+
+
+def test_busbw_factor_for_eight_ranks() -> None:
+    # nccl-tests: all_reduce busbw = algbw x 2(n-1)/n = 1.75 x algbw on 8 ranks; all_gather 7/8.
+    assert collective.bus_bandwidth_gbps("all_reduce", 100.0, 8) == pytest.approx(175.0)
+    assert collective.bus_bandwidth_gbps("all_gather", 100.0, 8) == pytest.approx(87.5)
+
+
+def test_one_rank_is_not_applicable() -> None:
+    results = collective_bandwidth(ranks=1, budget_s=1.0, sizes=(1024,), ops=("all_reduce",))
+    assert [(r.state, r.algbw_gbps, r.busbw_gbps) for r in results] == [("not applicable", None, None)]
+
+
+def test_a_failing_rank_is_a_reported_state() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        pytest.skip("NCCL works here")
+    # NCCL on a machine without GPUs fails inside every rank; the parent reports it and returns.
+    (result,) = collective_bandwidth(ranks=2, budget_s=1.0, sizes=(1024,), ops=("all_reduce",), backend="nccl")
+    assert result.state == "failed"
+    assert result.message.startswith("rank") or "exit" in result.message
+    assert result.algbw_gbps is None
+
+
+def test_a_hanging_start_is_a_timeout_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collective, "STARTUP_TIMEOUT_S", 0.0)
+    (result,) = collective_bandwidth(ranks=2, budget_s=0.01, sizes=(1024,), ops=("all_reduce",))
+    assert result.state == "timeout"
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(UserError, match="at least 1"):
+        collective_bandwidth(ranks=0, budget_s=1.0)
+    with pytest.raises(UserError, match="unknown collective"):
+        collective_bandwidth(ranks=2, budget_s=1.0, ops=("broadcastx",))
+    assert parse_sizes("1MiB,64KB") == (2**20, 64_000)
+    with pytest.raises(UserError):
+        parse_sizes("lots")

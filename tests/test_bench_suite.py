@@ -1,0 +1,118 @@
+"""Suites: budget split, progress order, failure isolation, cancellation from another thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from tutor.bench.suite import BenchCase, Progress, case_budgets, default_kinds, plan_suite, run_suite
+
+
+class Result:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def to_json(self) -> dict:
+        return {"kind": "test", "name": self.name}
+
+
+def recording_case(name: str, weight: float, budgets: list[float]) -> BenchCase:
+    def run(budget: float, cancel: threading.Event | None) -> list[Result]:
+        budgets.append(budget)
+        return [Result(name)]
+
+    return BenchCase(name=name, kind="test", weight=weight, run=run)
+
+
+def test_budget_is_split_by_weight() -> None:
+    assert case_budgets([1, 1, 2], 20.0) == [5.0, 5.0, 10.0]
+    with pytest.raises(ValueError):
+        case_budgets([0, 0], 1.0)
+
+
+def test_cases_get_their_share_and_progress_is_reported_in_order() -> None:
+    now = {"t": 0.0}
+    budgets: list[float] = []
+
+    def half_of_its_share(name: str, weight: float) -> BenchCase:
+        def run(budget: float, cancel: threading.Event | None) -> list[Result]:
+            budgets.append(budget)
+            now["t"] += budget / 2
+            return [Result(name)]
+
+        return BenchCase(name=name, kind="test", weight=weight, run=run)
+
+    events: list[Progress] = []
+    cases = [half_of_its_share("a", 1), half_of_its_share("b", 1), half_of_its_share("c", 2)]
+    outcome = run_suite(cases, budget_s=8.0, progress=events.append, clock=lambda: now["t"])
+    assert [r.name for r in outcome.results] == ["a", "b", "c"]
+    # a: 8 x 1/4 = 2, uses 1; b: 7 x 1/3; c gets all that is left, 7 - 7/6.
+    assert budgets == pytest.approx([2.0, 7 / 3, 7 - 7 / 6])
+    assert outcome.elapsed_s == pytest.approx(1.0 + 7 / 6 + (7 - 7 / 6) / 2)
+    assert [(e.case, e.state) for e in events] == [(n, s) for n in "abc" for s in ("start", "done")]
+    assert events[-1].fraction == 1.0
+    assert outcome.to_json() == [{"kind": "test", "name": n} for n in "abc"]
+
+
+def test_a_failing_case_costs_only_its_own_results() -> None:
+    def broken(budget: float, cancel: threading.Event | None) -> list[Result]:
+        raise RuntimeError("out of memory\nsecond line")
+
+    budgets: list[float] = []
+    outcome = run_suite([BenchCase("bad", "test", 1, broken), recording_case("good", 1, budgets)], budget_s=1.0)
+    assert [r.name for r in outcome.results] == ["good"]
+    assert outcome.failures == ("bad: RuntimeError: out of memory",)
+
+
+def test_rejects_a_non_positive_budget() -> None:
+    with pytest.raises(ValueError):
+        run_suite([], budget_s=0)
+
+
+def test_cancel_from_another_thread_stops_promptly_and_keeps_finished_results() -> None:
+    from tutor.bench.timing import time_case
+
+    def ticking(budget: float, cancel: threading.Event | None) -> list[Result]:
+        time_case(lambda: time.sleep(0.01), iters=100_000, cancel=cancel)
+        return [Result("ticking")]
+
+    budgets: list[float] = []
+    cases = [recording_case("first", 1, budgets), BenchCase("ticking", "test", 1, ticking),
+             recording_case("never", 1, budgets)]
+    cancel = threading.Event()
+    timer = threading.Timer(0.3, cancel.set)
+    timer.start()
+    started = time.monotonic()
+    outcome = run_suite(cases, budget_s=600.0, cancel=cancel)
+    stopped_after = time.monotonic() - started
+    timer.join()
+    assert outcome.cancelled
+    assert [r.name for r in outcome.results] == ["first", "ticking"]
+    assert budgets == [pytest.approx(200.0, rel=0.01)]
+    assert stopped_after < 60  # 100,000 iterations of 10 ms would take 1000 s
+
+
+def test_real_matmul_case_can_be_cancelled_mid_sweep() -> None:
+    pytest.importorskip("torch")
+    machine = SimpleNamespace(cpu=SimpleNamespace(flags=(), last_level_cache_bytes=2**20),
+                              peak_tflops=lambda d, t: None, peak_source=lambda d, t: "", peak_memory_gbps=lambda d: None)
+    cases = plan_suite(("matmul",), device="cpu", machine=machine, dtypes=("fp32",))
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    outcome = run_suite(cases, budget_s=300.0, cancel=cancel)
+    assert outcome.cancelled
+    assert outcome.elapsed_s < 60
+    for result in outcome.results:  # whatever finished is a complete result
+        assert result.tflops_median > 0
+
+
+def test_plan_orders_fp32_first_and_default_kinds() -> None:
+    machine = SimpleNamespace()
+    cases = plan_suite(("matmul", "bandwidth", "collective"), device="cpu", machine=machine,
+                       dtypes=("bf16", "fp32"), ranks=3)
+    assert [c.name for c in cases] == ["matmul fp32", "matmul bf16", "bandwidth", "collective x3"]
+    assert default_kinds("cpu", ranks=None) == ("matmul", "bandwidth")
+    assert default_kinds("cpu", ranks=2) == ("matmul", "bandwidth", "collective")

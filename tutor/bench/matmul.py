@@ -1,0 +1,357 @@
+"""Maximum achievable matmul throughput: a mamf-finder style sweep of shapes per dtype.
+
+Method (reference/benchmarking.md §1): C = A @ B with random normal inputs, B column-major as in
+mamf-finder; TFLOP/s = 2mnk / t (decimal); on CUDA the output is re-randomised and L2 flushed
+before each iteration, outside the timed window. The headline of a dtype is the shape with the best
+median ("measured") and its best iteration ("burst").
+
+On a CPU every installed GEMM backend is measured: torch (MKL / oneDNN / OpenBLAS as torch was
+built) and numpy's BLAS (fp32 only: numpy has no bf16 and its fp16 matmul does not use BLAS).
+Sizes adapt to the budget: start at a small square, time it, grow while the next size fits, so an
+emulated bf16 GEMM ~100x slower than fp32 still finishes in time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tutor.bench.counting import compare_with_peak, tflops
+from tutor.bench.environment import cpu_flags, peak_tflops
+from tutor.bench.timing import BenchCancelled, Timing, time_case, use_all_cpu_threads
+from tutor.errors import UserError
+from tutor.theory.flops import matmul_flops
+
+MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# Squares tried in order; growth stops at the first that no longer fits the budget.
+CPU_LADDER = (128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096)
+GPU_LADDER = (1024, 2048, 4096, 6144, 8192, 12288, 16384)
+# Below these a result is labelled "small size": launch and cache effects dominate.
+SMALL_CPU, SMALL_GPU = 1024, 4096
+# mamf-finder times 100 iterations per shape; we never need more.
+MAX_ITERS_PER_SHAPE = 100
+# Timed iterations a shape needs to enter the sweep (plus one warm-up).
+MIN_ITERS_PER_SHAPE = 3
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """One timed shape of a sweep."""
+
+    m: int
+    n: int
+    k: int
+    tflops_median: float
+    tflops_best: float
+    iters: int
+    noisy: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"m": self.m, "n": self.n, "k": self.k, "tflops_median": self.tflops_median,
+                "tflops_best": self.tflops_best, "iters": self.iters, "noisy": self.noisy}
+
+
+@dataclass(frozen=True)
+class MatmulResult:
+    """The best shape of one dtype on one backend, with the whole sweep behind it."""
+
+    device: str
+    dtype: str
+    backend: str
+    m: int
+    n: int
+    k: int
+    tflops_median: float
+    tflops_best: float
+    tflops_mean: float
+    peak_tflops: float | None
+    percent_of_peak: float | None
+    peak_source: str
+    iters: int
+    noisy: bool
+    spread: float
+    notes: tuple[str, ...]  # short reasons for the gap to peak, shown in the table
+    peak_note: str = ""  # "" or why there is no percent (peak unknown, measured above peak)
+    sweep: tuple[MatmulShape, ...] = field(default_factory=tuple)
+    headline: bool = True  # the best backend for this dtype on this device
+    kind: str = "matmul"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "device": self.device, "dtype": self.dtype, "m": self.m, "n": self.n,
+            "k": self.k, "backend": self.backend, "tflops_median": self.tflops_median,
+            "tflops_best": self.tflops_best, "tflops_mean": self.tflops_mean,
+            "peak_tflops": self.peak_tflops, "percent_of_peak": self.percent_of_peak,
+            "peak_source": self.peak_source, "peak_note": self.peak_note, "iters": self.iters, "noisy": self.noisy,
+            "spread": self.spread, "notes": list(self.notes), "headline": self.headline,
+            "sweep": [shape.to_json() for shape in self.sweep],
+        }
+
+
+def supported_matmul_dtypes(device: str) -> tuple[str, ...]:
+    """Dtypes this device can multiply: CPU fp32/bf16/fp16 (bf16/fp16 may be emulated);
+    CUDA fp32 and fp16 everywhere, tf32/bf16 from compute capability 8.0 (Ampere), fp8 from 8.9
+    (Ada/Hopper) when torch has `_scaled_mm`."""
+    if device == "cpu":
+        return ("fp32", "bf16", "fp16")
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(torch.device(device))
+    dtypes = ["fp32"]
+    if major >= 8:
+        dtypes += ["tf32", "bf16"]
+    dtypes.append("fp16")
+    if (major, minor) >= (8, 9) and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn"):
+        dtypes.append("fp8")
+    return tuple(dtypes)
+
+
+def parse_dtypes(text: str | None, device: str) -> tuple[str, ...]:
+    """'fp32,bf16' -> ('fp32', 'bf16'); None -> every dtype the device supports.
+    Unknown names and dtypes the device cannot run are UserErrors."""
+    supported = supported_matmul_dtypes(device)
+    if text is None:
+        return supported
+    names = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
+    if not names:
+        raise UserError(f"--dtype is empty (choose from {', '.join(MATMUL_DTYPES)})")
+    for name in names:
+        if name not in MATMUL_DTYPES:
+            raise UserError(f"unknown dtype {name!r} (choose from {', '.join(MATMUL_DTYPES)})")
+        if name not in supported:
+            raise UserError(f"{name} matmul is not available on {device} (it supports {', '.join(supported)})")
+    return names
+
+
+def torch_backend_name(device: str) -> str:
+    """Which library torch's GEMM calls on this device, e.g. 'torch/mkl+onednn' or 'torch/cublas'."""
+    import torch
+
+    if device.startswith("cuda"):
+        return "torch/hipblas" if getattr(torch.version, "hip", None) else "torch/cublas"
+    config = torch.__config__.show()
+    blas = "blas"
+    for part in config.replace(",", " ").split():
+        if part.startswith("BLAS_INFO="):
+            blas = part.split("=", 1)[1] or blas
+    if torch.backends.mkldnn.is_available():
+        blas += "+onednn"
+    return f"torch/{blas}"
+
+
+def numpy_backend_name() -> str:
+    """numpy's BLAS as numpy.show_config reports it, e.g. 'numpy/scipy-openblas 0.3.31'."""
+    import numpy
+
+    try:
+        config = numpy.show_config(mode="dicts")
+        blas = config["Build Dependencies"]["blas"]
+        return f"numpy/{blas.get('name', 'blas')} {blas.get('version', '')}".strip()
+    except Exception:  # numpy < 1.25 has no mode="dicts"
+        return "numpy/blas"
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+            "fp16": torch.float16}[dtype]
+
+
+class _TorchCase:
+    """A prepared torch matmul of one shape: random inputs, B column-major, output preallocated."""
+
+    def __init__(self, m: int, n: int, k: int, dtype: str, device: str) -> None:
+        import torch
+
+        self.device = device
+        if dtype == "fp8":
+            # mamf-finder: inputs made in fp32 and cast to float8_e4m3fn, B column-major, unit scales.
+            self.a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+            self.b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+            self.scale = torch.tensor(1.0, device=device)
+            self.out = None
+            self.fn: Callable[[], object] = lambda: torch._scaled_mm(
+                self.a, self.b, self.scale, self.scale, out_dtype=torch.bfloat16)
+            self.setup = None
+            return
+        torch_dtype = _torch_dtype(dtype)
+        self.a = torch.randn(m, k, device=device, dtype=torch_dtype)
+        self.b = torch.randn(n, k, device=device, dtype=torch_dtype).t()
+        self.out = torch.randn(m, n, device=device, dtype=torch_dtype)
+        self.fn = lambda: torch.mm(self.a, self.b, out=self.out)
+        # Re-randomising the output before each iteration keeps the power draw of a real write
+        # (mamf-finder); only on GPUs, where the power-cap effect was measured.
+        self.setup = None
+        if device.startswith("cuda"):
+            fresh = torch.randn(m, n, device=device, dtype=torch_dtype)
+            self.setup = lambda: self.out.copy_(fresh)
+
+
+class _NumpyCase:
+    def __init__(self, m: int, n: int, k: int) -> None:
+        import numpy
+
+        rng = numpy.random.default_rng(0)
+        self.a = rng.standard_normal((m, k), dtype=numpy.float32)
+        self.b = rng.standard_normal((n, k), dtype=numpy.float32).T
+        self.out = numpy.empty((m, n), dtype=numpy.float32)
+        self.fn: Callable[[], object] = lambda: numpy.matmul(self.a, self.b, out=self.out)
+        self.setup = None
+
+
+def _precision_context(dtype: str, device: str):
+    """TF32 on for 'tf32', off ('highest') for everything else; restored afterwards."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def context():
+        previous = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(previous)
+
+    return context()
+
+
+def _measure_shape(make_case: Callable[[int, int, int], Any], m: int, n: int, k: int, *, device: str,
+                   budget_s: float, cancel: threading.Event | None) -> tuple[MatmulShape, Timing]:
+    case = make_case(m, n, k)
+    timing = time_case(case.fn, device=device, warmup=1, budget_s=budget_s, min_iters=MIN_ITERS_PER_SHAPE,
+                       max_iters=MAX_ITERS_PER_SHAPE, flush_l2=device.startswith("cuda"), setup=case.setup,
+                       cancel=cancel)
+    flops = matmul_flops(m, n, k)
+    shape = MatmulShape(m=m, n=n, k=k, tflops_median=tflops(flops, timing.median_s),
+                        tflops_best=tflops(flops, timing.best_s), iters=timing.iters, noisy=timing.noisy)
+    del case
+    return shape, timing
+
+
+def sweep_shapes(make_case: Callable[[int, int, int], Any], *, device: str, budget_s: float,
+                 ladder: tuple[int, ...], cancel: threading.Event | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> list[tuple[MatmulShape, Timing]]:
+    """Time squares from the ladder in order, growing while the next one fits the budget.
+
+    The cost of the next size is predicted from the last as time x (size ratio)^3 for one warm-up
+    and MIN_ITERS_PER_SHAPE iterations; at least the first size is always measured. Then, mamf
+    style, two non-square neighbours of the best square (m = 3/4 and 5/4 of it) when time is left.
+    Returns (shape, timing) in the order measured; stops early, keeping what finished, on cancel.
+    """
+    deadline = clock() + budget_s
+    measured: list[tuple[MatmulShape, Timing]] = []
+    for size in ladder:
+        remaining = deadline - clock()
+        if measured:
+            last_shape, last_timing = measured[-1]
+            predicted = last_timing.median_s * (size / last_shape.m) ** 3 * (MIN_ITERS_PER_SHAPE + 1)
+            if predicted > remaining * 0.6:
+                break
+        if cancel is not None and cancel.is_set():
+            break
+        # Later (larger) sizes deserve most of the time; a small size gets a small slice.
+        share = max(remaining * 0.3, 1e-3)
+        try:
+            measured.append(_measure_shape(make_case, size, size, size, device=device, budget_s=share, cancel=cancel))
+        except BenchCancelled:
+            break
+        if measured[-1][1].cancelled:
+            break
+    if not measured:
+        return measured
+    best_shape = max(measured, key=lambda item: item[0].tflops_median)[0]
+    base = best_shape.m
+    for m in (base * 3 // 4 // 64 * 64, (base * 5 // 4 + 63) // 64 * 64):
+        remaining = deadline - clock()
+        timing = next(t for s, t in measured if s is best_shape)
+        predicted = timing.median_s * (m / base) * (MIN_ITERS_PER_SHAPE + 1)
+        if m < 64 or predicted > remaining * 0.6 or (cancel is not None and cancel.is_set()):
+            continue
+        try:
+            measured.append(_measure_shape(make_case, m, base, base, device=device,
+                                           budget_s=max(remaining * 0.4, 1e-3), cancel=cancel))
+        except BenchCancelled:
+            break
+    return measured
+
+
+def _peak_clock(machine, device: str) -> float | None:
+    """The clock behind the device's peak, so an above-peak result can say what clock it implies."""
+    clock = getattr(machine, "peak_clock_hz", None)  # test fakes may not describe clocks
+    return clock(device) if clock is not None else None
+
+
+def _gap_notes(device: str, dtype: str, best: MatmulShape, timing: Timing, flags: frozenset[str],
+               fp32_tflops: float | None, above_peak_note: str) -> tuple[str, ...]:
+    """Short reasons for the gap to peak, for the table's last column."""
+    notes = []
+    if device == "cpu" and dtype == "bf16" and flags and not flags & {"avx512_bf16", "amx_bf16"}:
+        notes.append("emulated bf16: no AVX512-BF16")
+    if device == "cpu" and dtype == "fp16" and flags and not flags & {"avx512_fp16", "amx_fp16"}:
+        notes.append("emulated fp16: no AVX512-FP16")
+    if device == "cpu" and dtype in ("bf16", "fp16") and fp32_tflops and best.tflops_median < fp32_tflops:
+        notes.append(f"slower than fp32: no native {dtype} GEMM")
+    if max(best.m, best.n, best.k) < (SMALL_CPU if device == "cpu" else SMALL_GPU):
+        notes.append("small size")
+    if timing.noisy:
+        notes.append(f"noisy: spread {timing.spread:.0%}")
+    if above_peak_note:
+        notes.append(above_peak_note)
+    return tuple(notes)
+
+
+def matmul_throughput(device: str, dtype: str, *, budget_s: float, machine: Any,
+                      cancel: threading.Event | None = None, include_numpy: bool = True,
+                      fp32_tflops: float | None = None) -> list[MatmulResult]:
+    """Sweep `dtype` on `device` within `budget_s` seconds: one result per backend (torch, and
+    numpy for fp32 on a CPU), the faster marked `headline`. Empty if cancelled before any shape."""
+    if dtype not in supported_matmul_dtypes(device):
+        raise UserError(f"{dtype} matmul is not available on {device}")
+    if device == "cpu":
+        use_all_cpu_threads()
+    backends: list[tuple[str, Callable[[int, int, int], Any]]] = [
+        (torch_backend_name(device), lambda m, n, k: _TorchCase(m, n, k, dtype, device))]
+    if device == "cpu" and dtype == "fp32" and include_numpy:
+        backends.append((numpy_backend_name(), _NumpyCase))
+    ladder = CPU_LADDER if device == "cpu" else GPU_LADDER
+    peak, source = peak_tflops(machine, device, dtype)
+    flags = cpu_flags(machine) if device == "cpu" else frozenset()
+    results: list[MatmulResult] = []
+    start = time.perf_counter()
+    for index, (backend, make_case) in enumerate(backends):
+        share = (budget_s - (time.perf_counter() - start)) / (len(backends) - index)
+        with _precision_context(dtype, device):
+            sweep = sweep_shapes(make_case, device=device, budget_s=max(share, 1e-3), ladder=ladder, cancel=cancel)
+        if not sweep:
+            break
+        best, timing = max(sweep, key=lambda item: item[0].tflops_median)
+        comparison = compare_with_peak(best.tflops_median, peak, assumed_clock_hz=_peak_clock(machine, device))
+        results.append(MatmulResult(
+            device=device, dtype=dtype, backend=backend, m=best.m, n=best.n, k=best.k,
+            tflops_median=best.tflops_median, tflops_best=best.tflops_best,
+            tflops_mean=tflops(matmul_flops(best.m, best.n, best.k), timing.mean_s),
+            peak_tflops=comparison.peak, percent_of_peak=comparison.percent, peak_source=source,
+            iters=timing.iters, noisy=timing.noisy, spread=timing.spread,
+            notes=_gap_notes(device, dtype, best, timing, flags, fp32_tflops,
+                             above_peak_note=comparison.note if comparison.peak and comparison.percent is None else ""),
+            peak_note=comparison.note,
+            sweep=tuple(shape for shape, _ in sweep),
+        ))
+        if cancel is not None and cancel.is_set():
+            break
+    if len(results) > 1:
+        top = max(results, key=lambda result: result.tflops_median)
+        results = [_replace_headline(result, result is top) for result in results]
+    return results
+
+
+def _replace_headline(result: MatmulResult, headline: bool) -> MatmulResult:
+    import dataclasses
+
+    return dataclasses.replace(result, headline=headline)

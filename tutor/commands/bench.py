@@ -1,0 +1,242 @@
+"""`tensor-tutor bench`: measure this machine and set each figure beside its theoretical peak.
+
+    tensor-tutor bench                 matmul + bandwidth (+ transfer on a GPU; + collective with
+                                       --ranks or on a machine with 2+ GPUs)
+    tensor-tutor bench --quick         fp32/bf16/fp16 matmul + bandwidth in under 30 s
+    tensor-tutor bench matmul --dtype fp32,bf16 --budget 20
+    tensor-tutor bench bandwidth | transfer | collective --ranks 4
+    tensor-tutor bench history [--compare 3 5]
+
+`--json` prints {"device": {...}, "results": [...]} on stdout and nothing else (progress goes to
+stderr). Ctrl-C stops within about a second, prints what finished and exits 130. Every run is
+appended to the results notebook (see tutor.bench.notebook).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from tutor.errors import UserError
+
+
+def _run_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--quick", is_flag=True, default=None, help="fp32/bf16/fp16 matmul and bandwidth, ~20 s."),
+        click.option("--device", default=None, help="cpu, cuda or cuda:N (default: the first GPU, else cpu)."),
+        click.option("--dtype", default=None, help="Matmul dtypes, comma-separated: fp32,tf32,bf16,fp16,fp8."),
+        click.option("--budget", type=float, default=None, help="Seconds for the whole run (default 60; 18 with --quick)."),
+        click.option("--ranks", type=int, default=None, help="Local processes for collectives (default 2)."),
+        click.option("--json", "as_json", is_flag=True, default=None, help="Print JSON only."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _merged(ctx: click.Context, options: dict[str, Any]) -> dict[str, Any]:
+    """Options given after the subcommand win over those given before it."""
+    parent = (ctx.parent.params if ctx.parent is not None else {}) or {}
+    return {key: options[key] if options.get(key) is not None else parent.get(key) for key in options}
+
+
+@click.group(name="bench", invoke_without_command=True)
+@_run_options
+@click.pass_context
+def bench(ctx: click.Context, **options: Any) -> None:
+    """Measure this machine against its datasheet (matmul, bandwidth, transfer, collective)."""
+    if ctx.invoked_subcommand is None:
+        _run(ctx, None, options)
+
+
+@bench.command()
+@_run_options
+@click.pass_context
+def matmul(ctx: click.Context, **options: Any) -> None:
+    """Maximum achievable matmul TFLOP/s per dtype (mamf-style shape sweep)."""
+    _run(ctx, ("matmul",), _merged(ctx, options))
+
+
+@bench.command()
+@_run_options
+@click.pass_context
+def bandwidth(ctx: click.Context, **options: Any) -> None:
+    """STREAM-like copy, scale, add, triad, read-only and write-only GB/s."""
+    _run(ctx, ("bandwidth",), _merged(ctx, options))
+
+
+@bench.command()
+@_run_options
+@click.pass_context
+def transfer(ctx: click.Context, **options: Any) -> None:
+    """Host-to-device and device-to-host GB/s, pinned and pageable (needs CUDA)."""
+    _run(ctx, ("transfer",), _merged(ctx, options))
+
+
+@bench.command()
+@_run_options
+@click.pass_context
+def collective(ctx: click.Context, **options: Any) -> None:
+    """all_reduce, all_gather, reduce_scatter algbw/busbw across local ranks (gloo or NCCL)."""
+    _run(ctx, ("collective",), _merged(ctx, options))
+
+
+@bench.command()
+@click.option("--compare", nargs=2, type=int, default=None, metavar="A B", help="Ratios B/A per matching case.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
+def history(compare: tuple[int, int] | None, as_json: bool) -> None:
+    """List stored runs, or compare two of them."""
+    from tutor.bench.notebook import compare_runs, notebook_path, read_notebook, run_headlines
+
+    notebook = read_notebook()
+    if notebook.warning:
+        click.echo(f"tensor-tutor: warning: {notebook.warning}", err=True)
+    runs = {run.number: run for run in notebook.runs}
+    if compare is not None:
+        for number in compare:
+            if number not in runs:
+                raise UserError(f"no run number {number} in the notebook (runs 1..{len(runs)}; see `bench history`)")
+        rows = compare_runs(runs[compare[0]], runs[compare[1]])
+        if as_json:
+            click.echo(json.dumps({"before": compare[0], "after": compare[1],
+                                   "cases": [row.__dict__ for row in rows]}))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"run {compare[1]} against run {compare[0]}")
+        for column in ("case", "figure", f"run {compare[0]}", f"run {compare[1]}", "ratio"):
+            table.add_column(column, justify="right" if column not in ("case", "figure") else "left")
+        for row in rows:
+            table.add_row(row.case, row.figure, f"{row.before:.4g}", f"{row.after:.4g}", f"{row.ratio:.2f}x")
+        Console().print(table if rows else "no case appears in both runs")
+        return
+    if as_json:
+        click.echo(json.dumps({"notebook": str(notebook_path()), "corrupt_lines": notebook.corrupt_lines,
+                               "runs": [{"number": run.number, "date": run.date, "device": run.device,
+                                         "headlines": run_headlines(run)} for run in notebook.runs]}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not notebook.runs:
+        console.print(f"no runs stored yet in {notebook_path()} (run `tensor-tutor bench --quick`)")
+        return
+    table = Table(title=f"runs in {notebook_path()}")
+    for column in ("#", "date", "device", "headline figures"):
+        table.add_column(column)
+    for run in notebook.runs:
+        figures = ", ".join(f"{label} {value:.4g}" for label, value in run_headlines(run).items())
+        table.add_row(str(run.number), run.date, run.device, figures)
+    console.print(table)
+
+
+def _validate(options: dict[str, Any]) -> None:
+    budget, ranks = options.get("budget"), options.get("ranks")
+    if budget is not None and not budget > 0:
+        raise UserError(f"--budget must be a positive number of seconds, got {budget:g}")
+    if ranks is not None and ranks < 1:
+        raise UserError(f"--ranks must be at least 1, got {ranks}")
+
+
+def _run(ctx: click.Context, kinds: tuple[str, ...] | None, options: dict[str, Any]) -> None:
+    _validate(options)
+    quick, as_json = bool(options.get("quick")), bool(options.get("as_json"))
+    from tutor.bench import suite
+    from tutor.bench.environment import environment_header, load_machine, resolve_device
+    from tutor.bench.matmul import parse_dtypes
+
+    device = resolve_device(options.get("device"))
+    dtype_text = options.get("dtype")
+    if quick and dtype_text is None:
+        dtype_text = ",".join(d for d in ("fp32", "bf16", "fp16") if d in parse_dtypes(None, device))
+    dtypes = parse_dtypes(dtype_text, device)
+    if kinds is None:
+        kinds = ("matmul", "bandwidth") if quick else suite.default_kinds(device, ranks=options.get("ranks"))
+    if "transfer" in kinds and not device.startswith("cuda"):
+        raise UserError("host<->device transfers need a CUDA device (this run is on cpu)")
+    budget = options.get("budget") or (suite.QUICK_BUDGET_S if quick else suite.DEFAULT_BUDGET_S)
+    machine = load_machine()
+    cases = suite.plan_suite(kinds, device=device, machine=machine, dtypes=dtypes, ranks=options.get("ranks"),
+                             quick=quick)
+    outcome, interrupted = _run_with_progress(cases, budget)
+    from tutor.bench.memory import memory_accounting
+
+    header = environment_header(machine, command="tensor-tutor bench " + " ".join(sys.argv[2:]))
+    header["device_under_test"] = device
+    header["budget_s"] = budget
+    header["elapsed_s"] = round(outcome.elapsed_s, 3)
+    header["cancelled"] = outcome.cancelled
+    header["memory"] = memory_accounting(device).to_json()
+    results = outcome.to_json()
+    from tutor.bench.notebook import append_run
+
+    warning = append_run(header, results)
+    if warning:
+        click.echo(f"tensor-tutor: warning: {warning}", err=True)
+    for failure in outcome.failures:
+        click.echo(f"tensor-tutor: warning: {failure}", err=True)
+    if as_json:
+        click.echo(json.dumps({"device": header, "results": results}, default=str))
+    else:
+        from tutor.bench.render import render_results
+
+        render_results(outcome.results, header)
+    if interrupted:
+        click.echo("tensor-tutor: cancelled; the results above are what finished", err=True)
+        # sys.exit, not ctx.exit: click's main(standalone_mode=False) returns an Exit's code
+        # instead of exiting with it, and tutor.cli.main ignores that return value.
+        sys.exit(130)
+    if outcome.failures and not outcome.results:
+        sys.exit(1)
+
+
+def _run_with_progress(cases: list[Any], budget: float) -> tuple[Any, bool]:
+    """Run the suite in a worker thread so Ctrl-C reaches the main thread at once; it sets the
+    cancel event and the worker stops at its next iteration boundary."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tutor.bench.suite import run_suite
+
+    cancel = threading.Event()
+    holder: dict[str, Any] = {}
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                        TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = progress.add_task("bench", total=len(cases))
+
+    def on_progress(event: Any) -> None:
+        progress.update(task, completed=event.index + (event.state != "start"),
+                        description=f"{event.case} ({event.state})")
+
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            holder["outcome"] = run_suite(cases, budget_s=budget, progress=on_progress, cancel=cancel)
+        except BaseException as error:  # handed to the main thread
+            holder["error"] = error
+        finally:
+            finished.set()
+
+    # Waiting on an Event, not Thread.join: a KeyboardInterrupt inside join() can leave the thread
+    # looking dead while it still runs (CPython gh-90882).
+    worker = threading.Thread(target=work, name="tensor-tutor-bench", daemon=True)
+    interrupted = False
+    with progress:
+        worker.start()
+        while not finished.is_set():
+            try:
+                finished.wait(0.1)
+            except KeyboardInterrupt:
+                interrupted = True
+                cancel.set()
+    if "error" in holder:
+        raise holder["error"]
+    return holder["outcome"], interrupted
