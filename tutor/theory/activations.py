@@ -53,6 +53,7 @@ class ActivationTerm:
 
     name: str
     bytes: Fraction
+    block: str = "attention"  # "attention" or "mlp": which half of the layer the tensor belongs to
 
 
 def activation_bytes_per_layer_gpt(
@@ -151,8 +152,10 @@ def layer_activation_terms(
 
     terms: list[ActivationTerm] = []
 
+    block = "attention"
+
     def keep(name: str, n_bytes: Fraction | int) -> None:
-        terms.append(ActivationTerm(name, Fraction(n_bytes)))
+        terms.append(ActivationTerm(name, Fraction(n_bytes), block))
 
     # Attention block.
     keep("attention norm input", value * tokens * h * replicated)
@@ -173,6 +176,7 @@ def layer_activation_terms(
         keep("attention residual dropout mask", DROPOUT_MASK_BYTES * tokens * h * replicated)
 
     # MLP block.
+    block = "mlp"
     keep("MLP norm input", value * tokens * h * replicated)
     keep("MLP input (norm output)", value * tokens * h * replicated)
     f_rank = f // t

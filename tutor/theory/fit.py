@@ -395,9 +395,8 @@ def _inference_activations(arch: Architecture, request: FitRequest, stage_layers
     for is_moe in {flags[i] for i in stage_layers}:
         terms = layer_activation_terms(seq_len=request.seq_len, batch=request.batch, attention=request.attention,
                                        tp=request.tp, **{**_layer_shape(arch, is_moe), "dropout": False})
-        attention_part = sum(t.bytes for t in terms if not t.name.startswith(("MLP", "gate", "up", "down",
-                                                                               "activation", "second")))
-        mlp_part = sum(t.bytes for t in terms) - attention_part
+        attention_part = sum(t.bytes for t in terms if t.block == "attention")
+        mlp_part = sum(t.bytes for t in terms if t.block == "mlp")
         peak = max(peak, math.ceil(max(attention_part, mlp_part)))
     logits = 4 * request.batch * arch.vocab_size
     return Component("activations", peak + logits,
