@@ -204,3 +204,11 @@ def test_ep_must_divide_experts_and_dp() -> None:
         fitting.estimate(arch("mixtral-8x7b"), fitting.FitRequest(ep=3, dp=3))
     with pytest.raises(UserError, match="dp"):
         fitting.estimate(arch("mixtral-8x7b"), fitting.FitRequest(ep=8, dp=4))
+
+
+def test_adapting_attention_only_is_suggested_when_it_is_what_fits() -> None:
+    model = arch("qwen3-30b-a3b")
+    request = fitting.FitRequest(mode="train", recipe="qlora")
+    attention_only = fitting.estimate(model, dataclasses.replace(request, lora_targets=("q", "k", "v", "o")))
+    found = fitting.suggestions(model, request, attention_only.worst.total)
+    assert any(s.change.startswith("--lora-targets q,k,v,o") for s in found)

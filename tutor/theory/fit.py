@@ -23,7 +23,7 @@ from tutor.theory.activations import (
     pipeline_activation_multiplier,
 )
 from tutor.theory.kv_cache import kv_cache_bytes, kv_dtype_bytes
-from tutor.theory.lora import ALL_LINEAR, lora_trainable_params, quantizable_weights_per_layer
+from tutor.theory.lora import ALL_LINEAR, ATTENTION_TARGETS, lora_trainable_params, quantizable_weights_per_layer
 from tutor.theory.memory import (
     ALLOCATOR_SLACK_FRACTION,
     TRAINING_RECIPES,
@@ -522,6 +522,9 @@ def _candidate_changes(arch: Architecture, request: FitRequest) -> list[tuple[st
                 candidates.append((f"--recompute {mode}", replace(request, recompute=mode)))
     if request.batch > 1:
         candidates.append(("--batch 1 (gradient accumulation keeps the global batch)", replace(request, batch=1)))
+    if request.adapter and set(request.lora_targets) - set(ATTENTION_TARGETS):
+        candidates.append(("--lora-targets q,k,v,o (adapt attention only)",
+                           replace(request, lora_targets=ATTENTION_TARGETS)))
     if not request.adapter:
         candidates.append(("--recipe lora (frozen base, train adapters)", replace(request, recipe="lora")))
         candidates.append(("--recipe qlora (4-bit base + adapters)", replace(request, recipe="qlora")))
