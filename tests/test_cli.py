@@ -84,7 +84,16 @@ def test_fit_reads_a_config_file_and_a_folder_with_safetensors(tmp_path: Path) -
     for spec in (str(tmp_path / "config.json"), str(tmp_path)):
         code, out, err = run(["fit", spec, "--json", "--device", "8GiB"])
         assert code == 0, err
-        assert json.loads(out)["model"]["params_total"] == 1_543_714_304
+        report = json.loads(out)
+        assert report["model"]["params_total"] == 1_543_714_304
+        # The headers (never the weights) say what is stored; inference uses those bytes.
+        assert report["checkpoint"]["elements_by_dtype"] == {"BF16": 4}
+        assert report["checkpoint"]["elements_minus_params"] == 4 - 1_543_714_304
+        assert report["per_device_bytes"]["weights"] == 8
+    explicit = json.loads(run(["fit", str(tmp_path), "--json", "--dtype", "bf16", "--device", "8GiB"])[1])
+    assert explicit["per_device_bytes"]["weights"] == 2 * 1_543_714_304
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 16)
+    assert_one_line_error(["fit", str(tmp_path)], "safetensors")
 
 
 def test_models_lists_the_presets() -> None:

@@ -99,12 +99,29 @@ def _resolve(model: str | None, params: str | None):
     return arch, arch.name or model, source, None
 
 
+def checkpoint_summary(model: str | None):
+    """The safetensors headers of a local model folder (headers only, never the weights), or None."""
+    if not model:
+        return None
+    from pathlib import Path
+
+    from tutor.theory.safetensors_header import INDEX_FILE, safetensors_summary
+
+    folder = Path(model).expanduser()
+    if folder.is_file():
+        folder = folder.parent if folder.name == "config.json" else folder
+    if not folder.is_dir() or not ((folder / INDEX_FILE).is_file() or any(folder.glob("*.safetensors"))):
+        return None
+    return safetensors_summary(folder)
+
+
 @click.command("fit")
 @click.argument("model", required=False)
 @click.option("--params", "params", metavar="N", help="A bare parameter count such as 7B (model states only).")
 @click.option("--mode", type=click.Choice(fitting.MODES), default="inference", show_default=True)
-@click.option("--dtype", default="bf16", show_default=True,
-              help="Weight storage: fp32, bf16, fp16, fp8, int8, int4, nf4, nf4-dq, mxfp4, nvfp4, q4_k, ...")
+@click.option("--dtype", default=None,
+              help="Weight storage: fp32, bf16, fp16, fp8, int8, int4, nf4, nf4-dq, mxfp4, nvfp4, q4_k, ... "
+                   "(default: bf16, or a model folder's checkpoint as stored)")
 @click.option("--recipe", default="mixed", show_default=True,
               help="Training precision: mixed (16 B/param with Adam), megatron, hf-amp, bf16, fp32, lora, qlora.")
 @click.option("--optimizer", default="adam", show_default=True,
@@ -133,9 +150,11 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
     MODEL is a preset name (tensor-tutor models), a config.json, or a local model folder.
     """
     arch, name, source, count = _resolve(model, params)
+    checkpoint = checkpoint_summary(model) if arch is not None else None
+    stored = checkpoint.total_bytes if checkpoint and mode == "inference" and dtype is None else None
     budget = device_budget(device)
     request = fitting.FitRequest(
-        mode=mode, dtype=dtype, recipe=recipe, optimizer=optimizer, batch=batch, seq_len=seq_len, dp=dp, tp=tp,
+        mode=mode, dtype=dtype or "bf16", stored_weight_bytes=stored, recipe=recipe, optimizer=optimizer, batch=batch, seq_len=seq_len, dp=dp, tp=tp,
         pp=pp, ep=ep, zero=zero, sequence_parallel=sequence_parallel, recompute=recompute, attention=attention,
         kv_dtype=kv_dtype, microbatches=microbatches, lora_rank=lora_rank,
         lora_targets=parse_lora_targets(lora_targets), gpu=budget.gpu)
@@ -149,9 +168,32 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
         if not fits:
             searches["suggestions"] = fitting.suggestions(arch, request, capacity)
     if as_json:
-        click.echo(json.dumps(_report_json(estimate, name, source, budget, fits, searches), indent=2))
+        report = _report_json(estimate, name, source, budget, fits, searches)
+        report["checkpoint"] = _checkpoint_json(checkpoint, estimate.total_params)
+        click.echo(json.dumps(report, indent=2))
         return
     _render(estimate, name, source, budget, fits, searches)
+    if checkpoint is not None:
+        click.echo(_checkpoint_line(checkpoint, estimate.total_params))
+
+
+def _checkpoint_json(checkpoint, params_total: int) -> dict | None:
+    if checkpoint is None:
+        return None
+    return {"files": checkpoint.files, "tensors": checkpoint.tensors, "elements_by_dtype": checkpoint.elements_by_dtype,
+            "total_elements": checkpoint.total_elements, "total_bytes": checkpoint.total_bytes,
+            "elements_minus_params": checkpoint.total_elements - params_total}
+
+
+def _checkpoint_line(checkpoint, params_total: int) -> str:
+    dtypes = ", ".join(f"{n:,} {d}" for d, n in checkpoint.elements_by_dtype.items())
+    extra = checkpoint.total_elements - params_total
+    line = (f"checkpoint: {checkpoint.files} safetensors file(s), {checkpoint.tensors} tensors ({dtypes}), "
+            f"{checkpoint.total_bytes / GiB:.2f} GiB stored")
+    if extra:
+        line += (f"; {extra:+,} elements against the counted parameters (buffers such as rotary inv_freq, "
+                 "quantization scales, or tensors of other parts)")
+    return line
 
 
 def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: DeviceBudget, fits, searches) -> dict:

@@ -73,6 +73,8 @@ class FitRequest:
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = ALL_LINEAR
     gpu: bool = True                 # add the CUDA context (a GPU); False for a CPU-only machine
+    stored_weight_bytes: int | None = None  # inference: bytes of a checkpoint's tensors, from its
+                                            # safetensors headers (used instead of dtype when given)
 
     @property
     def devices(self) -> int:
@@ -266,7 +268,13 @@ def _stage_memory(arch: Architecture, params: ParamCount, request: FitRequest, s
                   final_norm: int, trainable: int) -> DeviceMemory:
     resident = _stage_params(arch, params, request, stage, stage_layers, final_norm)
     components: list[Component] = []
-    if request.mode == "inference":
+    if request.mode == "inference" and request.stored_weight_bytes is not None:
+        share = Fraction(resident.total, params.total)
+        split = f" x {resident.total:,}/{params.total:,} of the params" if share != 1 else ""
+        components.append(Component("weights", math.ceil(request.stored_weight_bytes * share),
+                                    f"{request.stored_weight_bytes:,} B of tensors in the checkpoint's safetensors"
+                                    f" headers{split}"))
+    elif request.mode == "inference":
         components.append(_stored_weights(resident, request.dtype))
     elif request.adapter:
         base_format = QLORA_BASE_FORMAT if request.recipe == "qlora" else request.dtype
