@@ -217,7 +217,22 @@ def test_any_argv_never_shows_a_traceback(argv: list[str]) -> None:
     assert code in (0, 2) and "Traceback" not in err
 
 
-def test_bare_command_shows_what_it_can_do() -> None:
+def test_bare_command_opens_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    import click
+
+    import tutor.cli
+
+    opened = []
+    fake_learn = click.Command("learn", callback=lambda: opened.append(True))
+    monkeypatch.setattr(tutor.cli.LazyGroup, "get_command",
+                        lambda self, ctx, name: fake_learn if name == "learn" else None)
+    assert run([])[0] == 0 and opened == [True]
+
+
+def test_bare_command_lists_the_commands_without_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tutor.cli
+
+    monkeypatch.delitem(tutor.cli.COMMANDS, "learn")
     code, out, err = run([])
     assert code == 0 and "fit" in out and "env" in out and not err
 
@@ -225,3 +240,19 @@ def test_bare_command_shows_what_it_can_do() -> None:
 def test_version_and_help_exit_zero() -> None:
     assert run(["--version"])[0] == 0
     assert run(["fit", "--help"])[0] == 0
+
+
+def test_lab_lists_and_runs_an_experiment() -> None:
+    code, out, _ = run(["lab", "--json"])
+    names = {entry["name"] for entry in json.loads(out)["labs"]}
+    assert code == 0 and {"matmul", "moe-routing", "activation-memory"} <= names
+    code, out, _ = run(["lab", "moe-routing", "tokens=16", "experts=8", "top_k=2", "--json"])
+    result = json.loads(out)
+    assert code == 0 and result["probe"] == "moe-routing" and not result["cancelled"]
+    assert result["metrics"]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [(["lab", "nope"], "probe"), (["lab", "matmul", "foo=1"], "foo"),
+                                                (["lab", "moe-routing", "tokens"], "key=value")])
+def test_lab_bad_input(argv: list[str], fragment: str) -> None:
+    assert_one_line_error(argv, fragment)

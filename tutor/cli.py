@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "models": ("tutor.commands.models", "models", "List the bundled model presets."),
     "env": ("tutor.commands.env", "env", "What this machine is: CPU, GPUs, drivers, theoretical peaks."),
     "bench": ("tutor.commands.bench", "bench", "Measure this machine against its datasheet."),
+    "lab": ("tutor.commands.lab", "lab", "Run one of the lessons' experiments on this machine."),
     "learn": ("tutor.commands.learn", "learn", "Open the tutor app (at a lesson, if given)."),
     "lessons": ("tutor.commands.lessons", "lessons", "List the lessons and your progress."),
     "serve": ("tutor.commands.serve", "serve", "Run the tutor app in a browser on localhost."),

@@ -1,0 +1,75 @@
+"""`tensor-tutor lab NAME`: run one of the lessons' experiments headless (the same probes the app runs)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import tomllib
+
+import click
+
+from tutor.errors import UserError
+
+
+def _params(pairs: tuple[str, ...]) -> dict:
+    """KEY=VALUE pairs, each value read as TOML (numbers, booleans, ["lists"]) or else as text."""
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"parameters are KEY=VALUE, got {pair!r} (e.g. dtypes='[\"fp32\",\"bf16\"]' budget_s=3)")
+        try:
+            params[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            params[key.strip()] = value
+    return params
+
+
+@click.command("lab")
+@click.argument("name", required=False)
+@click.argument("params", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
+    """Run the experiment NAME with KEY=VALUE parameters; without NAME, list the experiments."""
+    from tutor.labs import PROBES, get_probe
+
+    if name is None:
+        if as_json:
+            click.echo(json.dumps({"labs": [{"name": p.name, "title": p.title, "description": p.description,
+                                             "params": p.params_schema, "defaults": p.default_params}
+                                            for p in PROBES.values()]}, indent=2))
+            return
+        for probe in PROBES.values():
+            click.echo(f"{probe.name:<18} {probe.title}")
+        return
+    probe = get_probe(name)
+    values = probe.check_params(_params(params))
+    cancel = threading.Event()
+
+    def progress(fraction: float, message: str) -> None:
+        click.echo(f"\r[{fraction:4.0%}] {message[:70]:<70}", err=True, nl=False)
+
+    try:
+        result = probe.run(values, progress, cancel)
+    except KeyboardInterrupt:
+        cancel.set()
+        click.echo("\ncancelled", err=True)
+        sys.exit(130)
+    click.echo("", err=True)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{probe.title} ({result.device})", title_justify="left")
+    for column in ("measurement", "measured", "theory", "comparison", "note"):
+        table.add_column(column, overflow="fold")
+    for row in result.rows:
+        measured = "-" if row.measured is None else f"{row.measured:,.4g} {row.unit}"
+        theory = "-" if row.theory is None else f"{row.theory:,.4g} {row.unit}"
+        table.add_row(row.label, measured, theory, row.comparison, row.note)
+    console = Console()
+    console.print(table)
+    console.print(result.summary)

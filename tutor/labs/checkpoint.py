@@ -1,0 +1,165 @@
+"""checkpoint-write: write and read back a real training checkpoint, and say what it holds.
+
+A mixed-precision Adam checkpoint holds, per parameter, the 16-bit weights and the optimizer:
+the fp32 master copy and Adam's m and v (tutor.theory.memory.model_state_bytes_per_param minus
+the gradients, which are not saved): 2 + 12 = 14 bytes. The probe builds such a state_dict of
+about size_mb, writes it with torch.save + fsync into a temporary directory (removed after),
+reads it back with torch.load, and times both with tutor.bench's timing core.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+import time
+from fractions import Fraction
+
+from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs._params import Param, budget_param, make_probe
+
+# Parameters per tensor of the synthetic checkpoint (a 512 x 512 matrix).
+TENSOR_PARAMS = 2**18
+MAX_ITERS = 5
+
+
+def checkpoint_bytes_per_param(recipe: str = "mixed", optimizer: str = "adam") -> Fraction:
+    """Bytes per parameter a training checkpoint stores: weights + optimizer (master and states);
+    gradients are recomputed after a resume, so they are not saved. Mixed + Adam: 2 + 12 = 14
+    (ZeRO, Rajbhandari et al. arXiv 1910.02054 §3.1, without the 2-byte gradients)."""
+    from tutor.theory.memory import model_state_bytes_per_param
+
+    per_param = model_state_bytes_per_param(recipe, optimizer)
+    return per_param.weights + per_param.optimizer
+
+
+def _filesystem(path: str) -> str:
+    """The filesystem type under `path` ('ext4', 'tmpfs', ...) as psutil reports it, or ''."""
+    import psutil
+
+    best = ""
+    fstype = ""
+    real = os.path.realpath(path)
+    for partition in psutil.disk_partitions(all=True):
+        mount = partition.mountpoint
+        if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) > len(best):
+            best, fstype = mount, partition.fstype
+    return fstype
+
+
+def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+    start = time.perf_counter()
+    per_param = checkpoint_bytes_per_param()
+    model_bytes = None
+    if params["model"]:
+        from tutor.theory.models import count_parameters, resolve_model
+
+        arch, _source = resolve_model(params["model"])
+        model_params = count_parameters(arch).total
+        model_bytes = math.ceil(model_params * per_param)
+    progress(0.0, "loading torch")
+    import torch
+
+    from tutor.bench.timing import BenchCancelled, time_case
+
+    n_params = max(TENSOR_PARAMS, int(params["size_mb"] * 2**20 / per_param)) // TENSOR_PARAMS * TENSOR_PARAMS
+    generator = torch.Generator().manual_seed(0)
+    progress(0.05, f"building a checkpoint of {n_params:,} parameters")
+    model, master, states = {}, {}, {}
+    for index in range(n_params // TENSOR_PARAMS):
+        if cancel.is_set():
+            return ProbeResult("checkpoint-write", (), {}, "cancelled while building the checkpoint", True, "cpu")
+        weight = torch.randn(512, TENSOR_PARAMS // 512, generator=generator)
+        model[f"layers.{index}.weight"] = weight.to(torch.bfloat16)
+        master[index] = weight
+        states[index] = {"step": torch.tensor(1.0), "exp_avg": torch.randn_like(weight) * 1e-3,
+                         "exp_avg_sq": torch.rand(weight.shape, generator=generator) * 1e-6}
+    state = {"model": model, "optimizer": {"state": states, "master_weights": master}, "step": 1}
+    rows: list[Measurement] = []
+    metrics: dict[str, float] = {}
+    cancelled = False
+    writing = reading = None
+    file_bytes = 0
+    with tempfile.TemporaryDirectory(prefix="tensor-tutor-ckpt-", dir=params["dir"]) as folder:
+        path = os.path.join(folder, "checkpoint.pt")
+        fstype = _filesystem(folder)
+
+        def write() -> None:
+            with open(path, "wb") as handle:
+                torch.save(state, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+
+        def read() -> None:
+            torch.load(path, weights_only=True)
+
+        remaining = params["budget_s"] - (time.perf_counter() - start)
+        try:
+            progress(0.2, "writing (torch.save + fsync)")
+            writing = time_case(write, budget_s=max(remaining / 2, 0.05), min_iters=1, max_iters=MAX_ITERS,
+                                cancel=cancel)
+            file_bytes = os.path.getsize(path)
+            if cancel.is_set():
+                raise BenchCancelled("cancelled after writing")
+            progress(0.6, "reading back (torch.load)")
+            remaining = params["budget_s"] - (time.perf_counter() - start)
+            reading = time_case(read, budget_s=max(remaining, 0.05), min_iters=1, max_iters=MAX_ITERS, cancel=cancel)
+        except BenchCancelled:
+            cancelled = True
+            file_bytes = os.path.getsize(path) if os.path.exists(path) else 0
+    where = f"{params['dir'] or tempfile.gettempdir()} ({fstype or 'filesystem unknown'})"
+    tmpfs_note = "; tmpfs lives in RAM: this is memory speed, not a disk" if fstype == "tmpfs" else ""
+    if writing is not None:
+        metrics["write_gbps"] = file_bytes / writing.median_s / 1e9
+        rows.append(Measurement(f"write {file_bytes / 2**20:.0f} MiB with torch.save + fsync", metrics["write_gbps"],
+                                "GB/s", note=f"median of {writing.iters}; {where}{tmpfs_note}", rate=True))
+    if reading is not None:
+        metrics["read_gbps"] = file_bytes / reading.median_s / 1e9
+        rows.append(Measurement("read back with torch.load", metrics["read_gbps"], "GB/s",
+                                note="usually from the OS page cache just after the write: a cold read "
+                                     "from disk is slower", rate=True))
+    if file_bytes:
+        metrics["file_bytes"] = float(file_bytes)
+        metrics["bytes_per_param"] = file_bytes / n_params
+        metrics["theory_bytes_per_param"] = float(per_param)
+        rows.append(Measurement("checkpoint bytes per parameter", metrics["bytes_per_param"], "B/param",
+                                float(per_param),
+                                "bf16 weights 2 + fp32 master 4 + Adam m 4 + v 4 (tutor.theory.memory, mixed + adam)",
+                                "gradients are not saved; the small excess is pickle and tensor metadata"))
+    if model_bytes is not None:
+        metrics["model_checkpoint_bytes"] = float(model_bytes)
+        rows.append(Measurement(f"checkpoint of {params['model']}", None, "bytes", float(model_bytes),
+                                "parameters (tutor.theory.models) x 14 B"))
+        if "write_gbps" in metrics:
+            metrics["model_checkpoint_write_s"] = model_bytes / (metrics["write_gbps"] * 1e9)
+            rows.append(Measurement("time to write it here at the measured rate", metrics["model_checkpoint_write_s"],
+                                    "s", note="a rate measured on a small file: a large one may hit the disk's "
+                                              "sustained speed instead of its cache"))
+    progress(1.0, "done")
+    summary = (f"wrote {file_bytes / 2**20:.0f} MiB at {metrics.get('write_gbps', float('nan')):.3g} GB/s, "
+               f"read at {metrics.get('read_gbps', float('nan')):.3g} GB/s; "
+               f"{metrics.get('bytes_per_param', float('nan')):.2f} B/param (theory {float(per_param):g})")
+    return ProbeResult(probe="checkpoint-write", rows=tuple(rows), metrics=metrics, summary=summary,
+                       cancelled=cancelled, device="cpu")
+
+
+CHECKPOINT_WRITE = make_probe(
+    name="checkpoint-write",
+    title="Writing a checkpoint",
+    description="Builds a mixed-precision Adam checkpoint (bf16 weights, fp32 master, m and v), writes it "
+                "with torch.save and fsync, reads it back, and sets its bytes per parameter beside the theory.",
+    needs_torch=True,
+    params=(
+        Param("size_mb", "float", 64.0, "approximate checkpoint size in MiB", minimum=1.0, maximum=2048.0),
+        Param("model", "text", None, "a preset (e.g. llama-3.1-8b): how long its checkpoint would take here",
+              optional=True),
+        Param("dir", "text", None, "directory for the temporary file (default: the system temp dir)", optional=True),
+        budget_param(5.0),
+    ),
+    metrics=("write_gbps", "read_gbps", "file_bytes", "bytes_per_param", "theory_bytes_per_param",
+             "model_checkpoint_bytes", "model_checkpoint_write_s"),
+    body=_checkpoint_write,
+    metrics_of=lambda p: ("write_gbps", "read_gbps", "file_bytes", "bytes_per_param", "theory_bytes_per_param")
+    + (("model_checkpoint_bytes", "model_checkpoint_write_s") if p["model"] else ()),
+)

@@ -1,0 +1,98 @@
+"""fit: does a model fit this machine's memory right now? tutor.theory.fit against measured free memory.
+
+The memory per device comes from tutor.theory.fit (the same estimate `tensor-tutor fit` prints);
+the capacity is measured now: the first GPU's free memory (NVML), else available RAM (psutil).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs._params import Param, make_probe
+from tutor.theory.fit import RECIPES
+from tutor.theory.memory import OPTIMIZERS, WEIGHT_FORMATS
+
+MODES = ("inference", "train")
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "overhead")
+
+
+def _capacity(params: dict) -> tuple[int | None, str, bool, str]:
+    """(bytes available, where the figure comes from, is it a GPU, device name)."""
+    if params["capacity"]:
+        from tutor.theory.units import parse_bytes
+
+        return parse_bytes(params["capacity"]), "given", True, f"a {params['capacity']} device"
+    from tutor.hardware import detect_machine
+
+    machine = detect_machine()
+    if machine.gpus and params["device"] != "cpu":
+        gpu = machine.gpus[0]
+        return gpu.memory_free_bytes, "free GPU memory now (NVML)", True, f"cuda:0 ({gpu.name})"
+    return machine.cpu.ram_available_bytes, "available RAM now (psutil)", False, "cpu"
+
+
+def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+    from tutor.theory import fit as fitting
+    from tutor.theory.models import resolve_model
+    from tutor.theory.units import human_bytes
+
+    if cancel.is_set():
+        return ProbeResult("fit", (), {}, "cancelled", True, "cpu")
+    progress(0.0, "reading free memory")
+    capacity, source, gpu, device = _capacity(params)
+    arch, _where = resolve_model(params["model"])
+    request = fitting.FitRequest(mode=params["mode"], dtype=params["dtype"], recipe=params["recipe"],
+                                 optimizer=params["optimizer"], batch=params["batch"], seq_len=params["seq"],
+                                 attention=params["attention"], gpu=gpu)
+    progress(0.5, "estimating")
+    estimate = fitting.estimate(arch, request)
+    worst = estimate.worst
+    rows: list[Measurement] = []
+    metrics: dict[str, float] = {}
+    for name in COMPONENTS:  # every component, 0 when this mode has none (inference: no gradients)
+        metrics[f"{name}_bytes"] = float(worst.component(name))
+    for component in worst.components:
+        if component.bytes:
+            rows.append(Measurement(component.name.replace("_", " "), None, "bytes", float(component.bytes),
+                                    component.formula))
+    total = worst.total
+    metrics["total_bytes"] = float(total)
+    rows.append(Measurement("total needed", None, "bytes", float(total), "tutor.theory.fit.estimate"))
+    if capacity is not None:
+        metrics["capacity_bytes"] = float(capacity)
+        metrics["fits"] = 1.0 if total <= capacity else 0.0
+        metrics["total_over_capacity"] = total / capacity
+        rows.append(Measurement(f"memory available on {device}", float(capacity), "bytes", float(total),
+                                "the total needed (theory)", note=source))
+        verdict = "fits" if total <= capacity else "does not fit"
+        summary = (f"{arch.name or params['model']} ({params['mode']}, {params['dtype']}) needs {human_bytes(total)}; "
+                   f"{device} has {human_bytes(capacity)} free: it {verdict}")
+    else:
+        summary = f"{arch.name or params['model']} needs {human_bytes(total)}; free memory unknown ({source})"
+    progress(1.0, "done")
+    return ProbeResult(probe="fit", rows=tuple(rows), metrics=metrics, summary=summary, cancelled=False,
+                       device=device.split(" ")[0])
+
+
+FIT = make_probe(
+    name="fit",
+    title="Does it fit here?",
+    description="Estimates the memory a model needs (tutor.theory.fit: weights, gradients, optimizer, "
+                "activations, KV cache, overhead) and compares it with this machine's free memory now.",
+    needs_torch=False,
+    params=(
+        Param("model", "text", "llama-3.2-1b", "a preset name (tensor-tutor models) or a config.json path"),
+        Param("mode", "str", "inference", "inference or train", choices=MODES),
+        Param("dtype", "str", "bf16", "weight storage", choices=tuple(WEIGHT_FORMATS)),
+        Param("recipe", "str", "mixed", "training precision recipe", choices=RECIPES),
+        Param("optimizer", "str", "adam", "optimizer", choices=tuple(OPTIMIZERS)),
+        Param("batch", "int", 1, "micro-batch (inference: sequences)", minimum=1, maximum=1 << 20),
+        Param("seq", "int", 2048, "tokens per sequence", minimum=1, maximum=1 << 24),
+        Param("attention", "str", "flash", "eager or flash", choices=("eager", "flash")),
+        Param("capacity", "text", None, "a memory size such as 24GiB instead of this machine's", optional=True),
+        Param("device", "str", "auto", "auto (first GPU, else RAM) or cpu", choices=("auto", "cpu")),
+    ),
+    metrics=("total_bytes", "capacity_bytes", "fits", "total_over_capacity") + tuple(f"{c}_bytes" for c in COMPONENTS),
+    body=_fit,
+)

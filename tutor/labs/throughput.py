@@ -1,0 +1,161 @@
+"""Throughput probes: matmul TFLOP/s per dtype and STREAM-like memory bandwidth, on this machine.
+
+Both call tutor.bench (its timing core, shape sweep and byte counting) with a lesson-sized budget;
+the peaks they are read against come from tutor.hardware (datasheet or CPU formula).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs._params import (
+    Param,
+    budget_param,
+    device_param,
+    make_probe,
+    resolve_device,
+)
+
+# The dtypes a matmul lab may ask for (tutor.bench.matmul.MATMUL_DTYPES; repeated here so that
+# building the registry imports nothing from tutor.bench).
+MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+BANDWIDTH_OPS = ("copy", "scale", "add", "triad", "read", "write")
+# Each dtype gets at least this much time, even when the import of torch ate the budget.
+MIN_SHARE_S = 0.15
+FILL_SHARE = 0.5
+
+
+def _speedup_keys() -> tuple[str, ...]:
+    return tuple(f"speedup_{a}_over_{b}" for a, b in itertools.permutations(MATMUL_DTYPES, 2))
+
+
+def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+    start = time.perf_counter()
+    progress(0.0, "loading torch")
+    from tutor.bench.matmul import matmul_throughput, supported_matmul_dtypes
+    from tutor.hardware import detect_machine
+
+    device = resolve_device(params["device"])
+    supported = supported_matmul_dtypes(device)
+    dtypes = [dtype for dtype in params["dtypes"] if dtype in supported]
+    # A lesson written on a GPU still runs on a laptop: missing dtypes become rows, not errors.
+    rows: list[Measurement] = [
+        Measurement(label=f"{dtype} matmul", measured=None, unit="TFLOP/s",
+                    note=f"not available on {device} (it runs {', '.join(supported)})")
+        for dtype in params["dtypes"] if dtype not in supported]
+    machine = detect_machine()
+    budget = params["budget_s"]
+    metrics: dict[str, float] = {}
+    peaks: dict[str, float | None] = {}
+    cancelled = False
+    for index, dtype in enumerate(dtypes):
+        if cancel.is_set():
+            cancelled = True
+            break
+        progress(index / len(dtypes), f"{dtype} matmul on {device}")
+        remaining = budget - (time.perf_counter() - start)
+        share = max(remaining / (len(dtypes) - index), MIN_SHARE_S)
+        results = matmul_throughput(device, dtype, budget_s=share, machine=machine, cancel=cancel,
+                                    include_numpy=False, fp32_tflops=metrics.get("tflops_fp32"))
+        if not results:
+            cancelled = True
+            break
+        best = next(result for result in results if result.headline)
+        metrics[f"tflops_{dtype}"] = best.tflops_median
+        peaks[dtype] = best.peak_tflops
+        notes = list(best.notes) + ([best.peak_note] if best.peak_note else [])
+        rows.append(Measurement(
+            label=f"{dtype} matmul, {best.m}x{best.n}x{best.k} ({best.backend})", measured=best.tflops_median,
+            unit="TFLOP/s", theory=best.peak_tflops, theory_source=best.peak_source or "no peak known",
+            note="; ".join(notes), rate=True))
+        if cancel.is_set():
+            cancelled = True
+            break
+    measured = [dtype for dtype in dtypes if f"tflops_{dtype}" in metrics]
+    for a, b in itertools.permutations(measured, 2):
+        metrics[f"speedup_{a}_over_{b}"] = metrics[f"tflops_{a}"] / metrics[f"tflops_{b}"]
+    for a, b in itertools.combinations(measured, 2):
+        # Lower precision listed first reads naturally: "bf16 is 0.02x fp32 here".
+        low, high = (b, a) if MATMUL_DTYPES.index(a) < MATMUL_DTYPES.index(b) else (a, b)
+        theory = peaks[low] / peaks[high] if peaks[low] and peaks[high] else None
+        rows.append(Measurement(
+            label=f"{low} speed over {high}", measured=metrics[f"speedup_{low}_over_{high}"], unit="x",
+            theory=theory, theory_source="ratio of the two theoretical peaks" if theory else "no peak known",
+            note="below 1: no native instructions for it, so the work is emulated" if
+            metrics[f"speedup_{low}_over_{high}"] < 1 else ""))
+    progress(1.0, "done")
+    summary = ", ".join(f"{dtype} {metrics[f'tflops_{dtype}']:.3g} TFLOP/s" for dtype in measured) or "nothing measured"
+    return ProbeResult(probe="matmul", rows=tuple(rows), metrics=metrics, summary=f"{summary} on {device}",
+                       cancelled=cancelled, device=device)
+
+
+MATMUL = make_probe(
+    name="matmul",
+    title="Matrix multiply throughput",
+    description="Times C = A @ B on random inputs for each dtype (square sizes grown to fit the budget) "
+                "and sets the best median TFLOP/s beside the device's theoretical peak.",
+    needs_torch=True,
+    params=(
+        Param("dtypes", "str-list", ["fp32", "bf16"], "matmul dtypes to time", choices=MATMUL_DTYPES),
+        budget_param(4.0),
+        device_param(),
+    ),
+    metrics=tuple(f"tflops_{dtype}" for dtype in MATMUL_DTYPES) + _speedup_keys(),
+    body=_matmul,
+    metrics_of=lambda p: tuple(f"tflops_{d}" for d in p["dtypes"])
+    + tuple(f"speedup_{a}_over_{b}" for a, b in itertools.permutations(p["dtypes"], 2)),
+)
+
+
+def _bandwidth(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+    start = time.perf_counter()
+    progress(0.0, "loading torch")
+    from tutor.bench.bandwidth import memory_bandwidth
+    from tutor.hardware import detect_machine
+
+    device = resolve_device(params["device"])
+    machine = detect_machine()
+    if cancel.is_set():
+        return ProbeResult("bandwidth", (), {}, "cancelled before the arrays were filled", True, device)
+    progress(0.05, f"filling arrays on {device}")
+    # Allocating and filling arrays of 4x the last-level cache comes on top of the timed kernels
+    # and takes about as long on a CPU: half of what is left goes to the kernels.
+    budget = max((params["budget_s"] - (time.perf_counter() - start)) * FILL_SHARE, MIN_SHARE_S)
+    results = memory_bandwidth(device, budget_s=budget, machine=machine, ops=params["ops"], cancel=cancel)
+    source = machine.peak_memory_source(device)
+    rows = []
+    metrics: dict[str, float] = {}
+    for result in results:
+        metrics[f"gbps_{result.op}"] = result.gbps_best
+        rows.append(Measurement(
+            label=f"{result.op} ({result.array_bytes / 2**20:.0f} MiB arrays)", measured=result.gbps_best,
+            unit="GB/s", theory=result.peak_gbps, theory_source=source,
+            note="; ".join((result.bytes_counting,) + result.notes), rate=True))
+    progress(1.0, "done")
+    cancelled = cancel.is_set() or len(results) < len(params["ops"])
+    summary = ", ".join(f"{op} {value:.3g}" for op, value in
+                        ((key.removeprefix("gbps_"), value) for key, value in metrics.items()))
+    return ProbeResult(probe="bandwidth", rows=tuple(rows), metrics=metrics,
+                       summary=f"{summary or 'nothing measured'} GB/s on {device}", cancelled=cancelled, device=device)
+
+
+BANDWIDTH = make_probe(
+    name="bandwidth",
+    title="Memory bandwidth",
+    description="STREAM-like copy, scale, add, triad, read and write over arrays of at least 4x the "
+                "last-level cache; best GB/s per kernel beside the memory's theoretical peak. The arrays are "
+                "never shrunk to fit the budget: with a very large cache the minimum run can exceed a tiny budget.",
+    needs_torch=True,
+    params=(
+        Param("ops", "str-list", ["copy", "triad"], "kernels to time", choices=BANDWIDTH_OPS),
+        budget_param(4.0, "seconds in all; half of what is left after loading torch goes to the timed kernels, "
+                          "the rest to filling the arrays (a very large cache can need more)"),
+        device_param(),
+    ),
+    metrics=tuple(f"gbps_{op}" for op in BANDWIDTH_OPS),
+    body=_bandwidth,
+    metrics_of=lambda p: tuple(f"gbps_{op}" for op in p["ops"]),
+)

@@ -1,0 +1,321 @@
+"""The content lint (rustlings' `dev check`): what tests/test_lesson_lint.py asserts for every lesson.
+
+Each check returns a list of one-line problems, "<file>:<line>: <what is wrong>", empty when fine,
+so the test can show them all at once and a future `tensor-tutor lessons --check` can print them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tutor.errors import UserError
+from tutor.lessons.grading import expected_answer, format_expected, grade
+from tutor.lessons.loader import CURRICULUM_FILE, LESSON_MD, LESSON_TOML, Curriculum
+from tutor.lessons.model import Calc, Lesson, Measure, Predict, Prose, Quiz
+from tutor.lessons.values import DeviceFigures, render_values
+
+ALLOWLIST_FILE = "lint-allow.toml"
+
+# A fake GPU and a fake CPU: every expression must render on both and with no device at all.
+FAKE_GPU = DeviceFigures(name="Lint GPU 24GB", kind="cuda", memory_bytes=24 * 10**9, bandwidth_gbps=1000.0,
+                         tflops={"fp32": 80.0, "tf32": 80.0, "bf16": 160.0, "fp16": 160.0, "fp8": None,
+                                 "int8": 320.0}, source="lint fake")
+FAKE_CPU = DeviceFigures(name="Lint CPU", kind="cpu", memory_bytes=16 * 2**30, bandwidth_gbps=None,
+                         tflops={"fp32": 0.5, "tf32": None, "bf16": 0.25, "fp16": None, "fp8": None,
+                                 "int8": None}, source="lint fake")
+LINT_DEVICES: tuple[DeviceFigures | None, ...] = (None, FAKE_CPU, FAKE_GPU)
+
+
+def _where(lesson: Lesson, line: int) -> str:
+    source = lesson.path.as_posix() if lesson.path is not None else f"{lesson.id}/{LESSON_MD}"
+    if lesson.path is not None and lesson.path.parent.parent.parent.name:
+        source = f"{lesson.path.parent.parent.parent.name}/{lesson.id}/{LESSON_MD}"
+    return f"{source}:{line}"
+
+
+def _device_name(device: DeviceFigures | None) -> str:
+    return "no device" if device is None else device.name
+
+
+def _texts(block: Any) -> list[str]:
+    """Every learner-facing text of a block, where {{ }} values may appear."""
+    if isinstance(block, Prose):
+        return [block.text]
+    if isinstance(block, Quiz):
+        return [block.question, block.explanation, *block.hints, *block.choices]
+    if isinstance(block, Predict):
+        return [block.question, block.explain]
+    if isinstance(block, Measure):
+        return [block.explain]
+    return []
+
+
+def check_values(lesson: Lesson, devices: Iterable[DeviceFigures | None] = LINT_DEVICES) -> list[str]:
+    """Every {{ }} value in every text renders with each device (and with none)."""
+    problems = []
+    devices = tuple(devices)
+    for block in lesson.blocks:
+        for text in _texts(block):
+            if "{{" not in text:
+                continue
+            for device in devices:
+                try:
+                    render_values(text, device=device)
+                except UserError as error:
+                    problems.append(f"{_where(lesson, block.line)}: with {_device_name(device)}: {error}")
+                    break
+    return problems
+
+
+def wrong_answer(quiz: Quiz, expected: str | float) -> str:
+    """An answer that must fail: far outside any tolerance, another choice, other text."""
+    if quiz.kind == "number":
+        return repr(float(expected) + (abs(float(expected)) + 1.0) * 2.0)
+    if quiz.kind == "choice":
+        return str((int(expected) + 1) % len(quiz.choices))
+    return f"certainly not {expected}"
+
+
+def check_quizzes(lesson: Lesson, devices: Iterable[DeviceFigures | None] = LINT_DEVICES) -> list[str]:
+    """Each quiz's reference answer (as computed and as displayed) passes its grader; a wrong one fails."""
+    problems = []
+    for quiz in lesson.quizzes:
+        where = f"{_where(lesson, quiz.line)}: quiz {quiz.id}"
+        for device in tuple(devices):
+            try:
+                expected = expected_answer(quiz, device=device)
+                for typed in (str(expected), format_expected(quiz, expected)):
+                    verdict = grade(quiz, typed, device=device)
+                    if not verdict.correct:
+                        problems.append(f"{where}: its own answer {typed!r} is graded wrong ({verdict.message})")
+                wrong = wrong_answer(quiz, expected)
+                if grade(quiz, wrong, device=device).correct:
+                    problems.append(f"{where}: the wrong answer {wrong!r} is graded right")
+            except UserError as error:
+                problems.append(f"{where}: with {_device_name(device)}: {error}")
+                break
+    return list(dict.fromkeys(problems))  # the same verdict on every device is said once
+
+
+def check_calculators(lesson: Lesson) -> list[str]:
+    """Each memory/parallel/kv-cache calculator's starting values give a fit estimate."""
+    from tutor.lessons.calc_fields import fit_request
+    from tutor.lessons.values import preset
+    from tutor.theory.fit import estimate, estimate_from_count, validate_request
+
+    problems = []
+    for block in lesson.blocks:
+        if not isinstance(block, Calc) or block.kind not in ("memory", "parallel", "kv-cache"):
+            continue
+        try:
+            request = fit_request(block.values)
+            if block.model is not None:
+                arch = preset(block.model)
+                validate_request(arch, request)
+                estimate(arch, request)
+            elif "params" in block.values:
+                from tutor.lessons.calc_fields import CALC_FIELDS
+
+                estimate_from_count(CALC_FIELDS["params"].check(block.values["params"]), request)
+            else:
+                problems.append(f"{_where(lesson, block.line)}: calc {block.id}: give a model or params to start from")
+        except UserError as error:
+            problems.append(f"{_where(lesson, block.line)}: calc {block.id}: {error}")
+    return problems
+
+
+def metric_matches(metric: str, documented: Iterable[str]) -> bool:
+    """Whether `metric` is one a probe documents; "<name>" in a documented metric stands for a word
+    such as a dtype ("speedup_<a>_over_<b>" matches "speedup_bf16_over_fp32")."""
+    for pattern in documented:
+        regex = re.sub(r"<[^<>]+>", "[a-z0-9][a-z0-9.-]*", re.escape(pattern).replace(r"\<", "<").replace(r"\>", ">"))
+        if re.fullmatch(regex, metric):
+            return True
+    return False
+
+
+def check_probes(lesson: Lesson, probes: Mapping[str, Any]) -> list[str]:
+    """Each measure/predict names a probe, passes only params it accepts (and values its
+    `check_params(params)` accepts, when it has one), and predicts a metric it reports.
+
+    A probe documents its metrics as `metrics: tuple[str, ...]` (patterns with <placeholders>);
+    a probe with `metrics_for(params)` is asked for the exact names instead.
+    """
+    problems = []
+    for block in lesson.blocks:
+        if not isinstance(block, (Measure, Predict)):
+            continue
+        where = f"{_where(lesson, block.line)}: {block.directive} {block.id}"
+        probe = probes.get(block.probe)
+        if probe is None:
+            problems.append(f"{where}: no probe {block.probe!r} (probes: {', '.join(sorted(probes))})")
+            continue
+        schema = getattr(probe, "params_schema", {}) or {}
+        unknown = sorted(set(block.params) - set(schema))
+        if unknown:
+            problems.append(f"{where}: probe {block.probe} takes no param {unknown[0]!r} "
+                            f"(params: {', '.join(schema) or 'none'})")
+        elif callable(getattr(probe, "check_params", None)):
+            try:
+                probe.check_params(dict(block.params))
+            except UserError as error:
+                problems.append(f"{where}: {error}")
+        if isinstance(block, Predict):
+            metrics_for = getattr(probe, "metrics_for", None)
+            if callable(metrics_for):
+                known = tuple(metrics_for(dict(block.params)))
+                ok = block.metric in known
+            else:
+                known = tuple(getattr(probe, "metrics", ()))
+                ok = metric_matches(block.metric, known)
+            if not ok:
+                problems.append(f"{where}: probe {block.probe} reports no metric {block.metric!r} "
+                                f"(metrics: {', '.join(known) or 'none documented'})")
+    return problems
+
+
+def unlisted_lesson_folders(curriculum: Curriculum) -> list[str]:
+    """Lesson folders (<root>/<track>/<lesson>/ holding a lesson.toml or lesson.md) not in curriculum.toml."""
+    if curriculum.root is None:
+        return []
+    listed = set(curriculum.infos)
+    found = []
+    for marker in (LESSON_TOML, LESSON_MD):
+        for path in curriculum.root.glob(f"*/*/{marker}"):
+            lesson_id = path.parent.relative_to(curriculum.root).as_posix()
+            if lesson_id not in listed and lesson_id not in found:
+                found.append(lesson_id)
+    return [f"{curriculum.root.name}/{lesson_id}/ is not listed in {CURRICULUM_FILE}" for lesson_id in sorted(found)]
+
+
+# ---- hand-typed figures -------------------------------------------------------------------------
+
+# A number standing alone: not part of a name (H100, Llama-3.1-8B, fp32, E4M3, GPT-2, §3.4, v1.0).
+_NUMBER_TOKEN = re.compile(
+    r"(?<![\w.§^$])(?<![A-Za-z0-9]-)"
+    r"((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?)"
+    r"(?![\w\-]*\d)(?![.,]\d)"
+)
+_VALUE_SPANS = re.compile(r"\{\{.*?\}\}", re.DOTALL)
+_SKIPPED_SPANS = re.compile(
+    r"`[^`\n]*`"                    # inline code
+    r"|\]\([^)]*\)"                  # link targets
+    r"|https?://\S+"                 # bare URLs
+    r"|arXiv:?\s*\d{4}\.\d{4,5}"     # paper ids
+    r"|<[^>\n]*>"                    # HTML tags / autolinks
+)
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def significant_digits(token: str) -> int:
+    """Significant digits of a typed number: 65504 -> 5, 280 -> 2, 0.0039 -> 2, 3.39e38 -> 3, 1.50 -> 3."""
+    mantissa = re.split(r"[eE]", token.replace(",", ""))[0]
+    if "." in mantissa:
+        digits = mantissa.replace(".", "").lstrip("0")
+        return len(digits)
+    return len(mantissa.lstrip("0").rstrip("0"))
+
+
+def _is_year(token: str) -> bool:
+    return re.fullmatch(r"(19|20)\d\d", token) is not None
+
+
+def hand_typed_numbers(text: str) -> list[tuple[int, str]]:
+    """(line within text, token) for each number with 3+ significant digits typed into prose: the
+    figures that should come from {{ }} instead. Years, names (H100, Llama-3.1-8B), code, links and
+    arXiv ids are skipped; it is a heuristic, with an allowlist for deliberate exceptions."""
+    found = []
+    in_fence: str | None = None
+    without_values = _VALUE_SPANS.sub(lambda match: " " + "\n" * match.group(0).count("\n"), text)
+    for number, line in enumerate(without_values.splitlines(), start=1):
+        fence = _FENCE.match(line)
+        if fence:
+            marker = fence.group(1)
+            if in_fence is None:
+                in_fence = marker
+            elif marker[0] == in_fence[0] and len(marker) >= len(in_fence):
+                in_fence = None
+            continue
+        if in_fence is not None:
+            continue
+        line = _SKIPPED_SPANS.sub(" ", line)
+        for match in _NUMBER_TOKEN.finditer(line):
+            token = match.group(1)
+            if significant_digits(token) >= 3 and not _is_year(token):
+                found.append((number, token))
+    return found
+
+
+@dataclass(frozen=True)
+class AllowEntry:
+    token: str
+    reason: str
+    lessons: tuple[str, ...]
+    """Lesson ids it applies to; empty means every lesson."""
+
+
+def load_allowlist(root: Path) -> tuple[AllowEntry, ...]:
+    """<root>/lint-allow.toml: [[allow]] entries with token, reason and optional lessons = [ids]."""
+    path = root / ALLOWLIST_FILE
+    if not path.is_file():
+        return ()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{root.name}/{ALLOWLIST_FILE}: not valid TOML: {error}") from None
+    entries = []
+    for index, entry in enumerate(data.get("allow", []), start=1):
+        token, reason, lessons = entry.get("token"), entry.get("reason"), entry.get("lessons", [])
+        if not isinstance(token, str) or not isinstance(reason, str) or not reason.strip() or not (
+                isinstance(lessons, list) and all(isinstance(item, str) for item in lessons)):
+            raise UserError(f"{root.name}/{ALLOWLIST_FILE}: allow entry {index} needs token = \"...\", "
+                            "reason = \"...\" and optionally lessons = [\"track/lesson\"]")
+        entries.append(AllowEntry(token=token, reason=reason, lessons=tuple(lessons)))
+    return tuple(entries)
+
+
+def check_hand_typed_numbers(lesson: Lesson, allow: Iterable[AllowEntry] = ()) -> list[str]:
+    """Numbers typed into the lesson's prose by hand that the allowlist does not excuse."""
+    allowed = {entry.token for entry in allow if not entry.lessons or lesson.id in entry.lessons}
+    problems = []
+    for block in lesson.blocks:
+        for text in _texts(block):
+            for offset, token in hand_typed_numbers(text):
+                if token not in allowed:
+                    line = block.line + offset - 1 if isinstance(block, Prose) else block.line
+                    problems.append(f"{_where(lesson, line)}: {token!r} looks hand-typed: compute it with "
+                                    f"{{{{ }}}} or add it to {ALLOWLIST_FILE} with a reason")
+    return problems
+
+
+def lint_curriculum(root: Path, probes: Mapping[str, Any] | None = None) -> list[str]:
+    """Every problem the checks above find in the curriculum at `root`, lesson by lesson (a lesson that
+    does not parse is one problem, and the others are still checked). probes=None skips the probe check."""
+    from tutor.lessons.loader import load_curriculum
+
+    try:
+        curriculum = load_curriculum(root)
+    except UserError as error:
+        return [str(error)]
+    problems = unlisted_lesson_folders(curriculum)
+    try:
+        allow = load_allowlist(root)
+    except UserError as error:
+        problems.append(str(error))
+        allow = ()
+    for lesson_id in curriculum.lesson_ids:
+        try:
+            lesson = curriculum.lesson(lesson_id)
+        except UserError as error:
+            problems.append(str(error))
+            continue
+        problems += check_values(lesson) + check_quizzes(lesson) + check_calculators(lesson)
+        problems += check_hand_typed_numbers(lesson, allow)
+        if probes is not None:
+            problems += check_probes(lesson, probes)
+    return problems

@@ -1,0 +1,168 @@
+"""What a curriculum is made of: tracks, lesson metadata, and the blocks of a lesson's page.
+
+A lesson page is a sequence of blocks: `Prose` (Markdown, possibly holding `{{ expr }}` values)
+and the interactive directives `Bits`, `Calc`, `Measure`, `Predict` and `Quiz`. Every block knows
+the line of lesson.md it starts on (`line`), its stable id within the lesson (`id`, used by the
+progress file) and which directive it is (`directive`: "prose", "bits", "calc", "measure",
+"predict", "quiz").
+
+`kind` names the directive too, except on `Calc` and `Quiz`, where the lesson format uses `kind`
+for the calculator ("memory", ...) and the answer type ("number", "choice", "text"). Dispatch on
+`directive` (or isinstance), never on `kind`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class LessonInfo:
+    """One lesson's lesson.toml."""
+
+    id: str
+    """"<track>/<lesson>", equal to the lesson's folder under lessons/."""
+    title: str
+    track: str
+    minutes: int
+    prerequisites: tuple[str, ...]
+    summary: str
+
+
+@dataclass(frozen=True)
+class Track:
+    """One [[tracks]] entry of curriculum.toml: its lessons, in order."""
+
+    id: str
+    title: str
+    summary: str
+    lesson_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Prose:
+    """Markdown between directives. `{{ expr }}` values are rendered with render_values()."""
+
+    text: str
+    line: int = 1
+    id: str = ""
+    directive: ClassVar[str] = "prose"
+    kind: ClassVar[str] = "prose"
+
+
+@dataclass(frozen=True)
+class Bits:
+    """A number-format explorer: `value` shown first, in each of `formats` (keys of formats.FORMATS)."""
+
+    value: str
+    formats: tuple[str, ...]
+    line: int = 1
+    id: str = ""
+    directive: ClassVar[str] = "bits"
+    kind: ClassVar[str] = "bits"
+
+
+@dataclass(frozen=True)
+class Calc:
+    """A calculator bound to tutor.theory.
+
+    kind: "memory" | "kv-cache" | "parallel" | "flops" | "roofline" (see CALC_KINDS);
+    model: the starting preset (or None); fields: the inputs shown, in order (CALC_FIELDS keys);
+    values: starting values of fields (field name -> value, already type-checked).
+    """
+
+    kind: str
+    model: str | None
+    fields: tuple[str, ...]
+    values: dict[str, Any]
+    line: int = 1
+    id: str = ""
+    directive: ClassVar[str] = "calc"
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Runs probe `probe` of tutor.labs.PROBES with `params` on this machine; `explain` follows the result."""
+
+    probe: str
+    params: dict[str, Any]
+    explain: str
+    line: int = 1
+    id: str = ""
+    directive: ClassVar[str] = "measure"
+    kind: ClassVar[str] = "measure"
+
+
+@dataclass(frozen=True)
+class Predict:
+    """The learner commits a guess for `metric` (a key of the probe result's metrics), then it is measured."""
+
+    id: str
+    question: str
+    probe: str
+    params: dict[str, Any]
+    metric: str
+    unit: str
+    line: int = 1
+    explain: str = ""
+    directive: ClassVar[str] = "predict"
+    kind: ClassVar[str] = "predict"
+
+
+@dataclass(frozen=True)
+class Quiz:
+    """A graded question.
+
+    kind "number": `answer` (a number) or `answer_expr` (evaluated like `{{ }}`), relative `tolerance`;
+    kind "choice": `choices` and `answer`, the 0-based index of the right one;
+    kind "text": `answer`, one accepted text or a tuple of them (case and spacing ignored), or `answer_expr`.
+    """
+
+    id: str
+    question: str
+    kind: str
+    choices: tuple[str, ...]
+    answer: str | float | int | tuple[str, ...] | None
+    answer_expr: str | None
+    tolerance: float
+    hints: tuple[str, ...]
+    explanation: str
+    line: int = 1
+    unit: str = ""
+    directive: ClassVar[str] = "quiz"
+
+
+Block = Prose | Bits | Calc | Measure | Predict | Quiz
+DIRECTIVES = ("bits", "calc", "measure", "predict", "quiz")
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """A parsed lesson: its metadata and its page, in order."""
+
+    info: LessonInfo
+    blocks: tuple[Block, ...]
+    path: Path | None = field(default=None, compare=False)
+    """The lesson.md it came from (None when parsed from a string)."""
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def block(self, block_id: str) -> Block:
+        """The block with this id (KeyError when there is none)."""
+        for block in self.blocks:
+            if block.id == block_id:
+                return block
+        raise KeyError(block_id)
+
+    @property
+    def interactive_blocks(self) -> tuple[Block, ...]:
+        """Every block but prose: what a learner does in this lesson."""
+        return tuple(block for block in self.blocks if block.directive != "prose")
+
+    @property
+    def quizzes(self) -> tuple[Quiz, ...]:
+        return tuple(block for block in self.blocks if isinstance(block, Quiz))

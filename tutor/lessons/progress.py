@@ -1,0 +1,239 @@
+"""The learner's progress: blocks done, lessons completed, quiz answers and predictions.
+
+Stored as data_dir()/progress.json; every change is written at once, atomically. Before each write
+the file is read again and merged (done blocks and completions are unions), so two app instances
+(the terminal and `tensor-tutor serve`) do not erase each other's progress. When the folder cannot
+be written the store keeps working in memory and says so in `warning`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tutor.lessons.model import Track
+from tutor.storage import data_dir, read_json, write_json_atomic
+
+PROGRESS_FILE = "progress.json"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LessonProgress:
+    """What is done in one lesson."""
+
+    done_blocks: frozenset[str]
+    completed: bool
+
+
+@dataclass(frozen=True)
+class AnswerRecord:
+    """The latest answer to one quiz, and how many were given."""
+
+    answer: str
+    correct: bool
+    attempts: int
+    at: str
+
+
+@dataclass(frozen=True)
+class PredictionRecord:
+    """A learner's guess and what this machine then measured."""
+
+    predicted: float
+    measured: float | None
+    at: str
+
+    @property
+    def ratio(self) -> float | None:
+        """predicted / measured (1.0 is a perfect guess); None when nothing was measured."""
+        if self.measured is None or self.measured == 0:
+            return None
+        return self.predicted / self.measured
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _empty() -> dict[str, Any]:
+    return {"version": FORMAT_VERSION, "last_lesson": None, "lessons": {}}
+
+
+def _clean_lesson(entry: Any) -> dict[str, Any] | None:
+    """A lesson's record with only well-formed parts, None when nothing in it is usable."""
+    if not isinstance(entry, dict):
+        return None
+    done = entry.get("done_blocks", [])
+    answers = entry.get("answers", {})
+    predictions = entry.get("predictions", {})
+    return {
+        "done_blocks": sorted({item for item in done if isinstance(item, str)}) if isinstance(done, list) else [],
+        "completed": entry.get("completed") is True,
+        "answers": {key: value for key, value in answers.items()
+                    if isinstance(value, dict) and isinstance(value.get("answer"), str)
+                    and isinstance(value.get("correct"), bool)} if isinstance(answers, dict) else {},
+        "predictions": {key: value for key, value in predictions.items()
+                        if isinstance(value, dict) and isinstance(value.get("predicted"), (int, float))
+                        and not isinstance(value.get("predicted"), bool)} if isinstance(predictions, dict) else {},
+    }
+
+
+def clean_progress(data: dict[str, Any]) -> dict[str, Any]:
+    """A progress object keeping every well-formed part of `data` (hand edits, older versions)."""
+    clean = _empty()
+    if isinstance(data.get("last_lesson"), str):
+        clean["last_lesson"] = data["last_lesson"]
+    lessons = data.get("lessons")
+    if isinstance(lessons, dict):
+        for lesson_id, entry in lessons.items():
+            lesson = _clean_lesson(entry)
+            if lesson is not None:
+                clean["lessons"][lesson_id] = lesson
+    return clean
+
+
+def merge_progress(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """Both instances' progress: done blocks and completions united; our answers win on a clash."""
+    merged = clean_progress(theirs)
+    merged["last_lesson"] = ours.get("last_lesson") or merged["last_lesson"]
+    for lesson_id, entry in ours["lessons"].items():
+        other = merged["lessons"].setdefault(lesson_id, _clean_lesson({}))
+        other["done_blocks"] = sorted(set(other["done_blocks"]) | set(entry["done_blocks"]))
+        other["completed"] = other["completed"] or entry["completed"]
+        other["answers"] = {**other["answers"], **entry["answers"]}
+        other["predictions"] = {**other["predictions"], **entry["predictions"]}
+    return merged
+
+
+class ProgressStore:
+    """Progress in progress.json (path: data_dir()/progress.json unless given).
+
+    `warning` holds the latest problem (a corrupt file set aside, a folder that cannot be written)
+    as one line for the UI; `persistent` turns False once a write has failed, after which the
+    store works in memory only. Safe to use from several threads.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else data_dir() / PROGRESS_FILE
+        self._lock = threading.Lock()
+        data, self.warning = read_json(self.path, _empty())
+        self._data = clean_progress(data)
+        self.persistent = True
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def _lesson(self, lesson_id: str) -> dict[str, Any]:
+        return self._data["lessons"].get(lesson_id) or _clean_lesson({})  # type: ignore[return-value]
+
+    def lesson_state(self, lesson_id: str) -> LessonProgress:
+        entry = self._lesson(lesson_id)
+        return LessonProgress(done_blocks=frozenset(entry["done_blocks"]), completed=entry["completed"])
+
+    def is_completed(self, lesson_id: str) -> bool:
+        return self._lesson(lesson_id)["completed"]
+
+    def answers(self, lesson_id: str) -> dict[str, AnswerRecord]:
+        """quiz id -> the latest answer recorded for it."""
+        return {quiz_id: AnswerRecord(answer=value["answer"], correct=value["correct"],
+                                      attempts=int(value.get("attempts", 1)), at=str(value.get("at", "")))
+                for quiz_id, value in self._lesson(lesson_id)["answers"].items()}
+
+    def predictions(self, lesson_id: str) -> dict[str, PredictionRecord]:
+        """predict id -> the learner's guess and the measured value."""
+        result = {}
+        for predict_id, value in self._lesson(lesson_id)["predictions"].items():
+            measured = value.get("measured")
+            measured = float(measured) if isinstance(measured, (int, float)) and not isinstance(measured, bool) else None
+            result[predict_id] = PredictionRecord(float(value["predicted"]), measured, str(value.get("at", "")))
+        return result
+
+    def track_progress(self, track: Track) -> tuple[int, int]:
+        """(completed lessons, lessons) of a track."""
+        return sum(self.is_completed(lesson_id) for lesson_id in track.lesson_ids), len(track.lesson_ids)
+
+    @property
+    def last_lesson(self) -> str | None:
+        """The lesson the learner last worked in (where `tensor-tutor` resumes)."""
+        return self._data["last_lesson"]
+
+    # ---- changing -----------------------------------------------------------------------------
+
+    def _change(self, lesson_id: str | None, update) -> None:
+        with self._lock:
+            if lesson_id is not None:
+                entry = self._data["lessons"].setdefault(lesson_id, _clean_lesson({}))
+                update(entry)
+                self._data["last_lesson"] = lesson_id
+            else:
+                update(self._data)
+            self._save()
+
+    def _save(self) -> None:
+        if not self.persistent:
+            return
+        on_disk, warning = read_json(self.path, _empty())
+        if warning:
+            self.warning = warning
+        merged = merge_progress(self._data, on_disk)
+        try:
+            write_json_atomic(self.path, merged)
+        except OSError as error:
+            self.persistent = False
+            self.warning = (f"cannot save progress to {self.path} ({error.strerror or error}); "
+                            "progress is kept until you quit")
+            return
+        self._data = merged
+
+    def set_last_lesson(self, lesson_id: str) -> None:
+        self._change(None, lambda data: data.__setitem__("last_lesson", lesson_id))
+
+    def mark_block(self, lesson_id: str, block_id: str) -> None:
+        def update(entry: dict[str, Any]) -> None:
+            entry["done_blocks"] = sorted(set(entry["done_blocks"]) | {block_id})
+
+        self._change(lesson_id, update)
+
+    def mark_completed(self, lesson_id: str) -> None:
+        self._change(lesson_id, lambda entry: entry.__setitem__("completed", True))
+
+    def record_answer(self, lesson_id: str, quiz_id: str, answer: str, correct: bool) -> None:
+        """Keep the latest answer and count attempts; a correct answer marks the quiz block done."""
+        def update(entry: dict[str, Any]) -> None:
+            previous = entry["answers"].get(quiz_id, {})
+            attempts = int(previous.get("attempts", 0)) + 1
+            entry["answers"][quiz_id] = {"answer": str(answer), "correct": bool(correct), "attempts": attempts,
+                                         "at": _now()}
+            if correct:
+                entry["done_blocks"] = sorted(set(entry["done_blocks"]) | {quiz_id})
+
+        self._change(lesson_id, update)
+
+    def record_prediction(self, lesson_id: str, predict_id: str, predicted: float, measured: float | None) -> None:
+        """Keep a guess and its measurement; the predict block counts as done once measured."""
+        def update(entry: dict[str, Any]) -> None:
+            entry["predictions"][predict_id] = {"predicted": float(predicted),
+                                                "measured": None if measured is None else float(measured),
+                                                "at": _now()}
+            if measured is not None:
+                entry["done_blocks"] = sorted(set(entry["done_blocks"]) | {predict_id})
+
+        self._change(lesson_id, update)
+
+    def reset(self, lesson_id: str | None = None) -> None:
+        """Forget one lesson's progress, or everything (lesson_id None). Not merged: a reset wins."""
+        with self._lock:
+            if lesson_id is None:
+                self._data = _empty()
+            else:
+                self._data["lessons"].pop(lesson_id, None)
+            if not self.persistent:
+                return
+            try:
+                write_json_atomic(self.path, self._data)
+            except OSError as error:
+                self.persistent = False
+                self.warning = f"cannot save progress to {self.path} ({error.strerror or error})"
