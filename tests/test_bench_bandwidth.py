@@ -81,3 +81,15 @@ def test_op_parsing_and_transfer_needs_cuda() -> None:
         parse_ops("memset")
     with pytest.raises(UserError, match="CUDA"):
         host_device_transfer("cpu", budget_s=1.0, machine=fake_machine())
+
+
+def test_transfer_peak_is_the_gpus_pcie_link() -> None:
+    from types import SimpleNamespace
+
+    from tutor.bench.bandwidth import pcie_link_peak_gbps
+
+    gpu = SimpleNamespace(pcie_generation_max=5, pcie_width_max=16)
+    peak, note = pcie_link_peak_gbps(SimpleNamespace(gpu_for=lambda device: gpu), "cuda:0")
+    assert peak == pytest.approx(63.015, rel=1e-4) and note == "PCIe Gen5 x16 link, one way"
+    unknown = SimpleNamespace(gpu_for=lambda device: SimpleNamespace(pcie_generation_max=None, pcie_width_max=16))
+    assert pcie_link_peak_gbps(unknown, "cuda:0") == (None, "PCIe link unknown (NVML)")

@@ -20,6 +20,7 @@ from tutor.bench.counting import compare_with_peak, gbps, stream_bytes, stream_b
 from tutor.bench.environment import cpu_llc_bytes, peak_memory_gbps
 from tutor.bench.timing import BenchCancelled, Timing, time_case, use_all_cpu_threads
 from tutor.errors import UserError
+from tutor.theory.interconnect import PCIE_GENERATIONS, pcie_bandwidth_bytes_per_s
 
 BANDWIDTH_OPS = ("copy", "scale", "add", "triad", "read", "write")
 ELEMENT_BYTES = 8  # fp64, STREAM's default STREAM_TYPE double
@@ -201,11 +202,23 @@ def memory_bandwidth(device: str, *, budget_s: float, machine: Any, ops: tuple[s
     return results
 
 
+def pcie_link_peak_gbps(machine: Any, device: str) -> tuple[float | None, str]:
+    """(GB/s one way of the GPU's PCIe link at its max generation and width, a note), or (None, why)."""
+    gpu_for = getattr(machine, "gpu_for", None)
+    gpu = gpu_for(device) if gpu_for is not None else None
+    generation = getattr(gpu, "pcie_generation_max", None)
+    width = getattr(gpu, "pcie_width_max", None)
+    if not generation or not width or generation not in PCIE_GENERATIONS:
+        return None, "PCIe link unknown (NVML)"
+    return pcie_bandwidth_bytes_per_s(generation, width) / 1e9, f"PCIe Gen{generation} x{width} link, one way"
+
+
 def host_device_transfer(device: str, *, budget_s: float, machine: Any, cancel: threading.Event | None = None,
                          size_bytes: int = TRANSFER_BYTES) -> list[BandwidthResult]:
     """Host-to-device and device-to-host copies of `size_bytes`, from pinned and from pageable host
     memory (reference §3.2-3.4: nvbandwidth pins, bandwidthTest offers both). Buffer counted once.
-    No peak yet: the PCIe link peak (generation x width, 128b/130b) has no tutor.theory formula."""
+    The peak is one direction of the GPU's PCIe link at its maximum generation and width (NVML),
+    tutor.theory.interconnect.pcie_bandwidth_bytes_per_s; a slower host slot caps it lower."""
     if not device.startswith("cuda"):
         raise UserError("host<->device transfers need a CUDA device (try --device cuda:0)")
     import torch
@@ -220,7 +233,7 @@ def host_device_transfer(device: str, *, budget_s: float, machine: Any, cancel: 
         ("d2h", "pinned", lambda: pinned.copy_(device_buffer, non_blocking=True)),
         ("d2h", "pageable", lambda: pageable.copy_(device_buffer)),
     ]
-    peak = None
+    peak, link_note = pcie_link_peak_gbps(machine, device)
     start = time.perf_counter()
     results: list[BandwidthResult] = []
     for index, (op, memory, fn) in enumerate(cases):
@@ -232,7 +245,7 @@ def host_device_transfer(device: str, *, budget_s: float, machine: Any, cancel: 
             break
         n_bytes = stream_bytes(op, elements, 4)
         results.append(_result(device, op, n_bytes, stream_bytes_counting(op, 4) + f"; {memory} host memory",
-                               elements * 4, timing, peak, [], kind="transfer",
+                               elements * 4, timing, peak, [link_note] if link_note else [], kind="transfer",
                                memory=memory))
         if timing.cancelled:
             break

@@ -202,6 +202,7 @@ def _base_namespace() -> MappingProxyType:
         fit,
         flops,
         formats,
+        interconnect,
         kv_cache,
         lora,
         memory,
@@ -215,7 +216,8 @@ def _base_namespace() -> MappingProxyType:
 
     theory = {"formats": formats, "models": models, "memory": memory, "kv_cache": kv_cache,
               "activations": activations, "parallel": parallel, "flops": flops, "roofline": roofline,
-              "moe": moe, "units": units, "fit": fit, "peaks": peaks, "lora": lora}
+              "moe": moe, "units": units, "fit": fit, "peaks": peaks, "lora": lora,
+              "interconnect": interconnect}
     return MappingProxyType({
         **{name: _public_view(module) for name, module in theory.items()},
         "math": _public_view(math, own_only=False),
