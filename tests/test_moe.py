@@ -123,3 +123,12 @@ def test_tokens_dropped() -> None:
         tokens_dropped([], 2)
     with pytest.raises(UserError):
         tokens_dropped([1, -1], 2)
+
+
+def test_one_token_touches_exactly_its_k_experts() -> None:
+    from tutor.theory.moe import expected_distinct_experts_touched
+
+    assert expected_distinct_experts_touched(1, 1, 5) == 1.0
+    assert expected_distinct_experts_touched(1, 8, 256) == 8.0
+    # Past the exact range the float form agrees with the exact one.
+    assert expected_distinct_experts_touched(5000, 2, 1000) == pytest.approx(1000 * (1 - (998 / 1000) ** 5000))

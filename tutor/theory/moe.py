@@ -49,7 +49,9 @@ def expected_distinct_experts_touched(tokens: int, top_k: int, num_experts: int)
     tokens = _count(tokens, "tokens", minimum=0)
     top_k, num_experts = _routing(top_k, num_experts)
     miss = Fraction(num_experts - top_k, num_experts)
-    return num_experts * (1 - float(miss) ** tokens)
+    if tokens <= 4096:  # exact, so that e.g. one token touches exactly k experts
+        return float(num_experts * (1 - miss**tokens))
+    return num_experts * -math.expm1(tokens * math.log1p(-top_k / num_experts)) if miss else float(num_experts)
 
 
 def load_balancing_loss(
