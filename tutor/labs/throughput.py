@@ -66,7 +66,7 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
         best = next(result for result in results if result.headline)
         metrics[f"tflops_{dtype}"] = best.tflops_median
         peaks[dtype] = best.peak_tflops
-        notes = list(best.notes) + ([best.peak_note] if best.peak_note else [])
+        notes = list(dict.fromkeys(note for note in (*best.notes, best.peak_note) if note))
         rows.append(Measurement(
             label=f"{dtype} matmul, {best.m}x{best.n}x{best.k} ({best.backend})", measured=best.tflops_median,
             unit="TFLOP/s", theory=best.peak_tflops, theory_source=best.peak_source or "no peak known",

@@ -1,0 +1,87 @@
+"""SVG snapshots of the main screens at 80x24 and 120x40, from deterministic fakes (a fixed
+machine, canned samples, canned probe and bench results, a small fixed curriculum).
+
+Regenerate after an intended change of the look: pytest tests/test_ui_snapshots.py --snapshot-update
+and review tests/__snapshots__/ (or --snapshot-report report.html) before committing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ui_fakes import fake_services  # noqa: E402
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from textual.widgets import Input  # noqa: E402
+
+from tutor.ui.app import TutorApp  # noqa: E402
+
+SMALL, WIDE = (80, 24), (120, 40)
+
+
+@pytest.fixture(autouse=True)
+def no_cursor_blink(monkeypatch):
+    monkeypatch.setattr(Input, "_toggle_cursor", lambda self: None)
+
+
+def app(lesson_id: str | None = None) -> TutorApp:
+    return TutorApp(fake_services(), lesson_id=lesson_id)
+
+
+async def settle(pilot) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def test_home_small(snap_compare):
+    assert snap_compare(app(), terminal_size=SMALL)
+
+
+def test_home_wide(snap_compare):
+    assert snap_compare(app(), terminal_size=WIDE)
+
+
+def test_lesson_wide(snap_compare):
+    assert snap_compare(app("precision/bits"), terminal_size=WIDE)
+
+
+def test_lesson_small_stacks_the_live_pane(snap_compare):
+    assert snap_compare(app("precision/speed"), terminal_size=SMALL)
+
+
+def test_measure_result_wide(snap_compare):
+    async def run_probe(pilot):
+        from tutor.ui.widgets.measure import MeasureBlock
+
+        pilot.app.screen.query_one(MeasureBlock).start_probe()
+        await settle(pilot)
+
+    assert snap_compare(app("precision/speed"), run_before=run_probe, terminal_size=WIDE)
+
+
+def test_bench_result_wide(snap_compare):
+    async def run_bench(pilot):
+        await pilot.press("b", "r")
+        await settle(pilot)
+
+    assert snap_compare(app(), run_before=run_bench, terminal_size=WIDE)
+
+
+def test_fit_small(snap_compare):
+    assert snap_compare(app(), press=["f"], terminal_size=SMALL)
+
+
+def test_help_small(snap_compare):
+    async def open_help(pilot):
+        await pilot.pause()
+        pilot.app.screen.query_one("#value").focus()
+        await pilot.press("f1")
+        await pilot.pause()
+
+    assert snap_compare(app("precision/bits"), run_before=open_help, terminal_size=SMALL)

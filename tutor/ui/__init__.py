@@ -1,0 +1,2 @@
+"""Everything Textual: the tutor app, its screens and widgets. Nothing outside tutor.ui (and the
+`learn`/`serve` commands) imports this package."""

@@ -1,0 +1,150 @@
+"""The tensor-tutor app: home (tracks and progress), lessons, Bench and Fit screens, help and palette.
+
+`TutorApp(services)` takes everything it shows from a `tutor.ui.services.Services`; without one it
+builds the real services (this machine, the shipped lessons, saved progress and settings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.screen import ModalScreen
+
+from tutor.ui.commands import TutorCommands
+from tutor.ui.messages import OpenLesson
+from tutor.ui.screens.help import HelpScreen, help_for
+from tutor.ui.screens.home import HomeScreen
+from tutor.ui.services import Services
+
+
+class TutorApp(App[None]):
+    """The tutor: learn, measure, check the fit."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tensor-tutor"
+    # Below 100 columns screens get the -narrow class and stack their panes (see each .tcss).
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (100, "-wide")]
+    COMMANDS = App.COMMANDS | {TutorCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f1", "help", "Help", tooltip="Help for the focused box"),
+        Binding("h", "home", "Home", show=False),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self, services: Services | None = None, *, lesson_id: str | None = None) -> None:
+        super().__init__()
+        if services is None:
+            from tutor.ui.services import default_services
+
+            services = default_services()
+        self.services = services
+        self.start_lesson = lesson_id
+        self.active_runner: Any | None = None
+        """The ProbeRunner measuring now: only one probe runs at a time (two would measure each other)."""
+
+    def on_mount(self) -> None:
+        theme = getattr(self.services.settings, "theme", None)
+        if theme and theme in self.available_themes:
+            self.theme = theme
+        self.theme_changed_signal.subscribe(self, self._save_theme)
+        start = getattr(self.services.sampler, "start", None)
+        if start is not None:
+            start()
+        self.push_screen(HomeScreen(self.services))
+        if self.start_lesson is not None:
+            self.open_lesson(self.start_lesson)
+        for warning in self.services.warnings:
+            self.notify(warning, severity="warning", timeout=8)
+
+    def _save_theme(self, theme: Any) -> None:
+        settings = self.services.settings
+        name = getattr(theme, "name", str(theme))
+        if getattr(settings, "theme", None) == name:
+            return
+        try:
+            updated = dataclasses.replace(settings, theme=name)
+        except TypeError:  # not a dataclass: a plain object with a theme attribute
+            settings.theme = name
+            updated = settings
+        self.services = dataclasses.replace(self.services, settings=updated)
+        try:
+            self.services.save_settings(updated)
+        except OSError as error:
+            self.notify(f"theme not saved: {error}", severity="warning")
+
+    # ---- navigation -----------------------------------------------------------------------
+
+    def open_lesson(self, lesson_id: str) -> None:
+        """Show lesson `lesson_id` above the home screen (replacing another lesson or tool screen)."""
+        from tutor.ui.screens.lesson import LessonScreen
+
+        try:
+            screen = LessonScreen(self.services, lesson_id)
+        except ValueError as error:  # UserError: no such lesson (the message suggests close ids)
+            self.notify(str(error), severity="error")
+            return
+        self._show(screen)
+
+    def _show(self, screen: Any) -> None:
+        while isinstance(self.screen, ModalScreen) and len(self.screen_stack) > 2:
+            self.pop_screen()  # help open: it explained the screen being left
+        if isinstance(self.screen, HomeScreen):
+            self.push_screen(screen)
+        else:
+            self.switch_screen(screen)
+
+    @on(OpenLesson)
+    def _open_lesson(self, message: OpenLesson) -> None:
+        self.open_lesson(message.lesson_id)
+
+    def action_home(self) -> None:
+        """Back to the list of lessons."""
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+        if not isinstance(self.screen, HomeScreen) and len(self.screen_stack) == 2:
+            self.pop_screen()
+
+    def action_bench(self, run: bool = False) -> None:
+        """Open the Bench screen (and start the suite when `run`)."""
+        from tutor.ui.screens.bench import BenchScreen
+
+        if not isinstance(self.screen, BenchScreen):
+            self._show(BenchScreen(self.services))
+        if run:
+            self.call_after_refresh(self.screen.action_run)
+
+    def action_fit(self) -> None:
+        from tutor.ui.screens.fit import FitScreen
+
+        if not isinstance(self.screen, FitScreen):
+            self._show(FitScreen(self.services))
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(help_for(self.focused, self.screen)))
+
+    # ---- shutdown -------------------------------------------------------------------------
+
+    def cancel_measurements(self) -> None:
+        """Ask every running probe or benchmark to stop at its next check."""
+        if self.active_runner is not None:
+            self.active_runner.cancel()
+        for screen in self.screen_stack:
+            cancel = getattr(screen, "cancel_measurements", None) or getattr(screen, "cancel", None)
+            if callable(cancel):
+                cancel()
+
+    async def action_quit(self) -> None:
+        self.cancel_measurements()
+        self.exit()
+
+    def on_unmount(self) -> None:
+        self.cancel_measurements()
+        stop = getattr(self.services.sampler, "stop", None)
+        if stop is not None:
+            stop()

@@ -1,0 +1,124 @@
+"""The home screen: the tracks with the learner's progress, and every lesson one Enter away."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, OptionList, Static
+from textual.widgets.option_list import Option
+
+from tutor.ui.messages import OpenLesson
+from tutor.ui.widgets.device_header import DeviceHeader, device_title
+
+
+def track_heading(track: Any, done: int, total: int) -> Text:
+    """'Precision and number formats  2/4 done' with the track's summary dimmed below."""
+    mark = "✓ " if total and done == total else ""
+    heading = Text.assemble((f"{mark}{track.title}", "bold"), (f"  {done}/{total} done", "cyan"))
+    if track.summary:
+        heading.append(f"\n{track.summary}", style="dim")
+    return heading
+
+
+def lesson_line(info: Any, completed: bool, current: bool) -> Text:
+    mark = ("✓", "green") if completed else (("▶", "yellow") if current else ("·", "dim"))
+    return Text.assemble("  ", mark, " ", (info.title, "bold" if current else ""),
+                         (f"  {info.minutes} min", "dim"))
+
+
+class HomeScreen(Screen):
+    """Tracks and lessons; Enter opens the highlighted lesson."""
+
+    CSS_PATH = "home.tcss"
+    HELP = """\
+## Home
+
+The five tracks of the course, each with how many of its lessons you have completed.
+
+- **↑/↓** move, **Enter** opens a lesson, **c** continues where you left off.
+- **b** opens the Bench (measure this machine), **f** the Fit check.
+- **ctrl+p** opens the command palette: go to any lesson, run the benchmark, change the theme.
+"""
+
+    BINDINGS = [
+        Binding("c", "continue", "Continue"),
+        Binding("b", "app.bench", "Bench"),
+        Binding("f", "app.fit", "Fit"),
+        Binding("q", "app.quit", "Quit", show=False),
+    ]
+
+    def __init__(self, services: Any) -> None:
+        super().__init__()
+        self.services = services
+
+    def compose(self) -> ComposeResult:
+        yield DeviceHeader(device_title(self.services.machine), "Home")
+        with Vertical(id="home"):
+            yield Static(self._welcome(), id="welcome")
+            yield OptionList(id="lessons")
+        yield Footer()
+
+    def _welcome(self) -> Text:
+        lessons = self.services.curriculum.lessons
+        return Text.assemble(("The hardware behind LLMs, explained and measured on this machine. ", "bold"),
+                             (f"{len(self.services.curriculum.tracks)} tracks, {len(lessons)} lessons. "
+                              "Enter opens a lesson; b then r measures this machine in 20 s; F1 help anywhere.",
+                              "dim"))
+
+    def on_mount(self) -> None:
+        self.refresh_lessons()
+        self.query_one(OptionList).focus()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_lessons()
+
+    def refresh_lessons(self) -> None:
+        """Rebuild the list from the curriculum and the progress file, keeping the highlight."""
+        option_list = self.query_one(OptionList)
+        highlighted = option_list.highlighted
+        progress = self.services.progress
+        current = getattr(progress, "last_lesson", None)
+        curriculum = self.services.curriculum
+        infos = {info.id: info for info in curriculum.lessons}
+        options: list[Option | None] = []
+        for index, track in enumerate(curriculum.tracks):
+            if index:
+                options.append(None)  # a separator line between tracks
+            done, total = progress.track_progress(track)
+            options.append(Option(track_heading(track, done, total), id=f"track:{track.id}", disabled=True))
+            for lesson_id in track.lesson_ids:
+                completed = progress.lesson_state(lesson_id).completed
+                options.append(Option(lesson_line(infos[lesson_id], completed, lesson_id == current), id=lesson_id))
+        option_list.clear_options()
+        option_list.add_options(options)
+        if highlighted is not None and highlighted < option_list.option_count:
+            option_list.highlighted = highlighted
+        elif current is not None and current in infos:
+            option_list.highlighted = option_list.get_option_index(current)
+        else:
+            option_list.highlighted = next(
+                (i for i in range(option_list.option_count) if not option_list.get_option_at_index(i).disabled), None)
+
+    @on(OptionList.OptionSelected)
+    def _open(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id and not event.option.id.startswith("track:"):
+            self.post_message(OpenLesson(event.option.id))
+
+    def action_continue(self) -> None:
+        """Open the last lesson, or the first not completed."""
+        progress = self.services.progress
+        target = getattr(progress, "last_lesson", None)
+        if target is None:
+            target = next((info.id for info in self.services.curriculum.lessons
+                           if not progress.lesson_state(info.id).completed), None)
+        if target is None and self.services.curriculum.lessons:
+            target = self.services.curriculum.lessons[0].id
+        if target is not None:
+            self.post_message(OpenLesson(target))

@@ -1,0 +1,220 @@
+"""The lesson screen: prose and interactive blocks on the left, the live pane on the right.
+
+Below 100 columns (the app's `-narrow` breakpoint) the live pane goes under the prose and keeps
+to a few rows; `l` hides or shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Button, Footer, Static
+
+from tutor.ui.messages import LessonCompleted, OpenLesson
+from tutor.ui.widgets.bits import BitsBlock
+from tutor.ui.widgets.block import LessonBlock, block_id
+from tutor.ui.widgets.calc import CalcBlock
+from tutor.ui.widgets.device_header import DeviceHeader, device_title
+from tutor.ui.widgets.live_pane import LivePane
+from tutor.ui.widgets.measure import MeasureBlock, ProbeRunner
+from tutor.ui.widgets.predict import PredictBlock
+from tutor.ui.widgets.quiz import QuizBlock
+
+BLOCK_WIDGETS: dict[str, type[LessonBlock]] = {
+    "bits": BitsBlock,
+    "calc": CalcBlock,
+    "measure": MeasureBlock,
+    "predict": PredictBlock,
+    "quiz": QuizBlock,
+}
+GRADED = ("measure", "predict", "quiz")  # a lesson is completed when all of these are done
+
+
+class Prose(Static):
+    """A chunk of lesson Markdown, drawn by Rich in one widget. (Textual's Markdown widget makes a
+    widget of every paragraph, list item and table cell: a lesson would cost a thousand widgets and
+    most of a second to open on a 2-core machine.)"""
+
+    def __init__(self, source: str, **kwargs: Any) -> None:
+        from rich.markdown import Markdown
+
+        super().__init__(Markdown(source, hyperlinks=False), **kwargs)
+        self.source = source
+
+
+def directive(block: Any) -> str:
+    """Which directive a block is ("prose", "quiz", ...); Calc and Quiz use `kind` for other things."""
+    return getattr(block, "directive", None) or type(block).__name__.lower()
+
+
+class LessonScreen(Screen):
+    """One lesson: rendered prose with its blocks mounted in between, and the live pane."""
+
+    CSS_PATH = "lesson.tcss"
+    HELP = """\
+## Lesson
+
+Read on the left; the boxes are live: type in them, run them, answer them.
+
+- **Tab / shift+Tab** move between blocks, **↑/↓ PgUp/PgDn** scroll the lesson.
+- **n / p** next and previous lesson, **Escape** cancels a running measurement (or goes home).
+- **l** hides or shows the live pane; **F1** explains the box you are in.
+
+The lesson is completed when every quiz, prediction and measurement in it is done.
+"""
+
+    BINDINGS = [
+        Binding("n", "next", "Next"),
+        Binding("p", "previous", "Prev"),
+        Binding("escape", "escape", "Home"),
+        Binding("l", "toggle_live", "Live pane"),
+    ]
+
+    def __init__(self, services: Any, lesson_id: str) -> None:
+        super().__init__()
+        self.services = services
+        self.lesson = services.curriculum.lesson(lesson_id)
+        self.lesson_id = self.lesson.info.id  # the curriculum may resolve a short id
+
+    @property
+    def info(self) -> Any:
+        return self.lesson.info
+
+    def compose(self) -> ComposeResult:
+        curriculum = self.services.curriculum
+        position = [info.id for info in curriculum.lessons].index(self.lesson_id) + 1
+        yield DeviceHeader(device_title(self.services.machine), f"{position}/{len(curriculum.lessons)} {self.info.title}")
+        with Horizontal(id="body"):
+            with VerticalScroll(id="lesson"):
+                yield Static(self._heading(), id="heading")
+                yield from self._blocks()
+                yield Static(self._footer_line(), id="lesson-end")
+            yield LivePane(self.services.machine, self.services.sampler, id="live")
+        yield Footer()
+
+    def _heading(self) -> Text:
+        info = self.info
+        details = f"{info.track} · {info.minutes} min"
+        if info.prerequisites:
+            details += " · after " + ", ".join(info.prerequisites)
+        first = self.lesson.blocks[0] if self.lesson.blocks else None
+        if first is not None and directive(first) == "prose" and first.text.lstrip().startswith("# "):
+            return Text(details, style="dim")  # the page opens with its own title
+        return Text.assemble((info.title, "bold underline"), "\n", (details, "dim"))
+
+    def _blocks(self) -> list[Widget]:
+        state = self.services.progress.lesson_state(self.lesson_id)
+        widgets: list[Widget] = []
+        for block in self.lesson.blocks:
+            kind = directive(block)
+            if kind == "prose":
+                widgets.append(Prose(self._render_prose(block.text), classes="prose"))
+                continue
+            widget_class = BLOCK_WIDGETS.get(kind)
+            if widget_class is None:
+                widgets.append(Static(f"(unknown block {kind!r} at line {getattr(block, 'line', '?')})",
+                                      classes="error"))
+                continue
+            widgets.append(widget_class(block, lesson_id=self.lesson_id, services=self.services,
+                                        done=block_id(block) in state.done_blocks))
+        return widgets
+
+    def _render_prose(self, text: str) -> str:
+        try:
+            return self.services.render_values(text, device=self.services.machine)
+        except ValueError as error:  # a broken {{ }} is shown in place, never a crash
+            return f"{text}\n\n> **could not compute a value:** {error}"
+
+    def _footer_line(self) -> Text:
+        curriculum = self.services.curriculum
+        following = curriculum.next_lesson(self.lesson_id)
+        previous = curriculum.previous_lesson(self.lesson_id)
+        text = Text()
+        if previous is not None:
+            text.append(f"p: ← {self._title(previous)}   ", style="dim")
+        text.append(f"n: {self._title(following)} →" if following is not None else "the last lesson: well done",
+                    style="bold")
+        return text
+
+    @staticmethod
+    def _title(lesson: Any) -> str:
+        info = getattr(lesson, "info", lesson)
+        return getattr(info, "title", str(info))
+
+    def on_mount(self) -> None:
+        progress = self.services.progress
+        if hasattr(progress, "set_last_lesson"):
+            progress.set_last_lesson(self.lesson_id)
+        # When the lesson starts with something to run, Enter runs it. Only a button takes focus:
+        # it leaves letters (n, p, l) and arrows to the screen, which an input would swallow.
+        kinds = [directive(block) for block in self.lesson.blocks]
+        opens_with_a_block = any(kind != "prose" for kind in kinds[:2])  # at most an intro before it
+        first = next(iter(self.query_one("#lesson").query(LessonBlock)), None) if opens_with_a_block else None
+        focusable = [widget for widget in first.query("*") if widget.focusable] if first is not None else []
+        if focusable and isinstance(focusable[0], Button):
+            focusable[0].focus(scroll_visible=False)
+        else:
+            self.query_one("#lesson").focus()
+
+    # ---- progress -----------------------------------------------------------------------
+
+    def graded_ids(self) -> set[str]:
+        return {block_id(b) for b in self.lesson.blocks if directive(b) in GRADED}
+
+    @on(LessonBlock.Completed)
+    def _block_completed(self, message: LessonBlock.Completed) -> None:
+        progress = self.services.progress
+        try:
+            progress.mark_block(self.lesson_id, message.block.block_id)
+            done = progress.lesson_state(self.lesson_id).done_blocks
+            if not progress.lesson_state(self.lesson_id).completed and self.graded_ids() <= set(done):
+                progress.mark_completed(self.lesson_id)
+                self.notify(f"Lesson complete: {self.info.title}. Press n for the next one.")
+                self.post_message(LessonCompleted(self.lesson_id))
+        except OSError as error:
+            self.notify(f"progress not saved: {error}", severity="warning")
+
+    # ---- keys ---------------------------------------------------------------------------
+
+    def running_runners(self) -> list[ProbeRunner]:
+        return [runner for runner in self.query(ProbeRunner) if runner.running]
+
+    def cancel_measurements(self) -> None:
+        for runner in self.running_runners():
+            runner.cancel()
+
+    def _go(self, lesson: Any) -> None:
+        if lesson is None:
+            self.notify("no lesson that way")
+            return
+        if not self.graded_ids() and not self.services.progress.lesson_state(self.lesson_id).completed:
+            # A lesson with nothing to answer or run is completed by reading to its end.
+            self.services.progress.mark_completed(self.lesson_id)
+        self.post_message(OpenLesson(getattr(getattr(lesson, "info", lesson), "id", lesson)))
+
+    def action_next(self) -> None:
+        self._go(self.services.curriculum.next_lesson(self.lesson_id))
+
+    def action_previous(self) -> None:
+        self._go(self.services.curriculum.previous_lesson(self.lesson_id))
+
+    def action_escape(self) -> None:
+        if self.running_runners():
+            self.cancel_measurements()
+        else:
+            self.app.action_home()
+
+    def action_toggle_live(self) -> None:
+        live = self.query_one("#live", LivePane)
+        live.display = not live.display
+
+    def on_unmount(self) -> None:
+        # Leaving the lesson (n/p, home, quit) stops its measurement: nobody would see the result.
+        self.cancel_measurements()

@@ -1,0 +1,177 @@
+"""The bits block: type a value, see how every float format stores it, confirm with a real torch cast."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.widgets import Button, Input, Static
+
+from tutor.theory import formats
+from tutor.ui.widgets.block import LessonBlock
+
+
+def float_formats() -> tuple[str, ...]:
+    """Every float format tutor.theory.formats knows, in its registry order."""
+    return tuple(name for name, fmt in formats.FORMATS.items() if fmt.family == "float")
+
+
+def short(value: float) -> str:
+    """A stored value with enough digits to see the rounding."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "-inf" if value < 0 else "inf"
+    return f"{value:.7g}"
+
+
+def flags(encoding: Any) -> str:
+    """Why a stored value differs from plain rounding: overflow, saturation, underflow, subnormal."""
+    words = []
+    if encoding.overflowed:
+        words.append("overflow")
+    if encoding.saturated:
+        words.append("saturated to max")
+    if encoding.underflowed:
+        words.append("underflow to 0")
+    if encoding.kind == formats.Kind.SUBNORMAL:
+        words.append("subnormal")
+    return ", ".join(words)
+
+
+def encodings(value: str, names: Sequence[str]) -> list[Any]:
+    """encode(value) in each format; raises UserError for text that is not a number."""
+    return [formats.encode(value, name) for name in names]
+
+
+def torch_agrees(encoding: Any, cast: float | None) -> bool | None:
+    """Whether torch stored the same value as the theory (NaN equals NaN here); None if not cast."""
+    if cast is None:
+        return None
+    theory = encoding.value_float
+    if math.isnan(theory) or math.isnan(cast):
+        return math.isnan(theory) and math.isnan(cast)
+    return theory == cast
+
+
+def encoding_table(rows: Sequence[Any], torch_values: dict[str, float] | None = None) -> Table:
+    """One row per format: coloured sign/exponent/mantissa bits, stored value, relative error, notes."""
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold", padding=(0, 1))
+    table.add_column("format", no_wrap=True)
+    table.add_column("sign exponent mantissa", no_wrap=True)
+    table.add_column("stored", justify="right", no_wrap=True)
+    table.add_column("rel.err", justify="right", no_wrap=True)
+    table.add_column("torch" if torch_values is not None else "")
+    for encoding in rows:
+        fmt = encoding.format
+        bits = Text.assemble((encoding.sign_string, "bold red"), " ", (encoding.exponent_string, "bold blue"), " ",
+                             (encoding.mantissa_string, "green"))
+        rel = encoding.rel_error
+        rel_text = "-" if rel is None else ("0" if rel == 0 else f"{float(rel):.1e}")
+        if torch_values is not None:
+            agrees = torch_agrees(encoding, torch_values.get(fmt.name))
+            check = {True: Text("✓ same", style="green"), False: Text(
+                f"✗ {short(torch_values[fmt.name])}", style="red"), None: Text("no dtype", style="dim")}[agrees]
+        else:
+            check = Text(flags(encoding), style="yellow")
+        table.add_row(fmt.name, bits, short(encoding.value_float), rel_text, check)
+    return table
+
+
+class BitsBlock(LessonBlock):
+    """```bits: a number-format explorer bound to tutor.theory.formats."""
+
+    TITLE = "Bits of a number"
+    HELP = """\
+## Bits block
+
+Type any number (`0.1`, `65504`, `1e-8`, `3.4e38`) and press **Enter**: every row shows how
+one format stores it, sign (red), exponent (blue) and mantissa (green) bits, the value actually
+stored, and the relative rounding error.
+
+*Confirm with torch* casts the same number with PyTorch on this machine and checks that the
+hardware stores exactly what the theory says (the first use loads torch: a few seconds).
+"""
+
+    class Cast(Message):
+        """torch finished casting `value` (or failed with `error`)."""
+
+        def __init__(self, value: str, cast: dict[str, float] | None, error: str | None = None) -> None:
+            super().__init__()
+            self.value, self.cast, self.error = value, cast, error
+
+    def __init__(self, block: Any, **kwargs: Any) -> None:
+        super().__init__(block, **kwargs)
+        names = tuple(getattr(block, "formats", ()) or ()) or float_formats()
+        self.format_names = tuple(formats.format_by_name(name).name for name in names)
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="row"):
+            yield Input(value=str(self.block.value), placeholder="a number, e.g. 0.1", id="value")
+            yield Button("Confirm with torch", id="torch")
+        yield Static(id="table")
+        yield Static(id="status", classes="status")
+
+    def on_mount(self) -> None:
+        self.show(self.query_one("#value", Input).value)
+
+    def show(self, value: str, torch_values: dict[str, float] | None = None) -> bool:
+        """Draw the table for `value`; False (and a one-line reason) when it is not a number."""
+        status = self.query_one("#status", Static)
+        try:
+            rows = encodings(value, self.format_names)
+        except ValueError as error:
+            status.set_classes("error")
+            status.update(str(error))
+            return False
+        status.set_classes("status")
+        self.query_one("#table", Static).update(encoding_table(rows, torch_values))
+        if torch_values is not None:
+            same = sum(bool(torch_agrees(e, torch_values.get(e.format.name))) for e in rows)
+            cast = sum(e.format.name in torch_values for e in rows)
+            status.update(f"torch stored {same} of {cast} castable formats exactly as the theory says")
+        else:
+            status.update("Enter: show this value   Confirm with torch: cast it for real")
+        return True
+
+    @on(Input.Submitted, "#value")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if self.show(event.value):
+            self.complete()
+
+    @on(Button.Pressed, "#torch")
+    def _confirm(self, event: Button.Pressed) -> None:
+        event.stop()
+        value = self.query_one("#value", Input).value
+        if not self.show(value):
+            return
+        self.query_one("#status", Static).update("casting with torch… (the first cast loads torch)")
+        self._cast(value)
+
+    @work(thread=True, exclusive=True, group="torch-cast", exit_on_error=False)
+    def _cast(self, value: str) -> None:
+        try:
+            cast = self.services.torch_cast(value, self.format_names)
+        except Exception as error:  # no torch, or an odd value: a line in the block, not a crash
+            self.post_message(self.Cast(value, None, f"torch cast failed: {type(error).__name__}: {error}"))
+        else:
+            self.post_message(self.Cast(value, cast))
+
+    @on(Cast)
+    def _cast_done(self, message: Cast) -> None:
+        message.stop()
+        if message.error is not None:
+            status = self.query_one("#status", Static)
+            status.set_classes("error")
+            status.update(message.error)
+            return
+        self.show(message.value, message.cast)
+        self.complete()

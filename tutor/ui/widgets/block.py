@@ -1,0 +1,77 @@
+"""What every interactive lesson block shares: its lesson, its id for progress, its help text."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Static
+
+
+def say(static: Static, content: Any, style_class: str | None = None) -> None:
+    """Show `content` in `static` (hidden while empty), optionally as "status", "error" or "good"."""
+    static.update(content)
+    static.display = bool(content)
+    if style_class is not None:
+        static.set_classes(style_class)
+
+
+def block_id(block: Any) -> str:
+    """The id progress is recorded under: the block's own `id` (quiz, predict), else kind@line."""
+    own = getattr(block, "id", None)
+    return str(own) if own else f"{block.kind}@{getattr(block, 'line', 0)}"
+
+
+class LessonBlock(Vertical):
+    """A bordered block between prose chunks. Subclasses set HELP (Markdown shown by F1)."""
+
+    HELP: ClassVar[str] = ""
+    TITLE: ClassVar[str] = "Block"
+
+    DEFAULT_CSS = """
+    LessonBlock {
+        height: auto;
+        border: round $secondary 60%;
+        border-title-color: $text-secondary;
+        padding: 0 1;
+        margin: 1 0;
+    }
+    LessonBlock:focus-within { border: round $accent; }
+    LessonBlock .row { height: auto; }
+    LessonBlock .status { color: $text-muted; height: auto; }
+    LessonBlock .error { color: $text-error; height: auto; }
+    LessonBlock .good { color: $text-success; height: auto; }
+    LessonBlock Input { width: 1fr; }
+    LessonBlock Button { min-width: 10; margin-left: 1; }
+    LessonBlock .row ProgressBar { margin: 1 0 0 2; }
+    """
+
+    class Completed(Message):
+        """The learner finished this block (answered, measured, predicted)."""
+
+        def __init__(self, block: "LessonBlock") -> None:
+            super().__init__()
+            self.block = block
+
+        @property
+        def control(self) -> "LessonBlock":
+            return self.block
+
+    def __init__(self, block: Any, *, lesson_id: str, services: Any, done: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.block = block
+        self.lesson_id = lesson_id
+        self.services = services
+        self.done = done
+        self.border_title = self.TITLE
+
+    @property
+    def block_id(self) -> str:
+        return block_id(self.block)
+
+    def complete(self) -> None:
+        """Mark this block done (once) and tell the lesson screen."""
+        if not self.done:
+            self.done = True
+            self.post_message(self.Completed(self))

@@ -1,0 +1,385 @@
+"""The calc block: memory, KV-cache, parallelism, FLOPs and roofline calculators bound to tutor.theory.
+
+Field names and checks are the lesson engine's (tutor.lessons.calc_fields, the same words as
+`tensor-tutor fit`); every figure comes from tutor.theory (fit, flops, roofline), so a lesson,
+the CLI and the Fit screen cannot disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Grid
+from textual.widgets import Input, Label, Select, Static
+
+from tutor.errors import UserError
+from tutor.theory import fit as fitting
+from tutor.theory.units import GiB
+from tutor.ui.widgets.block import LessonBlock
+from tutor.ui.widgets.charts import bar_text, gauge_text
+
+FIT_KINDS = ("memory", "kv-cache", "parallel", "fit")  # "fit": the Fit screen (adds bars and advice)
+KINDS = FIT_KINDS + ("flops", "roofline")
+REFERENCE_GPU_KEY = "h100-sxm"  # the lessons' reference GPU (tutor.lessons.values.reference_gpu)
+DEFAULT_FIELDS = {
+    "memory": ("model", "mode", "dtype", "batch", "seq"),
+    "kv-cache": ("model", "batch", "seq", "kv_dtype"),
+    "parallel": ("model", "mode", "dp", "tp", "pp", "zero"),
+    "flops": ("model", "tokens", "dp", "mfu"),
+    "roofline": ("m", "n", "k", "dtype"),
+    "fit": ("model", "mode", "dtype", "recipe", "batch", "seq", "dp", "tp", "pp", "zero"),
+}
+# Starting values of fields a lesson leaves unset (FitRequest's own defaults for the rest).
+DEFAULTS: dict[str, Any] = {"model": "llama-3.1-8b", "mode": "inference", "dtype": "bf16", "recipe": "mixed",
+                            "optimizer": "adam", "batch": 1, "seq": 4096, "dp": 1, "tp": 1, "pp": 1, "ep": 1,
+                            "zero": 0, "recompute": "none", "attention": "flash", "kv_dtype": "bf16",
+                            "tokens": "15T", "mfu": 0.4, "device": "this", "m": 4096, "n": 4096, "k": 4096,
+                            "lora_rank": 16, "lora_targets": "all-linear", "sequence_parallel": False}
+WHOLE = ("batch", "seq", "dp", "tp", "pp", "ep", "zero", "microbatches", "lora_rank", "m", "n", "k")
+FLAGS = ("sequence_parallel", "gpu")
+CHOICES = {"mode": ("inference", "train"), "recompute": ("none", "selective", "full"),
+           "attention": ("flash", "eager")}
+NON_REQUEST = ("model", "params", "memory", "tokens", "device", "mfu", "m", "n", "k")
+
+
+def preset_names() -> list[str]:
+    from tutor.theory.models import list_presets
+
+    return [preset.name for preset in list_presets()]
+
+
+def coerce(name: str, text: str) -> Any:
+    """A field's typed value from what the learner typed; UserError naming the field otherwise."""
+    text = text.strip()
+    if name in WHOLE:
+        try:
+            return int(text.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise UserError(f"{name} must be a whole number, got {text!r}") from None
+    if name in FLAGS:
+        if text.lower() not in ("yes", "no", "true", "false"):
+            raise UserError(f"{name} must be yes or no, got {text!r}")
+        return text.lower() in ("yes", "true")
+    if name == "mfu":
+        try:
+            return float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+        except ValueError:
+            raise UserError(f"mfu must be a fraction such as 0.4, got {text!r}") from None
+    return text
+
+
+def shown(value: Any) -> str:
+    """A typed value as the learner types it back."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def machine_capacity(machine: Any) -> tuple[int | None, str, bool]:
+    """(bytes, what they are, is a GPU): the first GPU's total memory, else available RAM."""
+    gpus = getattr(machine, "gpus", None)
+    if gpus:
+        gpu = gpus[0]
+        return gpu.memory_total_bytes, f"GPU 0 ({gpu.name}) memory", True
+    return machine.cpu.ram_available_bytes, "this machine's available RAM", False
+
+
+def build_request(values: dict[str, Any], *, gpu: bool) -> fitting.FitRequest:
+    """The FitRequest the fields describe, checked by the lesson engine's field rules."""
+    from tutor.lessons.calc_fields import fit_request
+
+    fields = {name: value for name, value in values.items() if name not in NON_REQUEST}
+    fields.setdefault("gpu", gpu)
+    return fit_request(fields)
+
+
+def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
+    """The per-device memory of a model, component by component, against this machine (or `memory`)."""
+    from tutor.lessons.calc_fields import CALC_FIELDS
+    from tutor.theory.models import resolve_model
+
+    capacity, capacity_name, gpu = machine_capacity(machine)
+    if values.get("memory"):
+        capacity, capacity_name, gpu = CALC_FIELDS["memory"].check(values["memory"]), f"a {values['memory']} device", True
+    if kind == "kv-cache":
+        values = {**values, "mode": "inference"}
+    request = build_request(values, gpu=gpu)
+    arch = None
+    if values.get("params"):
+        estimate = fitting.estimate_from_count(CALC_FIELDS["params"].check(values["params"]), request)
+    else:
+        arch, _ = resolve_model(str(values.get("model", DEFAULTS["model"])))
+        estimate = fitting.estimate(arch, request)
+    worst = estimate.worst
+    table = Table(expand=True, box=None, show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("per device", no_wrap=True)
+    table.add_column("GiB", justify="right", no_wrap=True)
+    table.add_column("formula", ratio=1)
+    for component in worst.components:
+        if component.bytes or kind != "kv-cache":
+            table.add_row(component.name, f"{component.bytes / GiB:,.2f}", Text(component.formula, style="dim"))
+    table.add_row(Text("total", style="bold"), Text(f"{worst.total / GiB:,.2f}", style="bold"), "")
+    lines: list[Any] = [table]
+    if kind == "kv-cache":
+        kv = worst.component("kv_cache")
+        tokens = request.batch * request.seq_len
+        lines.append(Text(f"KV cache: {kv / GiB:,.3f} GiB for {tokens:,} tokens = {kv / tokens / 1024:,.1f} KiB "
+                          "per token"))
+    if request.devices > 1:
+        lines.append(Text(f"layout: dp {request.dp} x tp {request.tp} x pp {request.pp} = {request.devices} devices; "
+                          "the figures are for the most loaded one"))
+    if capacity:
+        fraction = worst.total / capacity
+        lines.append(gauge_text(f"{capacity_name} {capacity / GiB:,.1f} GiB:", fraction, 70, suffix="used")
+                     if fraction <= 1 else
+                     Text(f"does not fit: {fraction:.1f}x {capacity_name} ({capacity / GiB:,.1f} GiB)", style="bold red"))
+    if kind == "fit":
+        lines[1:1] = [component_bars(worst, capacity)]
+        if capacity and arch is not None:
+            lines.extend(fit_advice(arch, request, capacity, worst.total <= capacity))
+    return Group(*lines)
+
+
+def component_bars(worst: Any, capacity: int | None) -> Text:
+    """One bar per memory component, on the scale of the capacity (or of the total if larger)."""
+    scale = max(worst.total, capacity or 0, 1)
+    text = Text()
+    for component in worst.components:
+        if component.bytes:
+            text.append(f"{component.name:<12}", style="bold")
+            text.append(bar_text(component.bytes / scale, 40), style="magenta")
+            text.append(f" {component.bytes / GiB:,.2f} GiB\n")
+    text.rstrip()
+    return text
+
+
+def fit_advice(arch: Any, request: fitting.FitRequest, capacity: int, fits: bool) -> list[Text]:
+    """The largest batch and sequence that fit, or the changes that would make the model fit."""
+    if fits:
+        batch = fitting.largest_batch(arch, request, capacity)
+        seq = fitting.largest_seq_len(arch, request, capacity)
+        return [Text(f"largest batch that fits: {batch:,}; largest sequence: {seq:,} tokens", style="green")]
+    found = fitting.suggestions(arch, request, capacity)
+    if not found:
+        return [Text("no single change makes it fit here: try a smaller model or more devices")]
+    return [Text("would fit: " + "; ".join(f"{s.change} ({s.total / GiB:,.1f} GiB)" for s in found))]
+
+
+def device_peaks(machine: Any, device: str, dtype: str) -> tuple[float | None, float | None, str]:
+    """(peak FLOP/s, memory bytes/s, name) of 'this' machine (its first GPU, else its CPU) or of a
+    GPU from the datasheet table (a key such as h100-sxm)."""
+    if device != "this":
+        from tutor.hardware.specs import SPECS_BY_KEY
+
+        spec = SPECS_BY_KEY.get(device)
+        if spec is None:
+            raise UserError(f"unknown GPU {device!r}: use 'this' or a key such as {REFERENCE_GPU_KEY}")
+        tflops = spec.peak_tflops(dtype)
+        return (tflops * 1e12 if tflops else None), spec.bandwidth_gbps * 1e9, spec.name
+    target = "cuda:0" if getattr(machine, "gpus", None) else "cpu"
+    tflops = machine.peak_tflops(target, dtype)
+    gbps = machine.peak_memory_gbps(target)
+    name = machine.gpus[0].name if target != "cpu" else "this CPU"
+    return (tflops * 1e12 if tflops else None), (gbps * 1e9 if gbps else None), name
+
+
+def compared_devices(values: dict[str, Any]) -> tuple[str, ...]:
+    """The chosen device, and the reference GPU beside it when the chosen one is this machine."""
+    device = str(values.get("device", "this"))
+    return (device, REFERENCE_GPU_KEY) if device == "this" else (device,)
+
+
+def duration(seconds: float) -> str:
+    for unit, size in (("years", 365 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.2f} s"
+
+
+def flops_renderable(values: dict[str, Any], machine: Any) -> Group:
+    """Compute for `tokens`: 6·N·D to train (Kaplan et al. 2020 §2.1), 2·N·D to run, N the active
+    parameters; and how long that takes at `mfu` of the peak on `dp` devices."""
+    from tutor.lessons.calc_fields import CALC_FIELDS
+    from tutor.theory.flops import training_flops
+    from tutor.theory.models import count_parameters, resolve_model
+
+    if values.get("params"):
+        active = CALC_FIELDS["params"].check(values["params"])
+        name = f"{values['params']} parameters"
+    else:
+        arch, _ = resolve_model(str(values.get("model", DEFAULTS["model"])))
+        active, name = count_parameters(arch).active, arch.name or values.get("model")
+    tokens = CALC_FIELDS["tokens"].check(values.get("tokens", DEFAULTS["tokens"]))
+    devices = CALC_FIELDS["dp"].check(values.get("dp", 1))
+    mfu = CALC_FIELDS["mfu"].check(values.get("mfu", DEFAULTS["mfu"]))
+    mode = values.get("mode", "train")
+    dtype = "bf16"
+    if mode == "train":
+        total, formula = training_flops(params=active, tokens=tokens), "6"
+    else:
+        total, formula = 2 * active * tokens, "2"
+    lines: list[Any] = [Text(f"{name}: {formula} x {active:,} active parameters x {tokens:,} tokens "
+                             f"= {total:.3e} FLOPs", style="bold")]
+    if values.get("batch") and values.get("seq"):
+        per_step = int(values["batch"]) * int(values["seq"]) * devices
+        lines.append(Text(f"{per_step:,} tokens per step (batch x seq x dp): {tokens / per_step:,.0f} steps"))
+    for device in compared_devices(values):
+        peak, _, label = device_peaks(machine, device, dtype)
+        if peak is None:
+            lines.append(Text(f"{label}: no {dtype} peak known", style="dim"))
+            continue
+        seconds = total / (peak * devices * mfu)
+        lines.append(Text(f"{devices} x {label} at {mfu:.0%} of its {dtype} peak: {duration(seconds)}"))
+    return Group(*lines)
+
+
+def roofline_renderable(values: dict[str, Any], machine: Any) -> Group:
+    """Arithmetic intensity of one matmul against the ridge points of the devices compared
+    (Williams et al. 2009); with a model, the decode bound tokens/s = bandwidth / bytes read."""
+    from tutor.lessons.calc_fields import CALC_FIELDS
+    from tutor.theory.formats import format_by_name
+    from tutor.theory.roofline import attainable_flops, matmul_arithmetic_intensity, ridge_point
+
+    m, n, k = (CALC_FIELDS[name].check(values.get(name, DEFAULTS[name])) for name in ("m", "n", "k"))
+    dtype = str(values.get("dtype", "bf16"))
+    element = format_by_name(dtype).storage_bits / 8
+    intensity = float(matmul_arithmetic_intensity(m, n, k, element))
+    lines: list[Any] = [Text(f"[{m} x {k}] @ [{k} x {n}] in {dtype}: {intensity:,.1f} FLOP per byte moved",
+                             style="bold")]
+    peak_dtype = dtype if dtype in ("fp32", "tf32", "bf16", "fp16", "int8") else "fp8"
+    for device in compared_devices(values):
+        peak, bandwidth, label = device_peaks(machine, device, peak_dtype)
+        if peak is None or bandwidth is None:
+            lines.append(Text(f"{label}: peak or bandwidth unknown (measure them in Bench)", style="dim"))
+            continue
+        ridge = ridge_point(peak, bandwidth)
+        bound = "compute-bound" if intensity >= ridge else "memory-bound"
+        lines.append(Text(f"{label}: ridge {ridge:,.0f} FLOP/B -> {bound}, at most "
+                          f"{attainable_flops(intensity, peak, bandwidth) / 1e12:,.1f} TFLOP/s"))
+    if values.get("model") and "model" in values:
+        lines.extend(decode_bound(values, machine, dtype))
+    return Group(*lines)
+
+
+def decode_bound(values: dict[str, Any], machine: Any, dtype: str) -> list[Text]:
+    """Decoding reads every weight once per step: tokens/s <= batch x bandwidth / weight bytes."""
+    from tutor.theory.memory import weight_bytes
+    from tutor.theory.models import count_parameters, resolve_model
+    from tutor.theory.roofline import decode_tokens_per_second_bound
+
+    arch, _ = resolve_model(str(values["model"]))
+    weights = weight_bytes(count_parameters(arch).total, dtype)
+    batch = int(values.get("batch", 1))
+    lines = []
+    for device in compared_devices(values):
+        _, bandwidth, label = device_peaks(machine, device, "bf16")
+        if bandwidth is None:
+            lines.append(Text(f"{label}: memory bandwidth unknown, no decode bound", style="dim"))
+            continue
+        rate = decode_tokens_per_second_bound(weight_bytes=weights, bandwidth=bandwidth, batch=batch)
+        lines.append(Text(f"decode {arch.name or values['model']} ({weights / GiB:,.1f} GiB of {dtype} weights) "
+                          f"on {label}: at most {rate:,.0f} tokens/s at batch {batch}"))
+    return lines
+
+
+def calc_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
+    """The calculator's output for `kind`; UserError for a field that makes no sense."""
+    if kind in FIT_KINDS:
+        return fit_renderable(kind, values, machine)
+    if kind == "flops":
+        return flops_renderable(values, machine)
+    if kind == "roofline":
+        return roofline_renderable(values, machine)
+    raise UserError(f"unknown calculator {kind!r}: use one of {', '.join(KINDS)}")
+
+
+class CalcBlock(LessonBlock):
+    """```calc: change any field and the figures follow, computed by tutor.theory."""
+
+    TITLE = "Calculator"
+    HELP = """\
+## Calculator block
+
+Every field can be changed: the result below follows as you type (Tab moves between fields).
+The figures come from `tutor.theory`, the same code as `tensor-tutor fit`, and each memory
+term shows the formula that produced it. The last line compares with this machine.
+"""
+
+    DEFAULT_CSS = """
+    CalcBlock Grid { grid-size: 2; grid-columns: 12 1fr; grid-rows: 1; grid-gutter: 0 1; height: auto;
+                     margin-bottom: 1; }
+    """
+
+    def __init__(self, block: Any, **kwargs: Any) -> None:
+        super().__init__(block, **kwargs)
+        self.calc_kind: str = self._calc_kind(block)
+        self.fields = tuple(getattr(block, "fields", ()) or ()) or DEFAULT_FIELDS.get(self.calc_kind, ())
+        values = dict(getattr(block, "values", {}) or {})
+        if getattr(block, "model", None):
+            values.setdefault("model", block.model)
+        self.values: dict[str, Any] = {**{name: DEFAULTS[name] for name in self.fields if name in DEFAULTS}, **values}
+        self.border_title = f"Calculator: {self.calc_kind}"
+
+    @staticmethod
+    def _calc_kind(block: Any) -> str:
+        # Calc.kind names the calculator; every other block's kind is its directive.
+        kind = getattr(block, "kind", None)
+        return kind if kind in KINDS else str(dict(getattr(block, "values", {}) or {}).get("kind", "memory"))
+
+    def compose(self) -> ComposeResult:
+        with Grid():
+            for name in self.fields:
+                yield Label(name.replace("_", " "))
+                value = self.values.get(name, "")
+                if name == "model":
+                    names = preset_names()
+                    if value not in names:
+                        names.insert(0, str(value))
+                    yield Select([(n, n) for n in names], value=str(value), allow_blank=False, compact=True,
+                                 id="field-model")
+                elif name in CHOICES:
+                    yield Select([(c, c) for c in CHOICES[name]], value=str(value or CHOICES[name][0]),
+                                 allow_blank=False, compact=True, id=f"field-{name}")
+                else:
+                    yield Input(value=shown(value), compact=True, id=f"field-{name}")
+        yield Static(id="output")
+
+    def on_mount(self) -> None:
+        self.recompute()
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _changed(self, event: Input.Changed | Select.Changed) -> None:
+        event.stop()
+        name = (event.control.id or "").removeprefix("field-")
+        if name not in self.fields:
+            return
+        try:
+            self.values[name] = coerce(name, str(event.value)) if isinstance(event, Input.Changed) else event.value
+        except UserError as error:
+            self._show_error(str(error))
+            return
+        self.recompute()
+
+    def recompute(self) -> None:
+        """Compute and show the result, or the one-line reason it cannot be computed."""
+        try:
+            renderable = calc_renderable(self.calc_kind, self.values, self.services.machine)
+        except ValueError as error:  # UserError from theory: say which field is wrong
+            self._show_error(str(error))
+            return
+        output = self.query_one("#output", Static)
+        output.set_classes("")
+        output.update(renderable)
+
+    def _show_error(self, text: str) -> None:
+        output = self.query_one("#output", Static)
+        output.set_classes("error")
+        output.update(text)

@@ -1,0 +1,126 @@
+"""Charts drawn with text: measured-against-theoretical bars and "% of peak" gauges.
+
+Hand-drawn rather than textual-plot: every chart here compares a handful of labelled figures,
+for which a horizontal bar with the number printed beside it reads better than plotted axes, and
+it costs no numpy import at start-up. Numbers are always printed next to the bars, so nothing
+is said by colour alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+FULL, PARTIALS = "█", " ▏▎▍▌▋▊▉"
+
+
+def bar_text(fraction: float, width: int) -> str:
+    """A bar `fraction` (clamped to 0..1) of `width` cells, with eighth-cell resolution."""
+    if width <= 0:
+        return ""
+    eighths = round(min(max(fraction, 0.0), 1.0) * width * 8)
+    full, part = divmod(eighths, 8)
+    text = FULL * full + (PARTIALS[part] if part else "")
+    return text.ljust(width)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One labelled figure: what was measured and what theory says, in one unit."""
+
+    label: str
+    measured: float | None
+    theory: float | None
+    unit: str
+
+
+def _number(value: float | None, unit: str) -> str:
+    if value is None:
+        return "N/A"
+    return f"{value:,.3g} {unit}" if abs(value) < 1000 else f"{value:,.0f} {unit}"
+
+
+def comparison_lines(items: Sequence[Comparison], width: int) -> Text:
+    """Two bars per item (theory, then measured). Bars of one unit share a scale, the largest
+    figure of that unit filling the width; figures in different units are never compared."""
+    label_width = min(max((len(item.label) for item in items), default=0), max(width // 3, 8))
+    tops: dict[str, float] = {}
+    for item in items:
+        for value in (item.measured, item.theory):
+            if value is not None and value > 0:
+                tops[item.unit] = max(tops.get(item.unit, 0.0), value)
+    bar_width = max(width - label_width - 10 - 14, 4)
+    lines = Text()
+    for item in items:
+        top = tops.get(item.unit, 1.0)
+        for kind, value, style in (("theory", item.theory, "blue"), ("measured", item.measured, "green")):
+            label = item.label[:label_width] if kind == "theory" else ""
+            lines.append(label.ljust(label_width), style="bold")
+            lines.append(f" {kind:>8} ", style="dim")
+            if value is None:
+                lines.append("N/A", style="dim")
+            else:
+                lines.append(bar_text(value / top, bar_width), style=style)
+                lines.append(" " + _number(value, item.unit))
+            lines.append("\n")
+    lines.rstrip()
+    return lines
+
+
+class ComparisonBars(Widget):
+    """Measured (green) against theoretical (blue) bars, one pair per figure."""
+
+    DEFAULT_CSS = """
+    ComparisonBars { height: auto; }
+    """
+
+    items: reactive[tuple[Comparison, ...]] = reactive((), layout=True)
+    """The figures drawn, in order."""
+
+    def render(self) -> Text:
+        if not self.items:
+            return Text("nothing measured yet", style="dim")
+        return comparison_lines(self.items, self.size.width or 60)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return max(len(self.items) * 2, 1)
+
+
+def gauge_text(label: str, fraction: float | None, width: int, reason: str = "", suffix: str = "of peak") -> Text:
+    """'label [█████     ] 52.1 % of peak', or the reason when there is no honest percentage."""
+    text = Text(label, style="bold")
+    text.append(" ")
+    if fraction is None:
+        text.append(reason or "no theoretical peak: measured only", style="italic")
+        return text
+    tail = f"] {fraction * 100:5.1f} % {suffix}"
+    inner = max(width - text.cell_len - 1 - len(tail), 4)
+    text.append("[")
+    text.append(bar_text(fraction, inner), style="green" if fraction >= 0.5 else "yellow")
+    text.append(tail)
+    return text
+
+
+class PeakGauge(Widget):
+    """A single "% of peak" gauge; fraction None shows the reason instead of a number."""
+
+    DEFAULT_CSS = """
+    PeakGauge { height: 1; }
+    """
+
+    fraction: reactive[float | None] = reactive(None)
+    """measured / peak, at most 1, or None."""
+
+    def __init__(self, label: str, fraction: float | None = None, reason: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.label = label
+        self.reason = reason
+        self.fraction = fraction
+
+    def render(self) -> Text:
+        return gauge_text(self.label, self.fraction, self.size.width or 60, self.reason)

@@ -1,0 +1,278 @@
+"""The measure block: runs a tutor.labs probe in a thread worker and sets its result beside theory.
+
+The probe runs in `@work(thread=True)`; it reports progress through a callback that posts
+messages (thread-safe) and stops at its next check of a `threading.Event` when the learner
+presses Escape, leaves the lesson or quits. Only one probe runs at a time in the whole app:
+two measurements at once would measure each other.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import Button, ProgressBar, Static
+
+from tutor.errors import UserError
+from tutor.ui.widgets.block import LessonBlock, say
+from tutor.ui.widgets.charts import Comparison, ComparisonBars
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A figure with its unit, 4 significant digits; N/A for None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "N/A"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    magnitude = abs(value)
+    text = f"{value:,.0f}" if magnitude >= 1e4 else f"{value:.4g}"
+    return f"{text} {unit}".strip()
+
+
+def percent_cell(row: Any) -> str:
+    """measured / theory, short: a percentage up to 100 %; above that, never a bare '130 %' for a
+    rate but a pointer to the reason (the row's note, or tutor.theory.peaks.explain_efficiency)."""
+    measured, theory = getattr(row, "measured", None), getattr(row, "theory", None)
+    if measured is None or theory is None or theory == 0:
+        return "-"
+    ratio = measured / theory
+    if ratio <= 1.0:
+        return f"{ratio * 100:.1f} %"
+    if getattr(row, "rate", False) or "/s" in row.unit:
+        if row.note:
+            return "above the peak: see why"  # the note carries the explanation (e.g. the implied clock)
+        from tutor.theory.peaks import explain_efficiency
+
+        return explain_efficiency(float(measured), float(theory)).summary
+    if row.note:
+        return f"{ratio * 100:.1f} %: see note"
+    return f"{ratio * 100:.1f} % (above theory)"
+
+
+def result_table(result: Any) -> Table:
+    """The rows of a ProbeResult: what, measured, theory, % of theory, note or source."""
+    table = Table(expand=True, show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table.add_column("what", ratio=3)
+    table.add_column("measured", justify="right", no_wrap=True)
+    table.add_column("theory", justify="right", no_wrap=True)
+    table.add_column("% of theory", justify="right", ratio=2)
+    table.add_column("why / source", ratio=4)
+    for row in result.rows:
+        note = row.note or row.theory_source
+        table.add_row(row.label, format_value(row.measured, row.unit), format_value(row.theory, row.unit),
+                      percent_cell(row), Text(note, style="dim"))
+    return table
+
+
+def comparisons(result: Any) -> tuple[Comparison, ...]:
+    """Rows that have both figures, for the bar chart."""
+    return tuple(Comparison(row.label, row.measured, row.theory, row.unit) for row in result.rows
+                 if row.measured is not None and row.theory is not None)
+
+
+class ProbeRunner(LessonBlock):
+    """Runs one probe in a thread worker: progress bar, Escape cancels, one runner at a time."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", show=True)]
+
+    running = reactive(False)
+    """True while the probe's worker runs."""
+
+    class Progress(Message):
+        """The probe reported `fraction` done with `text`."""
+
+        def __init__(self, runner: "ProbeRunner", fraction: float, text: str) -> None:
+            super().__init__()
+            self.runner, self.fraction, self.text = runner, fraction, text
+
+        def can_replace(self, message: Message) -> bool:
+            # Only the newest progress of a runner matters; a fast probe must not flood the queue.
+            return isinstance(message, ProbeRunner.Progress) and message.runner is self.runner
+
+    class Finished(Message):
+        """The probe returned (possibly cancelled) or failed with a one-line `error`."""
+
+        def __init__(self, runner: "ProbeRunner", result: Any | None, error: str | None = None) -> None:
+            super().__init__()
+            self.runner, self.result, self.error = runner, result, error
+
+    def __init__(self, block: Any, **kwargs: Any) -> None:
+        super().__init__(block, **kwargs)
+        self._cancel = threading.Event()
+        self.result: Any | None = None
+
+    @property
+    def probe_name(self) -> str:
+        return self.block.probe
+
+    @property
+    def params(self) -> dict:
+        return dict(getattr(self.block, "params", {}) or {})
+
+    def params_for(self, probe: Any) -> dict:
+        """The block's params, plus the learner's chosen device (settings) where the probe takes one
+        and the lesson does not pin it."""
+        params = self.params
+        device = getattr(self.services.settings, "device", "auto")
+        if device != "auto" and "device" in getattr(probe, "default_params", {}) and "device" not in params:
+            params["device"] = device
+        return params
+
+    def start_probe(self) -> None:
+        """Start the probe (cancelling any other runner in the app first)."""
+        if self.running:
+            return
+        try:
+            probe = self.services.probe(self.probe_name)
+        except UserError as error:
+            self._show_error(str(error))
+            return
+        active = getattr(self.app, "active_runner", None)
+        if active is not None and active is not self:
+            active.cancel()
+        self.app.active_runner = self
+        self._cancel = threading.Event()
+        self.running = True
+        bar = self.query_one(ProgressBar)
+        bar.update(total=100, progress=0)
+        self._set_status(f"running {probe.title if hasattr(probe, 'title') else self.probe_name}… "
+                         "(Escape cancels)")
+        self._run(probe, self.params_for(probe), self._cancel)
+
+    @work(thread=True, exclusive=True, group="probe", exit_on_error=False, description="Running a probe")
+    def _run(self, probe: Any, params: dict, cancel: threading.Event) -> None:
+        def progress(fraction: float, text: str) -> None:
+            self.post_message(self.Progress(self, fraction, text))
+
+        try:
+            result = probe.run(params, progress, cancel)
+        except UserError as error:
+            self.post_message(self.Finished(self, None, str(error)))
+        except Exception as error:  # a broken probe is a message in its block, never a traceback
+            detail = str(error).splitlines()[0] if str(error) else ""
+            self.post_message(self.Finished(self, None, f"{type(error).__name__}: {detail}".rstrip(": ")))
+        else:
+            self.post_message(self.Finished(self, result))
+
+    def cancel(self) -> None:
+        """Ask the probe to stop at its next check; the result keeps what finished."""
+        if self.running:
+            self._cancel.set()
+            if self.is_attached:
+                self._set_status("cancelling…")
+
+    def on_unmount(self) -> None:
+        # Leaving the lesson or quitting: nobody would see the result, so stop measuring.
+        self._cancel.set()
+        if getattr(self.app, "active_runner", None) is self:
+            self.app.active_runner = None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Escape belongs to this block only while it runs; otherwise it reaches the screen.
+        if action == "cancel":
+            return self.running
+        return True
+
+    def action_cancel(self) -> None:
+        self.cancel()
+
+    def watch_running(self, running: bool) -> None:
+        self.refresh_bindings()
+
+    @on(Progress)
+    def _on_progress(self, message: Progress) -> None:
+        message.stop()
+        if message.runner is not self:
+            return
+        self.query_one(ProgressBar).update(progress=max(0.0, min(message.fraction, 1.0)) * 100)
+        self._set_status(f"{message.text} (Escape cancels)")
+
+    @on(Finished)
+    def _on_finished(self, message: Finished) -> None:
+        message.stop()
+        if message.runner is not self:
+            return
+        self.running = False
+        if getattr(self.app, "active_runner", None) is self:
+            self.app.active_runner = None
+        if message.error is not None:
+            self._show_error(message.error)
+            return
+        self.result = message.result
+        self.query_one(ProgressBar).update(progress=100)
+        self.show_result(message.result)
+
+    def show_result(self, result: Any) -> None:
+        raise NotImplementedError
+
+    def _set_status(self, text: str) -> None:
+        status = self.query_one("#status", Static)
+        status.set_classes("status")
+        status.update(text)
+
+    def _show_error(self, text: str) -> None:
+        self.running = False
+        status = self.query_one("#status", Static)
+        status.set_classes("error")
+        status.update(text)
+
+
+class MeasureBlock(ProbeRunner):
+    """```measure: run a probe on this machine and read its result against theory."""
+
+    TITLE = "Measure on this machine"
+    HELP = """\
+## Measure block
+
+Runs a real measurement (a *probe*) on this machine in the background: the app stays usable.
+
+- **Enter** on *Run* starts it; **Escape** cancels it (what finished is kept).
+- The table sets each **measured** figure beside **theory** (from `tutor.theory`) with the
+  percentage and the reason for any gap. A figure above theory is never shown as "130 %":
+  the app says which assumption behind the theory must be wrong instead.
+"""
+
+    def compose(self) -> ComposeResult:
+        explain = getattr(self.block, "explain", "")
+        yield Static(Text.assemble(("probe ", "dim"), (self.probe_name, "bold"),
+                                   ("  " + self._param_text() if self.block.params else "", "dim")))
+        with Horizontal(classes="row"):
+            yield Button("Run", id="run", variant="primary")
+            yield ProgressBar(total=100, show_eta=False, id="progress")
+        yield Static("press Run (Enter) to measure", id="status", classes="status")
+        yield Static(id="table")
+        yield ComparisonBars(id="bars")
+        yield Static(explain, id="explain", classes="status")
+
+    def _param_text(self) -> str:
+        return ", ".join(f"{key}={value}" for key, value in self.params.items())
+
+    def on_mount(self) -> None:
+        for name in ("#explain", "#bars", "#table"):
+            self.query_one(name).display = False
+
+    @on(Button.Pressed, "#run")
+    def _run_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.start_probe()
+
+    def show_result(self, result: Any) -> None:
+        cancelled = getattr(result, "cancelled", False)
+        self._set_status(("cancelled: the rows below are what finished. " if cancelled else "")
+                         + (getattr(result, "summary", "") or "done"))
+        say(self.query_one("#table", Static), result_table(result))
+        bars = self.query_one("#bars", ComparisonBars)
+        bars.items = comparisons(result)
+        bars.display = bool(bars.items)
+        self.query_one("#explain").display = bool(getattr(self.block, "explain", ""))
+        if not cancelled:
+            self.complete()

@@ -1,0 +1,119 @@
+"""The predict block: the learner commits a guess, then the probe measures it, then both are compared."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Button, Input, ProgressBar, Static
+
+from tutor.ui.widgets.block import say
+from tutor.ui.widgets.measure import ProbeRunner, format_value, result_table
+
+
+def parse_guess(text: str) -> float:
+    """A guess as a number: '3', '3.5x', '2e9', '1,200' (a trailing unit word is ignored)."""
+    cleaned = text.strip().replace(",", "").replace("×", "").replace("_", "")
+    while cleaned and not (cleaned[-1].isdigit() or cleaned[-1] == "."):
+        cleaned = cleaned[:-1].rstrip()
+    try:
+        value = float(cleaned)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number: type one such as 3.5") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite number")
+    return value
+
+
+def verdict(predicted: float, measured: float) -> str:
+    """How far the guess was, as a ratio (the right measure for quantities spanning decades)."""
+    if measured == 0 or predicted == 0:
+        return "exact" if measured == predicted else "one of them is zero: no ratio"
+    ratio = predicted / measured
+    if ratio <= 0:
+        return "the sign was wrong"
+    factor = max(ratio, 1 / ratio)
+    if factor <= 1.1:
+        return f"within {(factor - 1) * 100:.0f} %: well predicted"
+    direction = "too high" if ratio > 1 else "too low"
+    return f"{factor:.2g}x {direction}"
+
+
+class PredictBlock(ProbeRunner):
+    """```predict: commit a number first, then measure it on this machine and compare."""
+
+    TITLE = "Predict, then measure"
+    HELP = """\
+## Predict block
+
+Commit to a guess **before** measuring: type a number and press **Enter** (or *Commit*).
+The probe then runs on this machine (Escape cancels) and the block compares your guess with
+the measured value as a ratio ("2.1x too high"). Your predictions are saved with your progress.
+"""
+
+    def compose(self) -> ComposeResult:
+        unit = getattr(self.block, "unit", "")
+        yield Static(Text(self.block.question, style="bold"))
+        with Horizontal(classes="row"):
+            yield Input(placeholder=f"your guess{f' ({unit})' if unit else ''}", id="guess")
+            yield Button("Commit", id="commit", variant="primary")
+        yield ProgressBar(total=100, show_eta=False, id="progress")
+        yield Static("guess first: the measurement starts when you commit", id="status", classes="status")
+        yield Static(id="verdict")
+        yield Static(id="table")
+
+    def on_mount(self) -> None:
+        for name in ("#progress", "#verdict", "#table"):
+            self.query_one(name).display = False
+        if self.done:
+            self._set_status("predicted and measured before; commit again to re-run")
+
+    @on(Input.Submitted, "#guess")
+    @on(Button.Pressed, "#commit")
+    def _commit(self, event: Input.Submitted | Button.Pressed) -> None:
+        event.stop()
+        if self.running:
+            return
+        text = self.query_one("#guess", Input).value
+        try:
+            self.predicted = parse_guess(text)
+        except ValueError as error:
+            self._show_error(str(error))
+            return
+        self.query_one("#guess", Input).disabled = True
+        self.query_one("#commit", Button).disabled = True
+        self.query_one("#progress").display = True
+        self.start_probe()
+
+    def _unlock(self) -> None:
+        self.query_one("#guess", Input).disabled = False
+        self.query_one("#commit", Button).disabled = False
+
+    def _show_error(self, text: str) -> None:
+        super()._show_error(text)
+        self._unlock()
+
+    def show_result(self, result: Any) -> None:
+        self._unlock()
+        metric = self.block.metric
+        unit = getattr(self.block, "unit", "")
+        measured = getattr(result, "metrics", {}).get(metric)
+        say(self.query_one("#table", Static), result_table(result))
+        if getattr(result, "cancelled", False) or measured is None:
+            why = "cancelled before" if getattr(result, "cancelled", False) else "the probe did not report"
+            self._set_status(f"{why} {metric}: commit again to measure")
+            return
+        self._set_status(getattr(result, "summary", "") or "measured")
+        say(self.query_one("#verdict", Static), Text.assemble(
+            "you predicted ", (format_value(self.predicted, unit), "bold"),
+            ", measured ", (format_value(float(measured), unit), "bold"),
+            ": ", (verdict(self.predicted, float(measured)), "bold")))
+        try:
+            self.services.progress.record_prediction(self.lesson_id, self.block_id, self.predicted, float(measured))
+        except Exception as error:  # progress is a convenience: a full disk must not break the lesson
+            self.notify(f"prediction not saved: {error}", severity="warning")
+        self.complete()
