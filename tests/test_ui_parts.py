@@ -267,7 +267,8 @@ def test_calculators_reject_bad_fields():
 
 def test_capacity_is_gpu_memory_or_available_ram():
     assert machine_capacity(fake_machine()) == (20 * GiB, "this machine's available RAM", False)
-    assert machine_capacity(fake_machine(gpu=True))[0] == 80 * 10**9
+    # A GPU offers its free memory, as `tensor-tutor fit` counts it (tutor.hardware.memory_budget).
+    assert machine_capacity(fake_machine(gpu=True))[:2] == (79 * 10**9, "GPU 0: NVIDIA H100 80GB HBM3 free memory")
 
 
 # ---- bench rows ----------------------------------------------------------------------------------

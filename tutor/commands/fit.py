@@ -7,56 +7,13 @@ psutil (CPU) reports as free right now.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-
 import click
 
 from tutor.errors import UserError
+from tutor.hardware.memory_budget import DeviceBudget, device_budget
 from tutor.theory import fit as fitting
 from tutor.theory.lora import parse_lora_targets
-from tutor.theory.units import GB, GiB, parse_bytes, parse_count
-
-
-@dataclass(frozen=True)
-class DeviceBudget:
-    """The memory one device offers the model, and where that figure comes from."""
-
-    name: str
-    kind: str            # "cuda", "cpu" or "given"
-    capacity: int | None  # bytes available to the model; None when unknown
-    source: str
-    gpu: bool
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "capacity_bytes": self.capacity, "source": self.source}
-
-
-def device_budget(spec: str | None) -> DeviceBudget:
-    """The device to fit on: a size ('24GiB'), a GPU index ('0'), 'cpu', or this machine's first GPU
-    (else its RAM). A GPU's budget is its free memory now (NVML); a CPU's is available RAM (psutil)."""
-    if spec is not None and spec.strip() and not spec.strip().isdigit() and spec.strip().lower() != "cpu":
-        capacity = parse_bytes(spec)
-        return DeviceBudget(f"a {spec.strip()} device", "given", capacity, "--device (as given)", gpu=True)
-    from tutor.hardware import detect_machine
-
-    machine = detect_machine()
-    if spec is not None and spec.strip().isdigit():
-        index = int(spec)
-        if not machine.gpus:
-            reason = machine.nvml.reason or "NVML found no NVIDIA GPU"
-            raise UserError(f"no GPU {index} on this machine ({reason}); use --device 24GiB for a card you do not have")
-        if index >= len(machine.gpus):
-            raise UserError(f"no GPU {index}: this machine has {len(machine.gpus)} (0..{len(machine.gpus) - 1})")
-        return _gpu_budget(machine.gpus[index])
-    if spec is None and machine.gpus:
-        return _gpu_budget(machine.gpus[0])
-    cpu = machine.cpu
-    name = f"CPU RAM ({cpu.model_name})" if cpu.model_name else "CPU RAM"
-    return DeviceBudget(name, "cpu", cpu.ram_available_bytes, "available RAM now (psutil)", gpu=False)
-
-
-def _gpu_budget(gpu) -> DeviceBudget:
-    return DeviceBudget(f"GPU {gpu.index}: {gpu.name}", "cuda", gpu.memory_free_bytes, "free memory now (NVML)", gpu=True)
+from tutor.theory.units import GB, GiB, parse_count
 
 
 def _size(value: int) -> str:

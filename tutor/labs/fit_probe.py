@@ -19,17 +19,11 @@ COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "o
 
 def _capacity(params: dict) -> tuple[int | None, str, bool, str]:
     """(bytes available, where the figure comes from, is it a GPU, device name)."""
-    if params["capacity"]:
-        from tutor.theory.units import parse_bytes
+    from tutor.hardware.memory_budget import device_budget
 
-        return parse_bytes(params["capacity"]), "given", True, f"a {params['capacity']} device"
-    from tutor.hardware import detect_machine
-
-    machine = detect_machine()
-    if machine.gpus and params["device"] != "cpu":
-        gpu = machine.gpus[0]
-        return gpu.memory_free_bytes, "free GPU memory now (NVML)", True, f"cuda:0 ({gpu.name})"
-    return machine.cpu.ram_available_bytes, "available RAM now (psutil)", False, "cpu"
+    budget = device_budget(params["capacity"] or ("cpu" if params["device"] == "cpu" else None))
+    device = {"cpu": "cpu", "cuda": budget.name.replace("GPU ", "cuda:", 1)}.get(budget.kind, budget.name)
+    return budget.capacity, budget.source, budget.gpu, device
 
 
 def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:

@@ -83,12 +83,12 @@ def shown(value: Any) -> str:
 
 
 def machine_capacity(machine: Any) -> tuple[int | None, str, bool]:
-    """(bytes, what they are, is a GPU): the first GPU's total memory, else available RAM."""
-    gpus = getattr(machine, "gpus", None)
-    if gpus:
-        gpu = gpus[0]
-        return gpu.memory_total_bytes, f"GPU 0 ({gpu.name}) memory", True
-    return machine.cpu.ram_available_bytes, "this machine's available RAM", False
+    """(bytes, what they are, is a GPU): what `tensor-tutor fit` compares with on this machine."""
+    from tutor.hardware.memory_budget import device_budget
+
+    budget = device_budget(None, machine)
+    name = "this machine's available RAM" if budget.kind == "cpu" else f"{budget.name} free memory"
+    return budget.capacity, name, budget.gpu
 
 
 def build_request(values: dict[str, Any], *, gpu: bool) -> fitting.FitRequest:
