@@ -374,8 +374,11 @@ def _activations(arch: Architecture, request: FitRequest, stage, stage_layers: r
     common = dict(seq_len=s, batch=b, attention=request.attention, tp=t,
                   sequence_parallel=request.sequence_parallel)
     moe_flags = arch.layer_is_moe
-    stored = sum(activation_bytes_per_layer(**common, **_layer_shape(arch, moe_flags[i]),
-                                            recompute=request.recompute) for i in stage_layers)
+    # Layers come in at most two shapes (dense, MoE): compute each once and count them.
+    moe_count = sum(moe_flags[i] for i in stage_layers)
+    stored = sum(count * activation_bytes_per_layer(**common, **_layer_shape(arch, is_moe),
+                                                    recompute=request.recompute)
+                 for is_moe, count in ((False, len(stage_layers) - moe_count), (True, moe_count)) if count)
     n_bytes = stored * in_flight
     formula = (f"{len(stage_layers)} layers x Korthikanti per-layer bytes (recompute {request.recompute}, "
                f"{request.attention}) x {float(in_flight):g} micro-batches in flight")
