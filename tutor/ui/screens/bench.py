@@ -24,6 +24,7 @@ from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
 from tutor.ui.widgets.device_header import DeviceHeader, device_title
 from tutor.ui.widgets.live_pane import LivePane
 from tutor.ui.widgets.measure import format_value
+from tutor.ui.workers import yield_cpu_to_the_interface
 
 
 def rows_table(rows: Any) -> Table:
@@ -115,6 +116,8 @@ Every run is saved to the results notebook (`tensor-tutor bench history`).
 
     @work(thread=True, exclusive=True, group="bench", exit_on_error=False, description="Benchmark suite")
     def _run(self, cancel: threading.Event) -> None:
+        yield_cpu_to_the_interface()
+
         def progress(fraction: float, text: str) -> None:
             self.post_message(self.Progress(fraction, text))
 

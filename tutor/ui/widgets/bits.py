@@ -16,6 +16,7 @@ from textual.widgets import Button, Input, Static
 
 from tutor.theory import formats
 from tutor.ui.widgets.block import LessonBlock
+from tutor.ui.workers import yield_cpu_to_the_interface
 
 
 def float_formats() -> tuple[str, ...]:
@@ -158,6 +159,7 @@ hardware stores exactly what the theory says (the first use loads torch: a few s
 
     @work(thread=True, exclusive=True, group="torch-cast", exit_on_error=False)
     def _cast(self, value: str) -> None:
+        yield_cpu_to_the_interface()  # the first cast imports torch (seconds of CPU)
         try:
             cast = self.services.torch_cast(value, self.format_names)
         except Exception as error:  # no torch, or an odd value: a line in the block, not a crash

@@ -25,6 +25,7 @@ from textual.widgets import Button, ProgressBar, Static
 from tutor.errors import UserError
 from tutor.ui.widgets.block import LessonBlock, say
 from tutor.ui.widgets.charts import Comparison, ComparisonBars
+from tutor.ui.workers import yield_cpu_to_the_interface
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -150,6 +151,8 @@ class ProbeRunner(LessonBlock):
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False, description="Running a probe")
     def _run(self, probe: Any, params: dict, cancel: threading.Event) -> None:
+        yield_cpu_to_the_interface()
+
         def progress(fraction: float, text: str) -> None:
             self.post_message(self.Progress(self, fraction, text))
 
