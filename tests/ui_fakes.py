@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from tutor.hardware.cpu import CacheLevel, Clock, CpuInfo, CpuPeak
 from tutor.hardware.machine import Machine
 from tutor.hardware.nvidia import GpuInfo, NvmlStatus
 from tutor.hardware.sampler import GpuSample, Sample
+from tutor.labs import Measurement, ProbeResult
+from tutor.lessons.grading import Grade
+from tutor.lessons.model import Bits, Calc, Lesson, Measure, Predict, Prose, Quiz, Track
+from tutor.lessons.model import LessonInfo as Info
 from tutor.ui.services import BenchOutcome, BenchRow, Services
 
 NO_DRIVER = "no NVIDIA driver found (NVML: NVML Shared Library Not Found)"
@@ -72,28 +76,6 @@ class FakeSampler:
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """tutor.labs.Measurement's fixed fields (kept here so the snapshots do not follow the labs)."""
-
-    label: str
-    measured: float | None
-    unit: str
-    theory: float | None = None
-    theory_source: str = ""
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    probe: str
-    rows: tuple
-    metrics: dict
-    summary: str
-    cancelled: bool = False
-    device: str = "cpu"
-
-
-@dataclass(frozen=True)
 class FakeProbe:
     """A probe with a canned result; `slow` ones wait (reporting progress) until cancelled."""
 
@@ -133,106 +115,6 @@ class BrokenProbe(FakeProbe):
 
 # ---- a small curriculum in the engine's shapes -----------------------------------------------
 
-@dataclass(frozen=True)
-class Info:
-    id: str
-    title: str
-    track: str
-    minutes: int
-    prerequisites: tuple[str, ...]
-    summary: str
-
-
-@dataclass(frozen=True)
-class Track:
-    id: str
-    title: str
-    summary: str
-    lesson_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Prose:
-    text: str
-    line: int = 1
-    id: str = ""
-    directive: ClassVar[str] = "prose"
-    kind: ClassVar[str] = "prose"
-
-
-@dataclass(frozen=True)
-class Bits:
-    value: str
-    formats: tuple[str, ...]
-    line: int = 1
-    id: str = "bits-1"
-    directive: ClassVar[str] = "bits"
-    kind: ClassVar[str] = "bits"
-
-
-@dataclass(frozen=True)
-class Calc:
-    kind: str
-    model: str | None
-    fields: tuple[str, ...]
-    values: dict
-    line: int = 1
-    id: str = "calc-1"
-    directive: ClassVar[str] = "calc"
-
-
-@dataclass(frozen=True)
-class Measure:
-    probe: str
-    params: dict
-    explain: str
-    line: int = 1
-    id: str = "measure-1"
-    directive: ClassVar[str] = "measure"
-    kind: ClassVar[str] = "measure"
-
-
-@dataclass(frozen=True)
-class Predict:
-    id: str
-    question: str
-    probe: str
-    params: dict
-    metric: str
-    unit: str
-    line: int = 1
-    directive: ClassVar[str] = "predict"
-    kind: ClassVar[str] = "predict"
-
-
-@dataclass(frozen=True)
-class Quiz:
-    id: str
-    question: str
-    kind: str
-    choices: tuple[str, ...]
-    answer: Any
-    answer_expr: str | None
-    tolerance: float
-    hints: tuple[str, ...]
-    explanation: str
-    line: int = 1
-    directive: ClassVar[str] = "quiz"
-
-
-@dataclass(frozen=True)
-class Lesson:
-    info: Info
-    blocks: tuple
-
-
-@dataclass(frozen=True)
-class Grade:
-    correct: bool
-    message: str
-    expected: str
-
-
 def fake_grade(quiz: Any, answer: str, *, device: Any = None) -> Grade:
     """Numbers within the relative tolerance, choices by index, text case-insensitively."""
     if quiz.kind == "number":
@@ -256,7 +138,7 @@ def fake_render_values(text: str, *, device: Any = None) -> str:
 LESSONS = (
     Lesson(Info("precision/bits", "What a float is made of", "precision", 8, (), "Sign, exponent, mantissa"), (
         Prose("A float has **three fields**. Six times eight is {{ 6 * 8 }}."),
-        Bits("0.1", ("fp32", "bf16", "fp16", "fp8-e4m3")),
+        Bits("0.1", ("fp32", "bf16", "fp16", "fp8-e4m3"), id="bits-1"),
         Prose("Which format keeps FP32's range?"),
         Quiz("bf16-range", "Which 16-bit format keeps FP32's exponent?", "choice", ("fp16", "bf16", "int8"), 1, None,
              0.0, ("Count the exponent bits.",), "BF16 keeps 8 exponent bits."),
@@ -266,14 +148,14 @@ LESSONS = (
     Lesson(Info("precision/speed", "Lower precision, more speed?", "precision", 10, ("precision/bits",),
                 "Measure matmul per dtype"), (
         Prose("Now measure it."),
-        Measure("matmul", {"dtypes": ["fp32", "bf16"], "budget_s": 2}, "BF16 is emulated here."),
+        Measure("matmul", {"dtypes": ["fp32", "bf16"], "budget_s": 2}, "BF16 is emulated here.", id="measure-1"),
         Predict("bf16-speedup", "How many times faster is BF16 than FP32 here?", "matmul",
                 {"dtypes": ["fp32", "bf16"]}, "speedup_bf16_over_fp32", "x"),
     )),
     Lesson(Info("memory/train", "Training needs more memory", "memory", 12, (), "Weights, grads, Adam"), (
         Prose("Training holds weights, gradients and optimizer states."),
-        Calc("memory", "llama-3.1-8b", ("model", "mode", "batch", "seq"), {"mode": "train"}),
-        Measure("slow", {}, "This one never finishes by itself."),
+        Calc("memory", "llama-3.1-8b", ("model", "mode", "batch", "seq"), {"mode": "train"}, id="calc-1"),
+        Measure("slow", {}, "This one never finishes by itself.", id="measure-1"),
     )),
 )
 TRACKS = (
