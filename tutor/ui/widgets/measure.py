@@ -12,6 +12,7 @@ import math
 import threading
 from typing import Any
 
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -72,6 +73,34 @@ def result_table(result: Any) -> Table:
         table.add_row(row.label, format_value(row.measured, row.unit), format_value(row.theory, row.unit),
                       percent_cell(row), Text(note, style="dim"))
     return table
+
+
+class ResultView:
+    """A ProbeResult's rows: the table where it has room, else one short paragraph per row
+    (a five-column table in the 50 columns a measure block gets beside the live pane is unreadable)."""
+
+    TABLE_MIN_WIDTH = 90
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def __bool__(self) -> bool:
+        return bool(self.result.rows)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if options.max_width >= self.TABLE_MIN_WIDTH:
+            yield result_table(self.result)
+            return
+        for row in self.result.rows:
+            figures = Text("  measured ", style="dim").append(format_value(row.measured, row.unit), style="bold")
+            if row.theory is not None:
+                figures.append("  theory ", style="dim").append(format_value(row.theory, row.unit))
+                figures.append(f"  {percent_cell(row)}")
+            yield Text(row.label)
+            yield figures
+            note = row.note or row.theory_source
+            if note:
+                yield Text(f"  {note}", style="dim")
 
 
 def comparisons(result: Any) -> tuple[Comparison, ...]:
@@ -272,7 +301,7 @@ Runs a real measurement (a *probe*) on this machine in the background: the app s
         cancelled = getattr(result, "cancelled", False)
         self._set_status(("cancelled: the rows below are what finished. " if cancelled else "")
                          + (getattr(result, "summary", "") or "done"))
-        say(self.query_one("#table", Static), result_table(result))
+        say(self.query_one("#table", Static), ResultView(result))
         bars = self.query_one("#bars", ComparisonBars)
         bars.items = comparisons(result)
         bars.display = bool(bars.items)

@@ -12,7 +12,7 @@ from textual.containers import Horizontal
 from textual.widgets import Button, Input, ProgressBar, Static
 
 from tutor.ui.widgets.block import say
-from tutor.ui.widgets.measure import ProbeRunner, format_value, result_table
+from tutor.ui.widgets.measure import ProbeRunner, ResultView, format_value
 
 
 def parse_guess(text: str) -> float:
@@ -102,7 +102,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         metric = self.block.metric
         unit = getattr(self.block, "unit", "")
         measured = getattr(result, "metrics", {}).get(metric)
-        say(self.query_one("#table", Static), result_table(result))
+        say(self.query_one("#table", Static), ResultView(result))
         if getattr(result, "cancelled", False) or measured is None:
             why = "cancelled before" if getattr(result, "cancelled", False) else "the probe did not report"
             self._set_status(f"{why} {metric}: commit again to measure")
