@@ -32,7 +32,7 @@ from tutor.theory.memory import (
     training_recipe,
     weight_format,
 )
-from tutor.theory.models import Architecture, ParamCount, count_parameters, parameters_per_layer
+from tutor.theory.models import Architecture, LayerParams, ParamCount, count_parameters, parameters_per_layer
 from tutor.theory.parallel import pipeline_stages, zero_model_states
 from tutor.theory.units import GiB
 
@@ -186,7 +186,7 @@ def estimate(arch: Architecture, request: FitRequest) -> FitEstimate:
     for stage in pipeline_stages(arch.num_layers, request.pp, tied_embeddings=arch.tie_word_embeddings):
         stage_layers = range(start, start + stage.layers)
         start += stage.layers
-        stages.append(_stage_memory(arch, params, request, stage, stage_layers, final_norm, trainable))
+        stages.append(_stage_memory(arch, params, layers, request, stage, stage_layers, final_norm, trainable))
     notes = _notes(arch, request)
     return FitEstimate(arch=arch, params=params, total_params=params.total, request=request,
                        trainable_params=trainable, stages=tuple(stages), notes=notes)
@@ -240,10 +240,12 @@ class _StageParams:
         return self.dense + self.expert
 
 
-def _stage_params(arch: Architecture, params: ParamCount, request: FitRequest, stage, stage_layers: range,
-                  final_norm: int) -> _StageParams:
+def _stage_params(arch: Architecture, params: ParamCount, layers: tuple[LayerParams, ...], request: FitRequest,
+                  stage, stage_layers: range, final_norm: int) -> _StageParams:
     tp, ep = request.tp, request.ep
-    layers = parameters_per_layer(arch)
+    # Linear weights per layer shape (dense or MoE), counted once rather than once per layer.
+    linear_weights = {is_moe: quantizable_weights_per_layer(arch, moe_layer=is_moe)
+                      for is_moe in {layers[index].is_moe for index in stage_layers}}
     dense = expert = quantizable = 0
     for index in stage_layers:
         layer = layers[index]
@@ -252,7 +254,7 @@ def _stage_params(arch: Architecture, params: ParamCount, request: FitRequest, s
         dense += math.ceil(Fraction(layer.attention + shared_mlp, tp)) + layer.router + layer.norms
         # Megatron's classic layout: experts split over ep ranks, each expert tensor-parallel over tp.
         expert += math.ceil(Fraction(routed, ep * tp))
-        linear = quantizable_weights_per_layer(arch, moe_layer=layer.is_moe)
+        linear = linear_weights[layer.is_moe]
         quantizable += math.ceil(Fraction(linear - routed, tp)) + math.ceil(Fraction(routed, ep * tp))
     if stage.input_embedding:
         dense += math.ceil(Fraction(params.embedding, tp)) + params.position_embedding
@@ -264,9 +266,9 @@ def _stage_params(arch: Architecture, params: ParamCount, request: FitRequest, s
     return _StageParams(dense=dense, expert=expert, quantizable=quantizable, sixteen_bit=total - quantizable)
 
 
-def _stage_memory(arch: Architecture, params: ParamCount, request: FitRequest, stage, stage_layers: range,
-                  final_norm: int, trainable: int) -> DeviceMemory:
-    resident = _stage_params(arch, params, request, stage, stage_layers, final_norm)
+def _stage_memory(arch: Architecture, params: ParamCount, layers: tuple[LayerParams, ...], request: FitRequest,
+                  stage, stage_layers: range, final_norm: int, trainable: int) -> DeviceMemory:
+    resident = _stage_params(arch, params, layers, request, stage, stage_layers, final_norm)
     components: list[Component] = []
     if request.mode == "inference" and request.stored_weight_bytes is not None:
         share = Fraction(resident.total, params.total)
@@ -428,7 +430,8 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
                              sliding_layers=len(sliding), tp=request.tp, kv_heads=kv_heads)
     width = ("(kv_lora_rank + rope dim) latent" if arch.uses_mla
              else f"2 x {arch.num_kv_heads} KV heads x {arch.head_dim}")
-    formula = f"{len(stage_layers)} layers x {width} x {request.seq_len} tokens x {request.batch} seqs x {element} B ({kv_name})"
+    formula = (f"{len(stage_layers)} layers x {width} x {request.seq_len} tokens x {request.batch} seqs"
+               f" x {element} B ({kv_name})")
     if sliding:
         formula += f"; {len(sliding)} sliding-window layers cap at {arch.sliding_window} tokens"
     if request.tp > 1:
@@ -459,7 +462,8 @@ def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
         notes.append(f"seq {request.seq_len:,} exceeds the model's trained context of "
                      f"{arch.max_position_embeddings:,} tokens")
     if weight_format(request.dtype).name not in UNQUANTIZED:
-        notes.append("quantized formats store the blocks' linear weights low-bit; embeddings, head and norms stay 16-bit")
+        notes.append("quantized formats store the blocks' linear weights low-bit; "
+                     "embeddings, head and norms stay 16-bit")
     return tuple(notes)
 
 
