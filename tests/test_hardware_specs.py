@@ -6,9 +6,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tutor.hardware.specs import SPEC_DTYPES, SPECS, SPECS_BY_KEY, match_gpu_spec
+from tutor.hardware.specs import (
+    DRIVER_MEMORY,
+    GPU_ALIASES,
+    SPEC_DTYPES,
+    SPECS,
+    SPECS_BY_KEY,
+    close_gpu_names,
+    lookup_gpu_spec,
+    match_gpu_spec,
+)
 from tutor.theory import peaks
-from tutor.theory.units import GB
+from tutor.theory.units import GB, MiB
 
 REQUIRED = {"v100-sxm2-16gb", "v100-pcie-16gb", "a100-40gb", "a100-80gb-sxm", "a100-80gb-pcie", "a10", "a10g",
             "l4", "l40s", "h100-sxm", "h100-pcie", "h100-nvl", "h200-sxm", "h200-nvl", "b200", "rtx-3090",
@@ -116,9 +125,50 @@ def test_unknown_or_ambiguous_names_match_nothing(name):
     assert match_gpu_spec(name) is None
 
 
-def test_memory_sizes_are_decimal_gb():
-    assert SPECS_BY_KEY["h100-sxm"].memory_bytes == 80 * GB
-    assert SPECS_BY_KEY["b200"].memory_bytes == 180 * GB
+def test_datasheet_sizes_are_decimal_gb():
+    assert SPECS_BY_KEY["h100-sxm"].memory_datasheet == 80 * GB
+    assert SPECS_BY_KEY["b200"].memory_datasheet == 180 * GB
+
+
+def test_capacity_is_what_the_driver_reports():
+    # nvidia-smi on an H100 80GB HBM3: "0MiB /  81559MiB" (85,520,809,984 bytes), not 80e9.
+    assert SPECS_BY_KEY["h100-sxm"].memory_bytes == 81559 * MiB == 85_520_809_984
+    assert "81559MiB" in SPECS_BY_KEY["h100-sxm"].memory_source
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: spec.key)
+def test_every_capacity_has_a_source_and_is_near_its_marketing_size(spec):
+    assert spec.memory_source
+    assert spec.memory_bytes is not None and spec.memory_datasheet is not None
+    # Sanity bound only: real reports run from -6% (ECC carve-outs) to +7.4% (GiB-sized parts) of "N GB".
+    assert 0.9 * spec.memory_datasheet <= spec.memory_bytes <= 1.1 * spec.memory_datasheet
+    if spec.key in DRIVER_MEMORY:
+        assert "http" in spec.memory_source or "weakly sourced" in spec.memory_source
+    else:
+        assert spec.memory_source.startswith("datasheet size") and spec.memory_bytes == spec.memory_datasheet
+
+
+@pytest.mark.parametrize(("typed", "key"), [
+    ("h100", "h100-sxm"), ("H100_SXM", "h100-sxm"), ("h100 pcie", "h100-pcie"), ("a100-40gb", "a100-40gb"),
+    ("A100 40GB", "a100-40gb"), ("a100", "a100-80gb-sxm"), ("rtx-4090", "rtx-4090"), ("RTX4090", "rtx-4090"),
+    ("4090", "rtx-4090"), ("l4", "l4"), ("mi300x", "mi300x"), ("h200", "h200-sxm"), ("nvidia-h100", "h100-sxm"),
+    ("NVIDIA A100-SXM4-80GB", "a100-80gb-sxm"),
+])
+def test_typed_card_names_resolve_to_one_table_entry(typed, key):
+    spec, _ = lookup_gpu_spec(typed)
+    assert spec.key == key
+
+
+def test_a_short_name_that_covers_several_skus_says_which_it_picked():
+    _, note = lookup_gpu_spec("a100")
+    assert "SXM4 80GB" in note and "a100-40gb" in note
+    assert lookup_gpu_spec("h100-sxm")[1] == ""
+
+
+def test_every_alias_points_at_a_table_key_and_unknown_names_get_close_matches():
+    assert all(key in SPECS_BY_KEY for key, _ in GPU_ALIASES.values())
+    assert lookup_gpu_spec("h1000") is None and lookup_gpu_spec("rtx-4080") is None
+    assert "h100" in close_gpu_names("h1000")
 
 
 @given(st.text())

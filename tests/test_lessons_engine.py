@@ -142,6 +142,8 @@ def test_quiz_consistency(body: str, expected: str) -> None:
     ('kind = "memory"\nmodel = "llama-3.1-8b"\nbatch = 0', "batch must be a whole number"),
     ('kind = "memory"\nmodel = "llama-3.1-8b"\nzero = 4', "zero must be a whole number from 0 to 3"),
     ('kind = "memory"\nmodel = "llama-3.1-8b"\nmode = "serve"', "mode must be one of"),
+    ('kind = "memory"\nmodel = "llama-3.1-8b"\nimpl = "triton"', "impl must be one of hf, fused"),
+    ('kind = "memory"\nmodel = "llama-3.1-8b"\nattention = "paged"', "attention must be one of eager, sdpa, flash"),
     ('kind = "memory"\nmodel = "llama-3.1-8b"\ndtype = "fp13"', "fp13"),
     ('kind = "roofline"\nzero = 1', "a roofline calculator has no field 'zero'"),
     ('kind = "memory"\nfields = ["model", "m"]', "cannot show m"),
@@ -159,6 +161,18 @@ def test_calc_values_become_a_fit_request() -> None:
     assert calc.fields == ("model", "seq") and calc.values["memory"] == 24 * 2**30
     request = fit_request(calc.values)
     assert (request.mode, request.seq_len, request.lora_targets) == ("train", 2048, ("q", "v"))
+
+
+@pytest.mark.parametrize(("lines", "impl", "attention"), [
+    ("", "hf", "sdpa"),                                       # FitRequest's defaults: transformers, SDPA
+    ('impl = "fused"\nattention = "eager"', "fused", "eager"),
+    ('attention = "flash"', "hf", "flash"),                   # what lesson blocks written before sdpa say
+])
+def test_calc_impl_and_attention_reach_the_fit_request(lines: str, impl: str, attention: str) -> None:
+    calc = one_block("calc", f'kind = "memory"\nmodel = "llama-3.1-8b"\nmode = "train"\n{lines}\n'
+                             'fields = ["model", "impl", "attention"]')
+    request = fit_request(calc.values)
+    assert (request.impl, request.attention) == (impl, attention)
 
 
 def test_measure_and_predict_blocks() -> None:
@@ -192,9 +206,10 @@ def test_seventy_billion_parameters_at_four_precisions() -> None:
 
 
 def test_reference_gpu_is_the_h100_sxm_datasheet() -> None:
-    # NVIDIA H100 SXM datasheet: 80 GB HBM3, 3.35 TB/s, 989 dense BF16 TFLOP/s (1979 with sparsity).
+    # NVIDIA H100 SXM datasheet: 3.35 TB/s, 989 dense BF16 TFLOP/s (1979 with sparsity); memory as the
+    # driver reports it (nvidia-smi 81559MiB), not the datasheet's 80 GB.
     gpu = reference_gpu()
-    assert (gpu.memory_bytes, gpu.bandwidth_gbps, gpu.peak_tflops("bf16")) == (80 * 10**9, 3350, 989.4)
+    assert (gpu.memory_bytes, gpu.bandwidth_gbps, gpu.peak_tflops("bf16")) == (81559 * 2**20, 3350, 989.4)
     assert render_values("{{ reference_gpu.name }}") == "H100 SXM5 80GB"
 
 

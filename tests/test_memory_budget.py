@@ -32,3 +32,41 @@ def test_a_typed_size_is_a_card_you_do_not_have() -> None:
 def test_devices_that_are_not_there(spec: str, machine, fragment: str) -> None:
     with pytest.raises(UserError, match=fragment):
         device_budget(spec, machine)
+
+
+@pytest.mark.parametrize(("typed", "key"), [("h100", "h100-sxm"), ("H100-SXM", "h100-sxm"), ("a100-40gb", "a100-40gb"),
+                                            ("rtx_4090", "rtx-4090"), ("4090", "rtx-4090"), ("L4", "l4"),
+                                            ("mi300x", "mi300x"), ("h200", "h200-sxm")])
+def test_a_named_card_offers_the_total_its_driver_reports(typed: str, key: str) -> None:
+    from tutor.hardware.specs import SPECS_BY_KEY
+
+    budget = device_budget(typed, NO_GPU)  # no machine needed: the card is not here
+    spec = SPECS_BY_KEY[key]
+    assert (budget.capacity, budget.kind, budget.gpu, budget.name) == (spec.memory_bytes, "spec", True, spec.name)
+    assert budget.source_detail == spec.memory_source and budget.to_json()["source_detail"] == spec.memory_source
+
+
+def test_the_h100_is_the_driver_figure_not_the_datasheet() -> None:
+    assert device_budget("h100", NO_GPU).capacity == 81559 * 2**20
+
+
+def test_a_short_name_says_which_card_it_picked() -> None:
+    assert "A100 SXM4 80GB" in device_budget("a100", NO_GPU).source
+
+
+def test_cuda_colon_index_is_a_gpu_index() -> None:
+    assert device_budget("cuda:0", ONE_GPU).capacity == device_budget("0", ONE_GPU).capacity == 79 * 10**9
+    with pytest.raises(UserError, match="no GPU 0"):
+        device_budget("cuda:0", NO_GPU)
+    with pytest.raises(UserError, match="has 1"):
+        device_budget("cuda:2", ONE_GPU)
+
+
+def test_an_unknown_card_lists_close_matches_and_where_to_find_them_all() -> None:
+    with pytest.raises(UserError, match=r"close matches: h100.*models --devices"):
+        device_budget("h1000", NO_GPU)
+
+
+def test_sizes_still_parse() -> None:
+    assert device_budget("80GB", NO_GPU).capacity == 80 * 10**9
+    assert device_budget("24GiB", NO_GPU).kind == "given"

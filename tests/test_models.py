@@ -76,7 +76,9 @@ def test_preset_reproduces_its_published_total(name: str) -> None:
     assert info.total is not None or info.stored_elements is not None, f"{name} has no published figure"
     if info.total is not None:
         if info.total.exact:  # exact published counts (keras-hub preset metadata, Hub safetensors.total, ...)
-            assert counts.total == info.total.value, info.total.source
+            # Published totals sum checkpoint tensors; they differ from parameters only by persistent
+            # buffers (DeepSeek-V3's correction biases), which `checkpoint_tensors` adds.
+            assert counts.checkpoint_tensors == info.total.value, info.total.source
         else:  # a rounded figure such as "7.61B": within one unit of its last digit
             assert abs(counts.total - info.total.value) < info.total.resolution, info.total.source
 
@@ -123,9 +125,13 @@ def test_exact_counts_from_the_reference_table() -> None:
         "gemma-2-2b": 2_614_341_888, "gemma-2-9b": 9_241_705_984, "gemma-2-27b": 27_227_128_320,
         "phi-3-mini-4k": 3_821_079_552, "olmo-7b": 6_888_095_744, "olmo-2-7b": 7_298_617_344,
         "olmo-2-13b": 13_716_198_400, "mixtral-8x7b": 46_702_792_704, "mixtral-8x22b": 140_620_634_112,
-        "deepseek-v3": 671_026_419_200,
     }
     assert {name: total_of(name) for name in expected} == expected
+    # DeepSeek-V3's 671,026,419,200 counts checkpoint tensors: parameters plus the 58 x 256 noaux_tc
+    # correction biases, which transformers 5.x registers as buffers (not in model.parameters()).
+    deepseek = count_parameters(arch_of("deepseek-v3"))
+    assert deepseek.checkpoint_tensors == 671_026_419_200
+    assert (deepseek.total, deepseek.buffers) == (671_026_419_200 - 58 * 256, 58 * 256)
 
 
 def test_moe_active_counts_from_the_reference_table() -> None:
@@ -231,8 +237,8 @@ def test_deepseek_v3_mla_shared_experts_dense_layers_mtp() -> None:
     # MLA attention per layer incl. the q_a and kv_a norms (reference §3.2; verl's 187,105,280 omits them).
     assert counts.attention_per_layer == 187_107_328
     assert counts.expert == 3 * 7168 * 2048 and counts.shared_experts_per_layer == 3 * 7168 * 2048
-    # Router: 256 x 7168 weights plus the 256 noaux_tc correction biases.
-    assert counts.router_per_layer == 256 * 7168 + 256
+    # Router: 256 x 7168 weights; the 256 noaux_tc correction biases per layer are buffers.
+    assert counts.router_per_layer == 256 * 7168 and counts.buffers == 58 * 256
     # MTP: one module, "11.5B unique" (README_WEIGHTS.md); not part of the 671B.
     assert abs(counts.mtp - 11.5e9) / 11.5e9 < 0.01
     without_mtp = arch_of("deepseek-v3", num_nextn_predict_layers=0)
@@ -565,6 +571,53 @@ def test_summary_sharded_with_index(tmp_path: Path) -> None:
     (tmp_path / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(UserError, match="model-00002-of-00002"):
         safetensors_summary(tmp_path)
+
+
+def _index(folder: Path, weight_map: dict[str, str]) -> None:
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_an_index_naming_missing_shards_is_refused_naming_all_of_them(tmp_path: Path) -> None:
+    # The issue's case: config.json and the first of four shards, with the index as the Hub ships it.
+    write_safetensors(tmp_path / "model-00001-of-00004.safetensors", {"a": ("BF16", [4])})
+    _index(tmp_path, {f"t{k}": f"model-0000{k}-of-00004.safetensors" for k in range(1, 5)})
+    with pytest.raises(UserError, match=r"incomplete checkpoint.*4 shard file\(s\) and 3 are missing: "
+                                        r"model-00002-of-00004.safetensors, model-00003-of-00004.safetensors, "
+                                        r"model-00004-of-00004.safetensors"):
+        safetensors_summary(tmp_path)
+
+
+def test_shards_without_an_index_must_be_a_complete_set(tmp_path: Path) -> None:
+    write_safetensors(tmp_path / "model-00001-of-00003.safetensors", {"a": ("BF16", [4])})
+    write_safetensors(tmp_path / "model-00003-of-00003.safetensors", {"c": ("BF16", [4])})
+    with pytest.raises(UserError, match=r"1 shard file\(s\) missing: model-00002-of-00003.safetensors"):
+        safetensors_summary(tmp_path)
+    write_safetensors(tmp_path / "model-00002-of-00003.safetensors", {"b": ("BF16", [6])})
+    summary = safetensors_summary(tmp_path)
+    assert (summary.files, summary.total_elements, summary.checkpoint_format) == (3, 14, "hf-shards")
+
+
+def test_hf_and_mistral_consolidated_files_are_counted_once(tmp_path: Path) -> None:
+    # Mistral repositories ship both; transformers loads the Hugging Face files.
+    write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {"a": ("BF16", [10])})
+    write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {"b": ("BF16", [6])})
+    write_safetensors(tmp_path / "consolidated.safetensors", {"a": ("BF16", [10]), "b": ("BF16", [6])})
+    without_index = safetensors_summary(tmp_path)
+    assert (without_index.total_elements, without_index.skipped) == (16, ("consolidated.safetensors",))
+    assert "consolidated.safetensors" in without_index.format_note and "transformers" in without_index.format_note
+    _index(tmp_path, {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"})
+    with_index = safetensors_summary(tmp_path)
+    assert (with_index.total_elements, with_index.checkpoint_format, with_index.skipped) == (
+        16, "hf-index", ("consolidated.safetensors",))
+
+
+def test_single_hf_file_beside_consolidated_and_consolidated_alone(tmp_path: Path) -> None:
+    write_safetensors(tmp_path / "consolidated.safetensors", {"w": ("BF16", [8])})
+    alone = safetensors_summary(tmp_path)
+    assert (alone.total_elements, alone.checkpoint_format, alone.skipped) == (8, "mistral-consolidated", ())
+    write_safetensors(tmp_path / "model.safetensors", {"w": ("BF16", [8])})
+    both = safetensors_summary(tmp_path)
+    assert (both.total_elements, both.checkpoint_format, both.skipped) == (8, "hf-single", ("consolidated.safetensors",))
 
 
 def test_summary_folder_without_safetensors(tmp_path: Path) -> None:

@@ -8,9 +8,14 @@ import click
 
 
 @click.command("models")
+@click.option("--devices", "devices", is_flag=True,
+              help="List the GPU cards that `fit --device` accepts instead, with their memory and its source.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def models(as_json: bool) -> None:
+def models(devices: bool, as_json: bool) -> None:
     """List the model presets that `tensor-tutor fit` knows offline (configs as published)."""
+    if devices:
+        _devices(as_json)
+        return
     from tutor.theory.models import count_parameters, list_presets, load_preset, architecture_from_config
 
     rows = []
@@ -21,6 +26,7 @@ def models(as_json: bool) -> None:
         rows.append({
             "name": info.name, "display_name": info.display_name, "hf_repo": info.hf_repo,
             "model_type": arch.model_type, "params_total": counts.total, "params_active": counts.active,
+            "checkpoint_tensors": counts.checkpoint_tensors,
             "published_total": info.total.text if info.total else None,
             "published_source": info.total.source if info.total else None,
         })
@@ -40,7 +46,45 @@ def models(as_json: bool) -> None:
         active = human_count(row["params_active"]) if row["params_active"] != row["params_total"] else ""
         published = row["published_total"] or ""
         if published.isdigit():
-            published = "exact" if int(published) == row["params_total"] else f"{int(published):,}"
+            # A published total may sum checkpoint tensors (parameters + persistent buffers).
+            matched = {row["checkpoint_tensors"]: "exact (checkpoint tensors)", row["params_total"]: "exact"}
+            published = matched.get(int(published), f"{int(published):,}")
         table.add_row(row["name"], row["display_name"], row["model_type"], human_count(row["params_total"]),
                       active, published)
     Console().print(table)
+
+
+def _devices(as_json: bool) -> None:
+    """The spec-table cards: memory as the driver reports it (GiB) beside the datasheet size (GB)."""
+    from tutor.hardware.specs import GPU_ALIASES, SPECS, DRIVER_MEMORY
+    from tutor.theory.units import GB, GiB
+
+    aliases: dict[str, list[str]] = {}
+    for alias, (key, _) in GPU_ALIASES.items():
+        aliases.setdefault(key, []).append(alias)
+    rows = [{
+        "key": spec.key, "name": spec.name, "aliases": aliases.get(spec.key, []),
+        "memory_bytes": spec.memory_bytes, "memory_driver_reported": spec.key in DRIVER_MEMORY,
+        "memory_source": spec.memory_source, "memory_datasheet_bytes": spec.memory_datasheet,
+        "bandwidth_gbps": spec.bandwidth_gbps,
+    } for spec in SPECS]
+    if as_json:
+        alias_rows = {alias: {"key": key, "note": note} for alias, (key, note) in GPU_ALIASES.items()}
+        click.echo(json.dumps({"devices": rows, "aliases": alias_rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} GPU cards for `tensor-tutor fit MODEL --device KEY`", title_justify="left")
+    for column, justify in (("key", "left"), ("card", "left"), ("also", "left"), ("driver GiB", "right"),
+                            ("datasheet GB", "right"), ("bandwidth GB/s", "right")):
+        table.add_column(column, justify=justify, no_wrap=column in ("key", "driver GiB"))
+    for row in rows:
+        driver = f"{row['memory_bytes'] / GiB:,.2f}" + ("" if row["memory_driver_reported"] else " *")
+        table.add_row(row["key"], row["name"], ", ".join(row["aliases"]), driver,
+                      f"{row['memory_datasheet_bytes'] / GB:g}", f"{row['bandwidth_gbps']:g}")
+    console = Console()
+    console.print(table)
+    console.print("driver GiB: the total nvidia-smi / rocm-smi reports (2^30 bytes); datasheet GB: the marketing "
+                  "size (10^9 bytes). * no driver figure found: the datasheet size stands in. "
+                  "Sources: `tensor-tutor models --devices --json`.")

@@ -10,6 +10,17 @@ The traps (§6.2) this table guards against:
   half that rate on GeForce. Stored values are the FP32-accumulate rate; the headline is in notes.
 - The CUDA-core (non-tensor) rate is not the BF16 tensor peak (Lightning's RTX 4090 entry).
 - SKU variants differ (A10 vs A10G, H100 SXM/PCIe/NVL); an unknown name matches nothing.
+
+Memory is stored twice. `memory_datasheet` is the marketing size in GB (1e9 bytes: the "80 GB" of
+an H100). `memory_bytes` is the total the driver reports for that card (NVML `memory.total`, which
+nvidia-smi prints in MiB; rocm-smi "VRAM Total Memory" on AMD), each with its `memory_source`: the
+figure every fit check and lesson compares with. The two differ by up to ~7% either way (an H100
+reports 81,559 MiB = 85.5e9 bytes; an L40S with ECC on reports 46,068 MiB = 48.3e9). CUDA's own
+`total_memory` (cudaMemGetInfo) is a few hundred MiB below NVML's total (e.g. an A100-SXM4-40GB
+reports 42,298,834,944 bytes to deviceQuery against 40,960 MiB = 42,949,672,960 in nvidia-smi:
+https://github.com/bottlerocket-os/bottlerocket/pull/3873), part of what the CUDA-context overhead
+term covers. Driver versions and ECC settings move the total slightly (an early A100-SXM-80GB driver
+showed 81,252 MiB, later ones 81,920); the stored figure is one real report, with its driver version.
 """
 
 from __future__ import annotations
@@ -17,7 +28,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tutor.theory.units import GB
+from dataclasses import replace
+
+from tutor.theory.units import GB, MiB
 
 SPEC_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
@@ -38,12 +51,14 @@ class GpuSpec:
     key: str
     name: str
     tflops: dict[str, float | None]  # dtype -> dense TFLOP/s (TOPS for int8); None = no support / unpublished
-    memory_bytes: int | None
+    memory_datasheet: int | None  # bytes, the marketing "80 GB" (1e9 bytes per GB)
     bandwidth_gbps: float  # GB/s, 1e9
     source: str
     notes: str = ""
     derivation: Derivation | None = None
     confidence: str = "datasheet"  # "datasheet" or "low: ..." (third-party, measure)
+    memory_bytes: int | None = None  # what the driver reports as total (see the module docstring)
+    memory_source: str = ""
 
     def peak_tflops(self, dtype: str) -> float | None:
         return self.tflops.get(dtype)
@@ -62,7 +77,7 @@ _V100_SOURCE = "NVIDIA Tesla V100 datasheet, via composer / Lightning GPU_AVAILA
 _GEFORCE_ACC = ("GeForce: stored tensor rates are FP32-accumulate (what PyTorch GEMMs use), half the "
                 "FP16-accumulate headline")
 
-SPECS: tuple[GpuSpec, ...] = (
+_DATASHEET_SPECS: tuple[GpuSpec, ...] = (
     GpuSpec("h100-sxm", "H100 SXM5 80GB", _peaks(66.9, 494.7, 989.4, 989.4, 1979, 1979), 80 * GB, 3350,
             _H100_SOURCE, "3.35 TB/s is the datasheet value; early material said 3.0 TB/s",
             Derivation(132, 4096, 1830)),
@@ -136,6 +151,67 @@ SPECS: tuple[GpuSpec, ...] = (
             "AMD also publishes 2x 'with sparsity'; FP8 is e4m3fnuz"),
 )
 
+_MODAL = ("nvidia-smi totals listed in modal-labs/modal-client PR #2797 "
+          "(https://github.com/modal-labs/modal-client/pull/2797) and "
+          "https://thundergolfer.com/blog/nvidia-gpu-memory-capacity")
+
+# key -> (total bytes as the driver reports it, where that exact figure was read). nvidia-smi prints
+# NVML's memory.total in MiB, so MiB * 2**20 is the NVML byte count.
+DRIVER_MEMORY: dict[str, tuple[int, str]] = {
+    "h100-sxm": (81559 * MiB, "nvidia-smi 'NVIDIA H100 80GB HBM3 ... 0MiB /  81559MiB', driver 550.54.15: "
+                              "https://github.com/NVIDIA/nccl/issues/1264 (also " + _MODAL + ")"),
+    "h100-pcie": (81559 * MiB, "nvidia-smi 'NVIDIA H100 PCIe ... 0MiB /  81559MiB' (350 W) in several public "
+                               "GitHub READMEs found by exact-string code search; no issue thread found: "
+                               "weakly sourced, same total as the SXM part"),
+    "h100-nvl": (95830 * MiB, "nvidia-smi 'NVIDIA H100 NVL ... 0MiB / 95830MiB', driver 535.183.01: "
+                              "https://github.com/NVIDIA/gpu-admin-tools/issues/4"),
+    "h200-sxm": (143771 * MiB, "nvidia-smi 143,771 MiB for the H200: "
+                               "https://thundergolfer.com/blog/nvidia-gpu-memory-capacity"),
+    "b200": (183359 * MiB, "nvidia-smi 'NVIDIA B200 ... 166593MiB / 183359MiB', driver 580.95.05: "
+                           "https://github.com/NVIDIA/TensorRT-LLM/issues/10278"),
+    "a100-40gb": (40960 * MiB, "nvidia-smi 40960MiB for the A100 40GB (SXM4): " + _MODAL
+                               + "; the PCIe 40GB part is assumed to report the same"),
+    "a100-80gb-sxm": (81920 * MiB, "nvidia-smi 81920MiB for the A100 80GB (SXM4): " + _MODAL
+                                   + "; 'NVIDIA A800-SXM4-80GB ... 34447MiB / 81920MiB', driver 535.86.10: "
+                                   "https://github.com/dexmal/dexbotic/issues/41"),
+    "a10": (23028 * MiB, "nvidia-smi 23028MiB for the A10: " + _MODAL),
+    "a10g": (23028 * MiB, "nvidia-smi 'NVIDIA A10G ... 8722MiB / 23028MiB', driver 535.247.01: "
+                          "https://github.com/NVIDIA/DCGM/issues/232"),
+    "l4": (23034 * MiB, "nvidia-smi 23034MiB for the L4: " + _MODAL),
+    "l40s": (46068 * MiB, "nvidia-smi 46068MiB for the L40S (ECC on): " + _MODAL),
+    "t4": (15360 * MiB, "nvidia-smi 15360MiB for the T4: " + _MODAL),
+    "v100-sxm2-16gb": (16384 * MiB, "nvidia-smi 'Tesla V100-SXM2-16GB ... 5MiB /  16384MiB', driver 570.211.01: "
+                                    "https://github.com/1CatAI/1Cat-vLLM/issues/85"),
+    "v100-sxm2-32gb": (32768 * MiB, "nvidia-smi 'Tesla V100-SXM2... 308MiB / 32768MiB', driver 525.105.17: "
+                                    "https://github.com/Wan-Video/Wan2.1/issues/5"),
+    "v100-pcie-32gb": (32768 * MiB, "nvidia-smi --query-gpu 'Tesla PG500-216, 32768 MiB' (the V100 PCIe 32GB "
+                                    "board): https://github.com/akash-network/provider-configs/pull/90; driver "
+                                    "410 showed 32480MiB for a V100-PCIE 32GB"),
+    "rtx-3090": (24576 * MiB, "nvidia-smi 'NVIDIA GeForce RTX 3090 ... 22598MiB /  24576MiB', driver 595.84: "
+                              "https://github.com/noonghunna/club-3090/issues/1128"),
+    "rtx-4090": (24564 * MiB, "nvidia-smi 'NVIDIA GeForce RTX 4090 ... 507MiB /  24564MiB', driver 550.163.01: "
+                              "https://github.com/RLinf/RLinf/issues/255"),
+    "rtx-5090": (32607 * MiB, "nvidia-smi 'NVIDIA GeForce RTX 5090 ... 492MiB /  32607MiB', driver 595.71.05: "
+                              "https://github.com/noonghunna/club-3090/issues/617"),
+    "rtx-a6000": (49140 * MiB, "nvidia-smi 'NVIDIA RTX A6000 ... 67MiB / 49140MiB' (ECC off, the default) in "
+                               "several public GitHub files found by exact-string code search; no issue thread "
+                               "found: weakly sourced"),
+    "mi300x": (206141652992, "rocm-smi 'VRAM Total Memory (B): 206141652992' (whole device): "
+                             "https://github.com/ROCm/legacy-rocm-build/issues/4750"),
+}
+
+
+def _with_driver_memory(spec: GpuSpec) -> GpuSpec:
+    """The spec with the driver-reported total, or its datasheet size marked as such where none was found."""
+    if spec.key in DRIVER_MEMORY:
+        total, source = DRIVER_MEMORY[spec.key]
+        return replace(spec, memory_bytes=total, memory_source=source)
+    size = f"{spec.memory_datasheet / GB:g} GB" if spec.memory_datasheet else "unknown"
+    return replace(spec, memory_bytes=spec.memory_datasheet,
+                   memory_source=f"datasheet size ({size}): no driver-reported total found for this card")
+
+
+SPECS: tuple[GpuSpec, ...] = tuple(_with_driver_memory(spec) for spec in _DATASHEET_SPECS)
 SPECS_BY_KEY: dict[str, GpuSpec] = {spec.key: spec for spec in SPECS}
 
 # Full-match patterns over the normalized name (see _normalize). Order matters only for clarity:
@@ -192,3 +268,67 @@ def match_gpu_spec(name: str) -> GpuSpec | None:
         if pattern.fullmatch(normalized):
             return SPECS_BY_KEY[key]
     return None
+
+
+# Short names people type for a card -> (table key, which SKU that is when the name covers several).
+GPU_ALIASES: dict[str, tuple[str, str]] = {
+    "h100": ("h100-sxm", "h100 is taken as the H100 SXM5 80GB (h100-pcie and h100-nvl are the others)"),
+    "h100-80gb": ("h100-sxm", "h100-80gb is taken as the H100 SXM5 80GB (h100-pcie is the PCIe card)"),
+    "h200": ("h200-sxm", "h200 is taken as the H200 SXM 141GB (h200-nvl is the other)"),
+    "a100": ("a100-80gb-sxm", "a100 is taken as the A100 SXM4 80GB (a100-40gb and a100-80gb-pcie are the others)"),
+    "a100-80gb": ("a100-80gb-sxm", "a100-80gb is taken as the A100 SXM4 80GB (a100-80gb-pcie is the other)"),
+    "a100-sxm": ("a100-80gb-sxm", "a100-sxm is taken as the A100 SXM4 80GB (a100-40gb is the 40GB part)"),
+    "a100-pcie": ("a100-80gb-pcie", "a100-pcie is taken as the A100 PCIe 80GB (a100-40gb is the 40GB part)"),
+    "v100": ("v100-sxm2-16gb", "v100 is taken as the V100 SXM2 16GB (the 32GB and PCIe parts have their own keys)"),
+    "b200-sxm": ("b200", ""),
+    "3090": ("rtx-3090", ""),
+    "4090": ("rtx-4090", ""),
+    "5090": ("rtx-5090", ""),
+    "a6000": ("rtx-a6000", ""),
+    "mi250": ("mi250x", "mi250 is taken as one GCD of an MI250X (ROCm shows each GCD as a device)"),
+}
+
+
+def _compact(text: str) -> str:
+    """'RTX_4090', 'rtx 4090', 'RTX-4090' -> 'rtx4090': case and separators do not matter."""
+    return re.sub(r"[\s\-_]+", "", text.lower())
+
+
+_BY_COMPACT: dict[str, tuple[str, str]] = {
+    **{_compact(key): (key, "") for key in SPECS_BY_KEY},
+    **{_compact(alias): target for alias, target in GPU_ALIASES.items()},
+}
+_VENDOR_WORDS = tuple(sorted(_PREFIXES, key=len, reverse=True))
+
+
+def lookup_gpu_spec(text: str) -> tuple[GpuSpec, str] | None:
+    """The spec a typed card name means, and a note when a short name covers several SKUs; None if unknown.
+
+    Accepts table keys (h100-sxm), the aliases above (h100, a100, 4090), case and `_`/space/`-`
+    spellings, a leading vendor word (nvidia-h100), and full names as NVML reports them.
+    """
+    compact = _compact(text)
+    while True:
+        vendor = next((word for word in _VENDOR_WORDS if compact.startswith(word) and compact != word), None)
+        if compact in _BY_COMPACT or vendor is None:
+            break
+        compact = compact[len(vendor):]
+    if compact in _BY_COMPACT:
+        key, note = _BY_COMPACT[compact]
+        return SPECS_BY_KEY[key], note
+    spec = match_gpu_spec(text)
+    return (spec, "") if spec is not None else None
+
+
+def gpu_names() -> tuple[str, ...]:
+    """Every name lookup_gpu_spec accepts in its canonical spelling: the table keys, then the aliases."""
+    return tuple(SPECS_BY_KEY) + tuple(GPU_ALIASES)
+
+
+def close_gpu_names(text: str, limit: int = 4) -> list[str]:
+    """The accepted names nearest to a mistyped one (difflib), for a one-line error message."""
+    import difflib
+
+    by_compact = {_compact(name): name for name in gpu_names()}
+    found = difflib.get_close_matches(_compact(text), list(by_compact), n=limit, cutoff=0.5)
+    return [by_compact[name] for name in found]

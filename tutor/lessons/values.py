@@ -85,7 +85,11 @@ def figures_from_spec(spec: GpuSpec) -> DeviceFigures:
 
 @lru_cache(maxsize=1)
 def reference_gpu() -> DeviceFigures:
-    """The H100 SXM datasheet entry (tutor.hardware.specs), the reference GPU beside every worked problem."""
+    """The H100 SXM entry of tutor.hardware.specs, the reference GPU beside every worked problem.
+
+    Its memory_bytes is the total the driver reports (81,559 MiB), not the datasheet's 80 GB: what a
+    learner's own nvidia-smi would show, and what a fit check has to compare with.
+    """
     from tutor.hardware.specs import SPECS_BY_KEY
 
     return figures_from_spec(SPECS_BY_KEY[REFERENCE_GPU_KEY])

@@ -85,7 +85,7 @@ class Architecture:
     mlp_bias: bool = False
     qk_norm_per_head: bool = True     # Qwen3: norm over head_dim; OLMo-2: over the whole projection
     shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (h x 1)
-    router_bias: bool = False         # DeepSeek-V3 noaux_tc score-correction bias (E per layer)
+    router_bias: bool = False         # DeepSeek-V3 noaux_tc score-correction bias (E per layer; a buffer)
     dense_layer_indices: tuple[int, ...] = ()
     sliding_window_layer_indices: tuple[int, ...] = ()
 
@@ -378,12 +378,14 @@ def _llama_family_fields(config: dict, model_type: str) -> dict[str, Any]:
     sliding_indices = ()
     if model_type in ("mistral", "mixtral", "phi3", "gemma2", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         default_window = None if model_type in ("mixtral", "phi3") else 4096
-        if "sliding_window" in config:
+        # Qwen configs carry a window even when it is off (Qwen2MoeConfig().to_dict() writes
+        # sliding_window 0 with use_sliding_window false): read the switch before the value.
+        if model_type.startswith("qwen") and not _bool(config, "use_sliding_window", False):
+            sliding_window = None
+        elif "sliding_window" in config:
             sliding_window = _optional_int(config, "sliding_window", maximum=_MAX_POSITIONS)
         else:
             sliding_window = default_window
-        if model_type.startswith("qwen") and not _bool(config, "use_sliding_window", False):
-            sliding_window = None
         listed = _sliding_from_layer_types(config, layers)
         if sliding_window is None:
             sliding_indices: tuple[int, ...] = ()
@@ -477,9 +479,10 @@ class LayerParams:
     attention: int       # projections (+ biases) and QK-norm weights
     mlp: int             # dense MLP, or every routed + shared expert of a MoE layer
     active_mlp: int      # what one token uses: dense MLP, or top-k routed + shared experts
-    router: int          # router (+ correction bias) and Qwen2-MoE's shared-expert gate
+    router: int          # router and Qwen2-MoE's shared-expert gate
     norms: int           # the layer's pre/post norms (not the QK-norm)
     is_moe: bool
+    buffers: int = 0     # persistent buffers a checkpoint stores that are not parameters (not in total)
 
     @property
     def total(self) -> int:
@@ -496,6 +499,12 @@ class ParamCount:
 
     `total` excludes the DeepSeek multi-token-prediction module, reported in `mtp` (the
     671B-vs-685B distinction of deepseek-ai/DeepSeek-V3 README_WEIGHTS.md).
+
+    Two conventions: `total` counts parameters as `sum(p.numel() for p in model.parameters())` of the
+    transformers model does; `checkpoint_tensors` adds the persistent buffers a checkpoint also
+    stores (`buffers`: DeepSeek-V3's e_score_correction_bias, an nn.Buffer of E floats per MoE layer
+    in transformers 5.x DeepseekV3TopkRouter). Published totals that sum checkpoint tensors
+    (DeepSeek-V3's 671,026,419,200) match `checkpoint_tensors`.
     """
 
     total: int
@@ -514,6 +523,12 @@ class ParamCount:
     router: int                  # all layers
     norms: int                   # every norm weight/bias in the model incl. the final norm and QK-norms
     mtp: int                     # DeepSeek MTP module, parameters not shared with the main model
+    buffers: int = 0             # persistent non-parameter tensors of the main model (see above)
+
+    @property
+    def checkpoint_tensors(self) -> int:
+        """Elements a checkpoint stores for the main model: parameters plus persistent buffers."""
+        return self.total + self.buffers
 
     @property
     def non_embedding(self) -> int:
@@ -605,10 +620,12 @@ def _dense_layer(arch: Architecture) -> LayerParams:
 def _moe_layer(arch: Architecture) -> LayerParams:
     expert = mlp_weights(arch, arch.moe_intermediate_size)
     shared = mlp_weights(arch, arch.shared_expert_intermediate_size)
-    router = router_weights(arch) + (arch.num_experts if arch.router_bias else 0)
+    # noaux_tc's score-correction bias is learned by a load-balancing rule, not by gradients: transformers
+    # registers it as a buffer, so it is stored in checkpoints but is no parameter.
     return LayerParams(attention=_attention_params(arch), mlp=arch.num_experts * expert + shared,
-                       active_mlp=arch.experts_per_token * expert + shared, router=router,
-                       norms=arch.norms_per_layer * _norm_size(arch, arch.hidden_size), is_moe=True)
+                       active_mlp=arch.experts_per_token * expert + shared, router=router_weights(arch),
+                       norms=arch.norms_per_layer * _norm_size(arch, arch.hidden_size), is_moe=True,
+                       buffers=arch.num_experts if arch.router_bias else 0)
 
 
 def _mtp_params(arch: Architecture, moe_layer: LayerParams, dense_layer: LayerParams) -> int:
@@ -648,7 +665,7 @@ def count_parameters(arch: Architecture) -> ParamCount:
         mlp=n_dense * dense.mlp + n_moe * moe.mlp,
         router_per_layer=moe.router if n_moe else 0, router=n_moe * moe.router,
         norms=arch.num_layers * (dense.norms + qk_norm_parameters(arch)) + final_norm,
-        mtp=_mtp_params(arch, moe, dense),
+        mtp=_mtp_params(arch, moe, dense), buffers=n_moe * moe.buffers,
     )
 
 

@@ -4,7 +4,12 @@ Format (huggingface/safetensors README, "Format"): 8 bytes little-endian unsigne
 UTF-8 JSON mapping tensor name -> {"dtype", "shape", "data_offsets": [begin, end]} (offsets
 relative to the byte after the header), plus an optional "__metadata__" map of strings; then the
 data. Sharded checkpoints add model.safetensors.index.json whose "weight_map" names the shard of
-each tensor. Standard library only.
+each tensor (transformers' `modeling_utils`: SAFE_WEIGHTS_INDEX_NAME, shards named
+model-00001-of-00004.safetensors by `huggingface_hub.split_torch_state_dict_into_shards`). Mistral's
+repositories also ship consolidated.safetensors, the same weights in their original format, beside
+the Hugging Face files: a folder holding both is counted once, in the format transformers loads.
+An incomplete shard set is refused: summing the shards that are there would understate the model.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +28,9 @@ from tutor.theory.models import shown
 # The reference implementation refuses headers above 100 MB (safetensors MAX_HEADER_SIZE).
 MAX_HEADER_BYTES = 100_000_000
 INDEX_FILE = "model.safetensors.index.json"
+HF_SINGLE_FILE = "model.safetensors"
+# name-0000k-of-0000N.safetensors, as huggingface_hub names shards (any prefix; 5 digits by default).
+SHARD_NAME = re.compile(r"(?P<prefix>.+)-(?P<index>\d+)-of-(?P<count>\d+)\.safetensors")
 
 # Bits per element of each safetensors dtype (safetensors Dtype enum; F4/F6 are packed sub-byte types).
 DTYPE_BITS = {
@@ -41,6 +50,22 @@ class SafetensorsSummary:
     elements_by_dtype: dict[str, int]
     total_elements: int
     total_bytes: int
+    checkpoint_format: str = "safetensors"
+    """Which files were summed: "hf-index", "hf-shards", "hf-single", "mistral-consolidated" or "safetensors"."""
+    skipped: tuple[str, ...] = ()
+    """Files left out because they hold the same weights in another format."""
+
+    @property
+    def format_note(self) -> str:
+        """One line on which files were counted, for the fit report."""
+        what = {"hf-index": f"Hugging Face shards listed in {INDEX_FILE}",
+                "hf-shards": "Hugging Face shards (no index)", "hf-single": f"Hugging Face {HF_SINGLE_FILE}",
+                "mistral-consolidated": "Mistral consolidated format",
+                "safetensors": "every .safetensors file"}[self.checkpoint_format]
+        if self.skipped:
+            what += (f" (the format transformers loads); not counted: {', '.join(self.skipped)} "
+                     "(the same weights in Mistral's original format)")
+        return what
 
 
 def _corrupt(path: Path, why: str) -> UserError:
@@ -107,24 +132,63 @@ def _check_tensor(path: Path, name: str, entry: object, data_size: int) -> None:
         raise _corrupt(path, f"tensor {label} ({dtype} {shape}) does not match its {offsets[1] - offsets[0]} bytes"[:200])
 
 
-def _shard_files(target: Path) -> list[Path]:
+@dataclass(frozen=True)
+class _Selection:
+    files: list[Path]
+    checkpoint_format: str
+    skipped: tuple[str, ...] = ()
+
+
+def _shard_files(target: Path) -> _Selection:
     try:
         is_file, is_dir = target.is_file(), target.is_dir()
     except (OSError, ValueError):
         raise UserError(f"not a usable path: {str(target)[:120]!r}") from None
     if is_file:
         if target.name.endswith(".index.json"):
-            return _files_from_index(target)
-        return [target]
+            return _Selection(_files_from_index(target), "hf-index")
+        return _Selection([target], "hf-single" if target.name == HF_SINGLE_FILE else "safetensors")
     if not is_dir:
         raise UserError(f"no such file or folder: {shown(target)}")
+    files = sorted(p for p in target.glob("*.safetensors") if p.is_file())
+    consolidated = tuple(p.name for p in files if p.name.startswith("consolidated"))
     index = target / INDEX_FILE
     if index.is_file():
-        return _files_from_index(index)
-    files = sorted(p for p in target.glob("*.safetensors") if p.is_file())
+        return _Selection(_files_from_index(index), "hf-index", consolidated)
     if not files:
         raise UserError(f"no .safetensors files in {shown(target)}")
-    return files
+    hf_shards = [p for p in files if (m := SHARD_NAME.fullmatch(p.name)) and m["prefix"] == "model"]
+    if hf_shards:
+        _check_complete(target, hf_shards)
+        return _Selection(hf_shards, "hf-shards", consolidated)
+    if (target / HF_SINGLE_FILE) in files:
+        return _Selection([target / HF_SINGLE_FILE], "hf-single", consolidated)
+    _check_complete(target, files)
+    if consolidated and len(consolidated) == len(files):
+        return _Selection(files, "mistral-consolidated")
+    return _Selection(files, "safetensors")
+
+
+def _listed(names: list[str], limit: int = 6) -> str:
+    shown_names = ", ".join(names[:limit])
+    return shown_names + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _check_complete(folder: Path, files: list[Path]) -> None:
+    """Refuse a set of name-0000k-of-0000N shards with some k missing (no index to say otherwise)."""
+    groups: dict[tuple[str, str], set[int]] = {}
+    for path in files:
+        match = SHARD_NAME.fullmatch(path.name)
+        if match:
+            groups.setdefault((match["prefix"], match["count"]), set()).add(int(match["index"]))
+    missing = []
+    for (prefix, count), present in sorted(groups.items()):
+        width = len(count)
+        missing += [f"{prefix}-{k:0{width}d}-of-{count}.safetensors" for k in range(1, int(count) + 1)
+                    if k not in present]
+    if missing:
+        raise UserError(f"incomplete checkpoint in {shown(folder)}: {len(missing)} shard file(s) missing: "
+                        f"{_listed(missing)}; download every shard (or pass a config.json alone)")
 
 
 def _files_from_index(index: Path) -> list[Path]:
@@ -135,32 +199,41 @@ def _files_from_index(index: Path) -> list[Path]:
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(v, str) for v in weight_map.values()):
         raise UserError(f"{shown(index)} has no weight_map of tensor name -> shard file")
-    files = []
-    for shard in sorted(set(weight_map.values())):
-        path = index.parent / shard
-        if Path(shard).name != shard or not path.is_file():
-            raise UserError(f"{shown(index)} names shard {shard!r}, which is not a file next to it"[:200])
-        files.append(path)
-    return files
+    shards = sorted(set(weight_map.values()))
+    outside = [shard for shard in shards if Path(shard).name != shard]
+    if outside:
+        raise UserError(f"{shown(index)} names shard {outside[0]!r}, which is not a file next to it"[:200])
+    missing = [shard for shard in shards if not (index.parent / shard).is_file()]
+    if missing:
+        raise UserError(f"incomplete checkpoint: {shown(index)} names {len(shards)} shard file(s) and "
+                        f"{len(missing)} are missing: {_listed(missing)}"[:400])
+    return [index.parent / shard for shard in shards]
 
 
 def safetensors_summary(folder: str | os.PathLike[str]) -> SafetensorsSummary:
-    """Sum the headers of a checkpoint: a folder (index.json or every *.safetensors), one file, or an index.
+    """Sum the headers of a checkpoint: a folder, one file, or an index.
+
+    A folder is read as transformers would load it: the shards its model.safetensors.index.json names
+    (all of them must be there), else a complete model-0000k-of-0000N set, else model.safetensors,
+    else every *.safetensors (a complete set). consolidated*.safetensors beside Hugging Face files is
+    Mistral's copy of the same weights and is skipped (`skipped`).
 
     Element counts are what the Hub reports as `safetensors.total`; they include buffers such as
     Llama-2's rotary inv_freq and FP8 scale tensors, so they can exceed the parameter count
     (memory-and-models.md §3.3, pitfall 5).
     """
-    files = _shard_files(Path(folder))
+    selection = _shard_files(Path(folder))
     by_dtype: dict[str, int] = {}
     tensors = 0
     total_bytes = 0
-    for path in files:
+    for path in selection.files:
         for name, entry in read_safetensors_header(path).items():
             if name == "__metadata__":
                 continue
             tensors += 1
             by_dtype[entry["dtype"]] = by_dtype.get(entry["dtype"], 0) + math.prod(entry["shape"])
             total_bytes += entry["data_offsets"][1] - entry["data_offsets"][0]
-    return SafetensorsSummary(files=len(files), tensors=tensors, elements_by_dtype=dict(sorted(by_dtype.items())),
-                              total_elements=sum(by_dtype.values()), total_bytes=total_bytes)
+    return SafetensorsSummary(files=len(selection.files), tensors=tensors,
+                              elements_by_dtype=dict(sorted(by_dtype.items())), total_elements=sum(by_dtype.values()),
+                              total_bytes=total_bytes, checkpoint_format=selection.checkpoint_format,
+                              skipped=selection.skipped)
