@@ -64,7 +64,8 @@ def test_zero_baseline_is_16_bytes_per_parameter() -> None:
 def _korthikanti_22b(**changes) -> int:
     """Activation bytes of the 22B GPT of Korthikanti Figure 1 (t = 8, b = 4, s = 2048), layers only."""
     model = architecture_from_config(gpt_config(hidden=6144, heads=64, layers=48), "22B")
-    request = fitting.FitRequest(mode="train", batch=4, seq_len=2048, tp=8, attention="eager", gpu=False, **changes)
+    request = fitting.FitRequest(mode="train", batch=4, seq_len=2048, tp=8, attention="eager", impl="fused", gpu=False,
+                                 **changes)
     activations = fitting.estimate(model, request).worst.component("activations")
     outside_layers = input_ids_bytes(2048, 4) + logits_bytes(seq_len=2048, batch=4, vocab=model.vocab_size, tp=8)
     return activations - outside_layers

@@ -492,7 +492,15 @@ def test_fit_screen_answers_for_this_machine():
             assert "14.96" in output and "largest batch that fits" in output
             app.screen.query_one("#field-mode").value = "train"
             await pilot.pause()
-            assert "optimizer" in text_of(app.screen.query_one("#output"))
+            trained = text_of(app.screen.query_one("#output"))
+            assert "optimizer" in trained and "must fit: the peak, in" in trained
+            # The learner can switch the code the activations assume, their attention and recomputation.
+            for name, value in (("impl", "fused"), ("attention", "eager"), ("recompute", "full")):
+                app.screen.query_one(f"#field-{name}").value = value
+                await pilot.pause()
+                assert app.screen.query_one(CalcBlock).values[name] == value
+            output = text_of(app.screen.query_one("#output"))
+            assert "activations assume impl fused" in output and "recompute full" in output
     run(scenario())
 
 

@@ -170,3 +170,36 @@ def test_a_real_probe_runs_in_its_lesson(tmp_path):
             table = text_of(runner.query_one("#table"))
             assert runner.result.rows[0].label[:20] in table and "% of theory" in table
     asyncio.run(scenario())
+
+
+def test_switching_impl_in_the_activations_calculator_changes_the_activations(tmp_path):
+    """The learner picks `fused` in the calculator's impl list: Llama-3.1-8B's training activations drop
+    below what a transformers training loop (`hf`, the block's start) keeps, and the result says so."""
+    import re
+
+    from textual.widgets import Select
+
+    def activations_gib(calc: CalcBlock) -> float:
+        text = text_of(calc.query_one("#output", Static))
+        return float(re.search(r"^activations\s+([\d,]+\.\d+)", text, re.MULTILINE).group(1).replace(",", ""))
+
+    async def scenario():
+        app = TutorApp(real_services(tmp_path), lesson_id="memory/activations")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            calc = next(c for c in app.screen.query(CalcBlock) if "impl" in c.fields)
+            assert calc.values["model"] == "llama-3.1-8b" and calc.values["mode"] == "train"
+            assert calc.values["impl"] == "hf"
+            hf = activations_gib(calc)
+            assert "activations assume impl hf" in text_of(calc.query_one("#output", Static))
+            select = calc.query_one("#field-impl", Select)
+            select.scroll_visible(animate=False)
+            await pilot.pause()
+            select.focus()
+            await pilot.press("enter", "down", "enter")  # open the list, move to fused, pick it
+            await pilot.pause()
+            assert select.value == "fused" and calc.values["impl"] == "fused"
+            output = text_of(calc.query_one("#output", Static))
+            assert "activations assume impl fused" in output and "at peak" in output
+            assert hf > activations_gib(calc) > 0
+    asyncio.run(scenario())

@@ -31,12 +31,20 @@ def _estimate_json(estimate: fitting.FitEstimate) -> dict:
     return per_device
 
 
+def _peak_json(stage: fitting.DeviceMemory) -> dict:
+    """The moment of the step when the most tensors are alive (without overhead), and what they are."""
+    peak = stage.peak
+    return {"bytes": peak.bytes, "phase": peak.phase, "per_category_bytes": dict(peak.per_category),
+            "formula": peak.formula}
+
+
 def _request_json(request: fitting.FitRequest) -> dict:
     return {
         "mode": request.mode, "dtype": request.dtype, "recipe": request.recipe, "optimizer": request.optimizer,
         "batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp, "pp": request.pp,
         "ep": request.ep, "zero": request.zero, "sequence_parallel": request.sequence_parallel,
-        "recompute": request.recompute, "attention": request.attention, "kv_dtype": request.kv_dtype,
+        "recompute": request.recompute, "attention": request.attention, "impl": request.impl,
+        "kv_dtype": request.kv_dtype,
         "microbatches": request.microbatches or request.pp, "devices": request.devices,
     }
 
@@ -92,16 +100,27 @@ def checkpoint_summary(model: str | None):
 @click.option("--zero", default=0, show_default=True, type=int, help="ZeRO stage 0-3 (3 = FSDP full shard).")
 @click.option("--sp", "sequence_parallel", is_flag=True, help="Sequence parallelism (with --tp).")
 @click.option("--recompute", type=click.Choice(("none", "selective", "full")), default="none", show_default=True)
-@click.option("--attention", type=click.Choice(("eager", "flash")), default="flash", show_default=True)
+@click.option("--attention", type=click.Choice(fitting.ATTENTION_KINDS), default="sdpa", show_default=True,
+              help="eager: matmul + softmax as written (keeps s x s scores); sdpa: torch's "
+                   "scaled_dot_product_attention, transformers' default (its backend follows the device); "
+                   "flash: FlashAttention-2 kernels.")
+@click.option("--impl", type=click.Choice(fitting.IMPLEMENTATIONS), default="hf", show_default=True,
+              help="Whose code the activations assume. hf: transformers modules as written, the code most "
+                   "people train with; fused: Megatron-style fused kernels (Korthikanti et al. 2022).")
 @click.option("--kv-dtype", default=None, help="KV cache type: bf16, fp16, fp8, int8, fp32 (default: bf16).")
 @click.option("--microbatches", default=None, type=int, help="Pipeline micro-batches per step (default: pp).")
 @click.option("--lora-rank", default=16, show_default=True, type=int)
 @click.option("--lora-targets", default="all-linear", show_default=True, help="all-linear or a list such as q,v.")
 @click.option("--device", "device", default=None,
-              help="A GPU index, 'cpu', or a size such as 24GiB or 80GB for a card you do not have.")
+              help="A GPU index (0, cuda:0), 'cpu', a card you do not have (h100, h100-pcie, h200, a100, "
+                   "a100-40gb, rtx-4090, l4, mi300x, ...: the total its driver reports; `tensor-tutor models "
+                   "--devices` lists them), or a size such as 24GiB or 80GB.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--trace", is_flag=True,
+              help="Also build the real transformers model at full size on fake tensors and trace one step "
+                   "(needs tensor-tutor[trace]).")
 def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, pp, ep, zero, sequence_parallel,
-        recompute, attention, kv_dtype, microbatches, lora_rank, lora_targets, device, as_json) -> None:
+        recompute, attention, impl, kv_dtype, microbatches, lora_rank, lora_targets, device, as_json, trace) -> None:
     """Does MODEL fit this machine for inference or training, on how many devices, and what would make it fit?
 
     MODEL is a preset name (tensor-tutor models), a config.json, or a local model folder.
@@ -113,7 +132,7 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
     request = fitting.FitRequest(
         mode=mode, dtype=dtype or "bf16", stored_weight_bytes=stored, recipe=recipe, optimizer=optimizer, batch=batch, seq_len=seq_len, dp=dp, tp=tp,
         pp=pp, ep=ep, zero=zero, sequence_parallel=sequence_parallel, recompute=recompute, attention=attention,
-        kv_dtype=kv_dtype, microbatches=microbatches, lora_rank=lora_rank,
+        impl=impl, kv_dtype=kv_dtype, microbatches=microbatches, lora_rank=lora_rank,
         lora_targets=parse_lora_targets(lora_targets), gpu=budget.gpu)
     estimate = fitting.estimate(arch, request) if arch is not None else fitting.estimate_from_count(count, request)
     capacity = budget.capacity
@@ -124,14 +143,27 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
         searches["largest_seq_len"] = fitting.largest_seq_len(arch, request, capacity)
         if not fits:
             searches["suggestions"] = fitting.suggestions(arch, request, capacity)
+    traced = None
+    if trace:
+        from tutor.commands.fit_trace import traced_fit
+
+        traced = traced_fit(model if arch is not None else None, request)
     if as_json:
         report = _report_json(estimate, name, source, budget, fits, searches)
         report["checkpoint"] = _checkpoint_json(checkpoint, estimate.total_params)
+        if traced is not None:
+            from tutor.commands.fit_trace import trace_json
+
+            report["trace"] = trace_json(traced, estimate)
         click.echo(json.dumps(report, indent=2))
         return
     _render(estimate, name, source, budget, fits, searches)
     if checkpoint is not None:
         click.echo(_checkpoint_line(checkpoint, estimate.total_params))
+    if traced is not None:
+        from tutor.commands.fit_trace import render_trace
+
+        render_trace(traced, estimate)
 
 
 def _checkpoint_json(checkpoint, params_total: int) -> dict | None:
@@ -139,17 +171,21 @@ def _checkpoint_json(checkpoint, params_total: int) -> dict | None:
         return None
     return {"files": checkpoint.files, "tensors": checkpoint.tensors, "elements_by_dtype": checkpoint.elements_by_dtype,
             "total_elements": checkpoint.total_elements, "total_bytes": checkpoint.total_bytes,
-            "elements_minus_params": checkpoint.total_elements - params_total}
+            "elements_minus_params": checkpoint.total_elements - params_total,
+            "format": checkpoint.checkpoint_format, "skipped_files": list(checkpoint.skipped)}
 
 
 def _checkpoint_line(checkpoint, params_total: int) -> str:
     dtypes = ", ".join(f"{n:,} {d}" for d, n in checkpoint.elements_by_dtype.items())
     extra = checkpoint.total_elements - params_total
-    line = (f"checkpoint: {checkpoint.files} safetensors file(s), {checkpoint.tensors} tensors ({dtypes}), "
-            f"{checkpoint.total_bytes / GiB:.2f} GiB stored")
-    if extra:
+    line = (f"checkpoint: {checkpoint.files} safetensors file(s) ({checkpoint.format_note}), {checkpoint.tensors} "
+            f"tensors ({dtypes}), {checkpoint.total_bytes / GiB:.2f} GiB stored")
+    if extra > 0:
         line += (f"; {extra:+,} elements against the counted parameters (buffers such as rotary inv_freq, "
                  "quantization scales, or tensors of other parts)")
+    elif extra < 0:
+        line += (f"; {extra:+,} elements against the counted parameters (packed quantized tensors, or a "
+                 "checkpoint of another configuration than this config.json)")
     return line
 
 
@@ -167,9 +203,12 @@ def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: 
         "mode": estimate.request.mode,
         "request": _request_json(estimate.request),
         "per_device_bytes": _estimate_json(estimate),
+        "peak": _peak_json(estimate.worst),
+        "sum_of_components_bytes": estimate.worst.sum_of_components,
         "components": [{"name": c.name, "bytes": c.bytes, "formula": c.formula} for c in estimate.worst.components],
         "stages": [{"stage": s.stage, "layers": s.layers, "params": s.params, "total_bytes": s.total,
-                    "bytes": {n: s.component(n) for n in fitting.COMPONENTS}} for s in estimate.stages],
+                    "bytes": {n: s.component(n) for n in fitting.COMPONENTS}, "peak": _peak_json(s)}
+                   for s in estimate.stages],
         "device": budget.to_json() if budget.capacity is not None else None,
         "fits": fits,
         "largest_batch": searches["largest_batch"],
@@ -177,6 +216,37 @@ def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: 
         "suggestions": [{"change": s.change, "total_bytes": s.total} for s in searches["suggestions"]],
         "notes": list(estimate.notes),
     }
+
+
+IMPLEMENTATION_MEANING = {
+    "hf": "transformers modules as written, the code most people train with",
+    "fused": "Megatron-style fused kernels, Korthikanti et al. 2022",
+}
+
+
+def _other_impl(impl: str) -> str:
+    return next(other for other in fitting.IMPLEMENTATIONS if other != impl)
+
+
+def _phase_words(phase: str) -> str:
+    return {"forward": "the forward pass", "backward": "the backward pass", "optimizer": "the optimizer step"}.get(
+        phase, phase)
+
+
+def _peak_line(stage: fitting.DeviceMemory, mode: str) -> str:
+    """When the step peaks, what is alive then, and why the sum of categories is larger."""
+    peak = stage.peak
+    alive = sorted(((name, n) for name, n in peak.per_category.items() if n), key=lambda item: -item[1])
+    shares = ", ".join(f"{name.replace('_', ' ')} {n / (peak.bytes or 1):.0%}" for name, n in alive)
+    line = f"peak: {_size(peak.bytes)} GiB alive during {_phase_words(peak.phase)} ({shares})"
+    over = stage.sum_of_components - stage.component("overhead") - peak.bytes
+    if over > 0:
+        why = ("gradients and activations do not peak together: backward frees activations as gradients appear"
+               if mode == "train" else "the categories do not peak at the same moment")
+        line += f"; the sum of categories counts {_size(over)} GiB more: {why}"
+    from rich.markup import escape
+
+    return line + f". [dim]{escape(peak.formula)}[/dim]"
 
 
 def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: DeviceBudget, fits, searches) -> None:
@@ -199,9 +269,13 @@ def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: Devic
             if request.mode == "inference" else
             f"training ({request.recipe} + {request.optimizer}), micro-batch {request.batch} x {request.seq_len:,} "
             f"tokens, ZeRO-{request.zero}, recompute {request.recompute}")
-    console.print(f"{what}; {layout} = {request.devices} device(s)\n")
+    console.print(f"{what}; {layout} = {request.devices} device(s)")
+    if estimate.arch is not None:
+        console.print(f"activations assume [bold]{request.impl}[/bold] ({IMPLEMENTATION_MEANING[request.impl]}), "
+                      f"{request.attention} attention; --impl {_other_impl(request.impl)} shows the other")
+    console.print()
     shown = estimate.stages if len(estimate.stages) <= 4 else (estimate.stages[0], estimate.worst, estimate.stages[-1])
-    for stage in dict.fromkeys(shown):
+    for stage in {id(stage): stage for stage in shown}.values():  # a stage holds a dict: not hashable
         title = "Memory per device" if len(estimate.stages) == 1 else (
             f"Pipeline stage {stage.stage} ({stage.layers} layers)" + (" - the most loaded" if stage is estimate.worst else ""))
         table = Table(title=title, title_justify="left")
@@ -210,13 +284,17 @@ def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: Devic
         table.add_column("GB", justify="right")
         table.add_column("share", justify="right")
         table.add_column("formula", overflow="fold")
-        total = stage.total or 1
+        summed = stage.sum_of_components or 1
         for component in stage.components:
             table.add_row(component.name.replace("_", " "), _size(component.bytes), _gb(component.bytes),
-                          f"{component.bytes / total:.0%}", Text(component.formula, style="dim"))
+                          f"{component.bytes / summed:.0%}", Text(component.formula, style="dim"))
         table.add_section()
-        table.add_row("[bold]total[/bold]", f"[bold]{_size(stage.total)}[/bold]", _gb(stage.total), "100%", "")
+        table.add_row("sum of categories", _size(stage.sum_of_components), _gb(stage.sum_of_components), "100%",
+                      Text("each category at its own maximum over the step", style="dim"))
+        table.add_row("[bold]must fit[/bold]", f"[bold]{_size(stage.total)}[/bold]", _gb(stage.total), "",
+                      Text(f"the peak ({_phase_words(stage.peak.phase)}) + overhead", style="dim"))
         console.print(table)
+        console.print(_peak_line(stage, request.mode))
     for note in estimate.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     if budget.capacity is None:
@@ -225,7 +303,7 @@ def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: Devic
         return
     worst = estimate.worst.total
     verdict = "[bold green]FITS[/bold green]" if fits else "[bold red]DOES NOT FIT[/bold red]"
-    console.print(f"\n{verdict}: needs {_size(worst)} GiB per device; {budget.name} has "
+    console.print(f"\n{verdict}: needs {_size(worst)} GiB per device (peak + overhead); {budget.name} has "
                   f"{_size(budget.capacity)} GiB ({budget.source}), "
                   + (f"{_size(budget.capacity - worst)} GiB to spare." if fits else f"{_size(worst - budget.capacity)} GiB short."))
     if searches["largest_batch"] is not None:

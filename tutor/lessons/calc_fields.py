@@ -99,12 +99,16 @@ def _check_bool(value: Any, name: str) -> bool:
 
 
 def _check_device(value: Any) -> str:
-    from tutor.hardware.specs import SPECS_BY_KEY
+    from tutor.hardware.specs import lookup_gpu_spec
 
     text = _text(value, "device")
-    if text != "this" and text not in SPECS_BY_KEY:
-        raise UserError(f"device must be 'this' (the detected device) or a GPU key such as h100-sxm, got {value!r}")
-    return text
+    if text == "this":
+        return text
+    found = lookup_gpu_spec(text)
+    if found is None:
+        raise UserError(f"device must be 'this' (the detected device) or a GPU such as h100-sxm or a100-40gb "
+                        f"(tensor-tutor models --devices), got {value!r}")
+    return found[0].key
 
 
 def _check_fraction(value: Any, name: str) -> float:
@@ -118,7 +122,7 @@ def _fit_choice(attribute: str) -> Callable[[Any], str]:
         from tutor.theory import activations, fit
 
         choices = {"mode": fit.MODES, "recompute": activations.RECOMPUTE_MODES,
-                   "attention": activations.ATTENTION_KINDS}[attribute]
+                   "attention": activations.ATTENTION_KINDS, "impl": activations.IMPLEMENTATIONS}[attribute]
         return _check_choice(value, attribute, choices)
 
     return check
@@ -157,7 +161,10 @@ CALC_FIELDS: dict[str, CalcField] = {field.name: field for field in (
     CalcField("sequence_parallel", "sequence parallelism with tp", lambda value: _check_bool(value, "sequence_parallel"),
               "sequence_parallel"),
     CalcField("recompute", "activation recomputation: none, selective, full", _fit_choice("recompute"), "recompute"),
-    CalcField("attention", "eager or flash", _fit_choice("attention"), "attention"),
+    CalcField("attention", "eager, sdpa (transformers' default) or flash (FlashAttention-2)", _fit_choice("attention"),
+              "attention"),
+    CalcField("impl", "the code the activations assume: hf (transformers modules as written) or fused "
+              "(Megatron-style kernels)", _fit_choice("impl"), "impl"),
     CalcField("kv_dtype", "KV-cache element type: bf16, fp8, int8, fp32", _check_kv_dtype, "kv_dtype"),
     _positive("microbatches", "pipeline micro-batches per step", "microbatches"),
     _positive("lora_rank", "LoRA rank r", "lora_rank"),
@@ -174,7 +181,7 @@ CALC_FIELDS: dict[str, CalcField] = {field.name: field for field in (
 )}
 
 _FIT_FIELDS = ("model", "params", "mode", "dtype", "recipe", "optimizer", "batch", "seq", "dp", "tp", "pp", "ep",
-               "zero", "sequence_parallel", "recompute", "attention", "kv_dtype", "microbatches", "lora_rank",
+               "zero", "sequence_parallel", "recompute", "attention", "impl", "kv_dtype", "microbatches", "lora_rank",
                "lora_targets", "gpu", "memory")
 
 CALC_KINDS: dict[str, tuple[str, ...]] = {

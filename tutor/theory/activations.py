@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from fractions import Fraction
 
 from tutor.errors import UserError
@@ -22,7 +23,13 @@ from tutor.theory.checks import positive_int
 from tutor.theory.parallel import kv_heads_per_rank
 
 RECOMPUTE_MODES = ("none", "selective", "full")
-ATTENTION_KINDS = ("eager", "flash")
+# "eager": attention written as matmul + softmax (s x s tensors kept); "sdpa": torch's
+# scaled_dot_product_attention, whose backend depends on device, dtype, dropout and head dims
+# (transformers' default attn_implementation); "flash": FlashAttention-2 kernels.
+ATTENTION_KINDS = ("eager", "sdpa", "flash")
+# "hf": transformers' modelling code as written (unfused norms, SwiGLU, loss upcast; the default,
+# what most users train with); "fused": Megatron-style fused kernels, Korthikanti's per-tensor count.
+IMPLEMENTATIONS = ("hf", "fused")
 
 # Korthikanti §4.1: dropout masks are stored as one byte per element, whatever the activation dtype.
 DROPOUT_MASK_BYTES = 1
@@ -320,3 +327,459 @@ def pipeline_activation_multiplier(
         return Fraction(min(p - rank, m))
     chunks = min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v)
     return Fraction(chunks, v)
+
+
+# ---------------------------------------------------------------------------------------------
+# The "hf" profile: what Hugging Face transformers 5.x modelling code keeps, measured.
+#
+# Every term below was read off real transformers modules (llama, qwen2, mistral, gemma, gemma2,
+# gpt2, mixtral, qwen2_moe, deepseek_v3 modeling_*.py, transformers 5.24, torch 2.13) run on a CPU
+# under torch.autograd.graph.saved_tensors_hooks, counting each unique non-parameter storage once
+# (tests/test_activations_hf.py pins them). Bytes are per token (T = s·b tokens) unless the term
+# is an s x s one (per token x s) or a constant.
+
+# Activation precision of a training recipe: "fp32" (everything 4 bytes), "bf16" (a 16-bit model,
+# norms upcast inside), "amp" (fp32 weights under torch.autocast: matmul outputs 16-bit, the
+# residual stream and norms fp32, each linear casting its own 16-bit copy of its input).
+PRECISIONS = ("fp32", "bf16", "amp")
+# Attention code paths: "eager" (matmul + softmax, s x s kept), "flash" (flash / memory-efficient
+# kernels: output and fp32 log-sum-exp only), "math" (SDPA's reference kernel: s x s kept).
+ATTENTION_BACKENDS = ("eager", "flash", "math")
+# Per token kept by the cross-entropy of transformers' ForCausalLMLoss in backward, besides its
+# saved fp32 log-softmax: the gradient nll_loss hands back and log_softmax's own gradient, both
+# fp32 s·V (measured: the 12 s·b·V bytes at the start of backward).
+LOSS_BACKWARD_FP32_COPIES = 2
+
+
+@dataclass(frozen=True)
+class HfLayerShape:
+    """The quirks of one transformers decoder layer that change what it keeps for backward."""
+
+    model_type: str
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int            # query/key head width
+    v_head_dim: int          # value head width (differs from head_dim only for MLA)
+    norm: str                # "rmsnorm" (Llama-style), "gemma" (fp32 (1 + w) form) or "layernorm"
+    norms: int               # norms per layer: 2, Gemma-2 4
+    ffn: int                 # dense MLP width (0 in an MoE layer without a dense part)
+    mlp_act: str             # "glu" (act(gate) * up) or "gelu_new" (GPT-2, written as Python ops)
+    dropout: bool
+    attn_softcap: bool = False   # Gemma-2's tanh soft-capping of attention scores
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    router: str = ""             # "softmax" (Qwen2-MoE), "softmax_norm" (Mixtral), "sigmoid" (DeepSeek-V3)
+    shared_gate: bool = False    # Qwen2-MoE's sigmoid gate on the shared expert
+    kv_lora_rank: int = 0        # MLA latent width (DeepSeek-V3); 0 without MLA
+    q_lora_rank: int = 0
+    rope_dim: int = 0            # rotary width of a Q/K head (MLA: qk_rope_head_dim); 0: learned positions
+
+
+def hf_layer_shape(arch, *, moe_layer: bool) -> HfLayerShape:
+    """The HfLayerShape of a dense or MoE layer of `arch` (a tutor.theory.models.Architecture)."""
+    t = arch.model_type
+    norm = "layernorm" if arch.norm == "layernorm" else "gemma" if t in ("gemma", "gemma2") else "rmsnorm"
+    moe = dict(num_experts=arch.num_experts, experts_per_token=arch.experts_per_token,
+               expert_ffn=arch.moe_intermediate_size, shared_ffn=arch.shared_expert_intermediate_size,
+               router="sigmoid" if t == "deepseek_v3" else "softmax_norm" if t == "mixtral" else "softmax",
+               shared_gate=arch.shared_expert_gate) if moe_layer else {}
+    mla = arch.uses_mla
+    return HfLayerShape(
+        model_type=t, hidden=arch.hidden_size, heads=arch.num_heads,
+        kv_heads=arch.num_heads if mla else arch.num_kv_heads, head_dim=arch.head_dim,
+        v_head_dim=arch.v_head_dim if mla else arch.head_dim, norm=norm, norms=arch.norms_per_layer,
+        ffn=0 if moe_layer else arch.intermediate_size, mlp_act="glu" if arch.gated_mlp else "gelu_new",
+        dropout=arch.dropout, attn_softcap=t == "gemma2",
+        kv_lora_rank=arch.kv_lora_rank, q_lora_rank=arch.q_lora_rank or 0,
+        rope_dim=0 if arch.learned_positions else arch.qk_rope_head_dim if mla else arch.head_dim, **moe)
+
+
+def hf_attention_backend(attention: str, *, gpu: bool, dropout: bool, head_dim: int, v_head_dim: int,
+                         model_type: str = "") -> str:
+    """Which attention code path transformers + torch run in training: eager, flash or math.
+
+    - "eager" as asked; and Gemma-2 under "sdpa" (transformers refuses SDPA for Gemma2ForCausalLM
+      and its default attn_implementation is eager: modeling_utils `_sdpa_can_dispatch`).
+    - "flash": FlashAttention-2 kernels.
+    - "sdpa" on CUDA: torch picks the flash or memory-efficient kernel (both regenerate dropout
+      from the RNG and accept a V head dim unlike Q/K's, the latter for MLA): no s x s tensor
+      (torch/backends/cuda/__init__.py: flash_sdp_enabled / mem_efficient_sdp_enabled default on).
+    - "sdpa" on a CPU: the CPU flash kernel, unless dropout is on (GPT-2 training) or the V head
+      dim differs from Q/K's (DeepSeek-V3 MLA): then the math kernel, which stores s x s
+      (measured: torch 2.13 CPU saves the softmax and a dropout mask there).
+    """
+    _choice(attention, "attention implementation", ATTENTION_KINDS)
+    if attention == "eager" or (attention == "sdpa" and model_type == "gemma2"):
+        return "eager"
+    if attention == "flash" or gpu:
+        return "flash"
+    return "math" if dropout or head_dim != v_head_dim else "flash"
+
+
+def _norm_terms(kind: str, width: int, label: str, *, precision: str, value: int, gpu: bool):
+    """(name, bytes per token) of one norm over `width` features, as transformers writes it.
+
+    RMSNorm (LlamaRMSNorm): hidden.to(float32) is kept by pow/mul (4·w; in fp32 it is the input
+    itself), rsqrt(variance) 4 B, and the normalized tensor cast back before `weight *` (the model
+    dtype; fp32 under autocast, where the residual stream is fp32). Gemma's RMSNorm multiplies in
+    fp32 by (1 + weight): the normalized tensor stays fp32 (4·w). LayerNorm (GPT-2) keeps its input
+    and mean and rstd, one value each per token (fp32 on CUDA, the input dtype on a CPU).
+    """
+    resid = 4 if precision in ("fp32", "amp") else value
+    if kind == "layernorm":
+        stat = 4 if gpu else resid
+        return ((f"{label} input", resid * width), (f"{label} mean and rstd", 2 * stat))
+    normalized = 4 if kind == "gemma" or precision == "amp" else value
+    return ((f"{label} fp32 input copy", 4 * width), (f"{label} 1/rms (fp32)", 4),
+            (f"{label} normalized, kept for the weight multiply", normalized * width))
+
+
+def _per_token(terms: list[tuple[str, Fraction | int, str]], tokens: int) -> tuple[ActivationTerm, ...]:
+    return tuple(ActivationTerm(name, Fraction(n) * tokens, block) for name, n, block in terms)
+
+
+@lru_cache(maxsize=512)
+def hf_layer_activation_terms(
+    shape: HfLayerShape,
+    *,
+    seq_len: int,
+    batch: int,
+    precision: str = "bf16",
+    backend: str = "flash",
+    gpu: bool = True,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+) -> tuple[ActivationTerm, ...]:
+    """The tensors one transformers decoder layer keeps for backward, named, on one TP rank.
+
+    Measured on transformers 5.24 modules (see the section comment); each term says which tensor
+    it is. Tensor parallelism splits the head- and ffn-wide tensors by t and leaves h-wide ones
+    replicated unless sequence parallelism splits them too (as the fused profile).
+    recompute "full": `gradient_checkpointing_enable()` (non-reentrant torch.utils.checkpoint,
+    transformers modeling_utils) keeps only the layer input; "selective" drops the s x s tensors.
+    """
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    t = positive_int(tp, "tensor-parallel size (tp)")
+    _choice(precision, "activation precision", PRECISIONS)
+    _choice(backend, "attention backend", ATTENTION_BACKENDS)
+    _choice(recompute, "recompute mode", RECOMPUTE_MODES)
+    tokens = s * b
+    h = shape.hidden
+    v = 4 if precision == "fp32" else 2
+    resid = 4 if precision in ("fp32", "amp") else 2
+    rep = Fraction(1, t) if sequence_parallel else Fraction(1)
+    if recompute == "full":
+        return (ActivationTerm("layer input (checkpoint)", Fraction(resid * h * tokens) * rep),)
+    a = _heads_per_rank(shape.heads, t)
+    g = kv_heads_per_rank(shape.kv_heads, t)
+    d, dv = shape.head_dim, shape.v_head_dim
+    amp = precision == "amp"
+    # Dropout masks: a bool tensor from CUDA's native_dropout; on a CPU torch's dropout keeps a
+    # mask of the input's dtype (measured).
+    terms: list[tuple[str, Fraction | int, str]] = []
+
+    def keep(name: str, n, block: str) -> None:
+        terms.append((name, Fraction(n), block))
+
+    def norm(label: str, width: int, block: str, factor=rep) -> None:
+        for name, n in _norm_terms(shape.norm, width, label, precision=precision, value=v, gpu=gpu):
+            keep(name, n * factor, block)
+
+    def linear_inputs(label: str, width: int, linears: int, block: str, factor=rep) -> None:
+        # Under autocast each linear casts (and keeps) its own 16-bit copy of its input.
+        if amp:
+            keep(f"{label} (a 16-bit copy per linear, x{linears})", linears * 2 * width * factor, block)
+        else:
+            keep(label, v * width * factor, block)
+
+    # Attention block.
+    blk = "attention"
+    norm("attention norm", h, blk)
+    if shape.kv_lora_rank:
+        linear_inputs("q and kv_a projection input (norm output)", h, 2 if shape.q_lora_rank == 0 else 2, blk)
+        if shape.q_lora_rank:
+            norm("q latent norm", shape.q_lora_rank, blk, 1)
+            linear_inputs("q_b projection input", shape.q_lora_rank, 1, blk, 1)
+        norm("kv latent norm", shape.kv_lora_rank, blk, 1)
+        linear_inputs("kv_b projection input (latent)", shape.kv_lora_rank, 1, blk, 1)
+    else:
+        linear_inputs("QKV projection input (norm output)", h, 1 if shape.model_type == "gpt2" else 3, blk)
+    if backend == "flash":
+        keep("Q (after RoPE)", v * a * d, blk)
+        keep("K (after RoPE)", v * g * d, blk)
+        keep("V", v * g * dv, blk)
+        keep("flash log-sum-exp (fp32)", 4 * a, blk)
+        keep("attention output (the output-projection input)", v * a * dv, blk)
+    else:
+        # Eager: repeat_kv materialises K and V at every query head; math SDPA expands them too.
+        # SDPA's math kernel on a CPU computes 16-bit inputs in fp32 (measured).
+        c = 4 if backend == "math" and not gpu else v
+        keep("Q", c * a * d, blk)
+        keep("K (expanded to every query head)", c * a * d, blk)
+        keep("V (expanded to every query head)", c * a * dv, blk)
+        if recompute == "none":
+            probs = 4 if backend == "eager" else c
+            keep("softmax output (fp32)" if probs == 4 else "softmax output", probs * a * s, blk)
+            if backend == "eager" and v < 4:
+                keep("softmax output cast back to 16-bit", v * a * s, blk)
+            if shape.attn_softcap:
+                keep("soft-capped scores tanh(x/cap)", v * a * s, blk)
+            if shape.dropout:
+                keep("attention dropout mask", (1 if gpu else c) * a * s, blk)
+                keep("attention dropout output", c * a * s, blk)
+        keep("attention output (the output-projection input)", v * a * dv, blk)
+    if shape.dropout:
+        keep("attention residual dropout mask", (1 if gpu else v) * h * rep, blk)
+    if shape.norms == 4:
+        norm("post-attention norm", h, blk)
+
+    # MLP block.
+    blk = "mlp"
+    norm("MLP norm", h, blk)
+    if shape.num_experts:
+        _moe_terms(shape, keep, linear_inputs, a=a, v=v, amp=amp, rep=rep, t=t)
+    else:
+        linear_inputs("MLP input (norm output)", h, 2 if shape.mlp_act == "glu" else 1, blk)
+        f = shape.ffn // t
+        if shape.mlp_act == "glu":
+            keep("gate projection output (act input)", v * f, blk)
+            keep("act(gate)", v * f, blk)
+            keep("up projection output", v * f, blk)
+            keep("down projection input act(gate)·up", v * f, blk)
+        else:
+            keep("gelu_new temporaries (x, x³, tanh, ... as Python ops: 4 tensors)", 4 * v * f, blk)
+            keep("second linear input (gelu output)", v * f, blk)
+    if shape.dropout:
+        keep("MLP residual dropout mask", (1 if gpu else v) * h * rep, blk)
+    if shape.norms == 4:
+        norm("post-MLP norm", h, blk)
+    kept = _per_token(terms, tokens)
+    if shape.norm == "gemma":
+        # Gemma's norms multiply by (1 + weight.float()): one fp32 h-vector per norm, not per token.
+        kept += (ActivationTerm("fp32 (1 + weight) of each norm", Fraction(4 * h * shape.norms), "mlp"),)
+    return kept
+
+
+def _moe_terms(shape: HfLayerShape, keep, linear_inputs, *, a: int, v: int, amp: bool, rep, t: int) -> None:
+    """Grouped experts as transformers 5 runs them (`use_experts_implementation`): each token is
+    copied once per chosen expert (k·T rows), through gate_up (2f), act, product, down (h) whose
+    output is kept for the routing-weight multiply; int64 sort/gather indices; the router's fp32
+    scores. DeepSeek-V3's router upcasts the hidden states to fp32 (F.linear(x.float(), w.float()))."""
+    h, k, e = shape.hidden, shape.experts_per_token, shape.num_experts
+    f = shape.expert_ffn // t
+    blk = "mlp"
+    linear_inputs("MLP input (norm output; router and shared experts read it)", h,
+                  1 + (2 if shape.shared_ffn else 0), blk)
+    if shape.router == "sigmoid":
+        keep("router input upcast to fp32", 4 * h, blk)
+        keep("router scores: sigmoid and score + correction bias (fp32)", 8 * e, blk)
+        keep("router group mask (bool) and group indices", e + 24, blk)
+        route_weight = 4
+    else:
+        keep("router softmax (fp32)", 4 * e, blk)
+        route_weight = 4 if shape.router == "softmax_norm" else v
+    keep("top-k expert indices (int64) and weights", 8 * k + (4 * k + 4 if shape.router != "softmax" else 0), blk)
+    keep("token-to-expert sort and gather indices (int64, 3 x k)", 24 * k, blk)
+    # Under autocast the grouped expert matmuls are not cast: the experts run in fp32 (measured).
+    ev = 4 if amp else v
+    keep("tokens gathered per chosen expert (k copies)", ev * k * h, blk)
+    keep("gate_up projection output (2f per copy)", ev * k * 2 * f, blk)
+    keep("act(gate) per copy", ev * k * f, blk)
+    keep("down projection input per copy", ev * k * f, blk)
+    keep("routing weight per copy", route_weight * k, blk)
+    keep("down projection output per copy (kept for the routing-weight multiply)", ev * k * h, blk)
+    if shape.shared_ffn:
+        fs = shape.shared_ffn // t
+        keep("shared expert gate output, act, up, product", 4 * v * fs, blk)
+        if shape.shared_gate:
+            keep("shared expert output and its sigmoid gate", v * (h + 1), blk)
+
+
+@lru_cache(maxsize=512)
+def hf_model_activation_terms(
+    shape: HfLayerShape,
+    *,
+    seq_len: int,
+    batch: int,
+    vocab: int,
+    precision: str = "bf16",
+    gpu: bool = True,
+    tp: int = 1,
+    learned_positions: bool = False,
+    final_softcap: bool = False,
+) -> tuple[ActivationTerm, ...]:
+    """What a transformers causal LM keeps outside its layers: token ids, embedding dropout mask,
+    the final norm, the lm_head input, the shifted labels and cross-entropy's fp32 log-softmax
+    (ForCausalLMLoss upcasts the logits with .float()); Gemma-2's final soft-cap keeps tanh(x/30)."""
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    V = positive_int(vocab, "vocab")
+    t = positive_int(tp, "tensor-parallel size (tp)")
+    tokens = s * b
+    h = shape.hidden
+    v = 4 if precision == "fp32" else 2
+    terms = [("token ids (int64)", TOKEN_ID_BYTES, "embedding")]
+    if shape.dropout:
+        terms.append(("embedding dropout mask", (1 if gpu else (4 if precision != "bf16" else v)) * h, "embedding"))
+    for name, n in _norm_terms(shape.norm, h, "final norm", precision=precision, value=v, gpu=gpu):
+        terms.append((name, n, "head"))
+    terms.append(("lm_head input (final norm output)", v * h, "head"))
+    terms.append(("shifted labels (int64)", TOKEN_ID_BYTES, "head"))
+    terms.append(("log-softmax of the fp32 logits", Fraction(4 * V, t), "head"))
+    if final_softcap:
+        terms.append(("final logit soft-cap tanh(x/cap)", Fraction(v * V, t), "head"))
+    return _per_token(terms, tokens)
+
+
+def hf_loss_backward_extra_bytes(*, seq_len: int, batch: int, vocab: int, tp: int = 1) -> int:
+    """Bytes alive at the start of backward beyond the saved log-softmax: nll_loss's gradient and
+    log_softmax's gradient, both fp32 s·b·V (measured; with the saved log-softmax, 12 s·b·V)."""
+    tokens = positive_int(seq_len, "seq_len") * positive_int(batch, "batch")
+    return math.ceil(Fraction(LOSS_BACKWARD_FP32_COPIES * 4 * tokens * positive_int(vocab, "vocab"),
+                              positive_int(tp, "tensor-parallel size (tp)")))
+
+
+def hf_loss_forward_extra_bytes(*, seq_len: int, batch: int, vocab: int, precision: str, tp: int = 1) -> int:
+    """Bytes alive while cross-entropy runs forward beyond the saved log-softmax: the logits in
+    the model dtype and, unless they are fp32 already, their .float() copy."""
+    tokens = positive_int(seq_len, "seq_len") * positive_int(batch, "batch")
+    v = 4 if precision == "fp32" else 2
+    per_value = v + (0 if v == 4 else 4)
+    return math.ceil(Fraction(per_value * tokens * positive_int(vocab, "vocab"), positive_int(tp, "tp")))
+
+
+def hf_attention_mask_bytes(*, seq_len: int, batch: int, backend: str, precision: str = "bf16",
+                            mask_kinds: int = 1, model_type: str = "") -> int:
+    """Bytes of the attention masks transformers 5 materialises for one forward (measured, 5.24).
+
+    masking_utils builds one mask per kind of layer (full, sliding) and the model's forward keeps
+    them all: under eager attention a (b, 1, s, s) additive mask in the model dtype per kind; under
+    SDPA none when it can say is_causal instead (no padding, window longer than the prompt).
+    Qwen2-MoE always builds a sliding-window mask, with window 0 when use_sliding_window is false
+    (configuration_qwen2_moe.py), which cannot be skipped: a (1, 1, s, s) bool mask under SDPA.
+    """
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    _choice(backend, "attention backend", ATTENTION_BACKENDS)
+    _choice(precision, "activation precision", PRECISIONS)
+    if backend == "eager":
+        kinds = max(mask_kinds, 2 if model_type == "qwen2_moe" else 1)
+        return kinds * (4 if precision == "fp32" else 2) * b * s * s
+    return s * s if model_type == "qwen2_moe" else 0
+
+
+def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: int, precision: str = "bf16",
+                       backend: str = "flash", tp: int = 1, gpu: bool = True, mask_bytes: int = 0) -> dict[str, int]:
+    """Activation bytes alive at each moment of a transformers prefill that can hold its peak.
+
+    The call is generate()'s: model(input_ids, use_cache=True, logits_to_keep=1) under no_grad,
+    then the last position's logits copied to fp32. No grad: each op's inputs are freed as soon
+    as no Python name holds them, so the live set is what the modelling code's variables hold.
+    Measured on transformers 5.24 / torch 2.13 (CPU) with a dispatch mode that records every
+    storage from creation to free (benchmarks/fit_vs_transformers.py --config inference --explain).
+
+    Held through the whole forward: the token ids (int64) and position ids (int64, s); RoPE's cos
+    and sin (1 x s x rope dim, model dtype; GPT-2: its learned position embeddings, 1 x s x h);
+    the embedding output (inputs_embeds, kept by the model's forward); the input of the layer being
+    run (kept by the layer loop); the attention masks (`hf_attention_mask_bytes`). On top of that:
+    - attention (flash/SDPA): the norm output, the Q, K, V projections and RoPE's temporaries on Q
+      (q·cos, rotate_half(q), rotate_half(q)·sin);
+    - attention (eager): the norm output, Q, K and V repeated to every head (repeat_kv copies when
+      1 < kv heads < heads), the masked scores in the model dtype, their fp32 copy and the fp32 softmax
+      (GPT-2: the softmax in the model dtype);
+    - MLA (DeepSeek-V3): q_b and kv_a outputs, the rotated q, query and key states, kv_b's output;
+      SDPA's math kernel (a V head dim unlike Q/K's, on a CPU) copies Q, K, V to fp32, scales Q,
+      builds an fp32 s x s causal mask and holds the scores twice (matmul, + mask), or later the
+      probabilities, their 16-bit cast, V's copy and the output;
+    - MLP: the residual sum, the norm output and act(gate), up, their product (GPT-2: also the
+      attention output its block keeps, and gelu_new's x, 0.5x, x³, 0.044715x³); under eager
+      attention also the layer's attention probabilities, which the decoder layer still holds;
+    - MoE (grouped experts): the residual, norm output, routing ids and weights, k gathered copies
+      of each token, then either gate_up (2f) + act + product per copy, or at the combine the
+      down output, its product with the routing weight (fp32 when the router's weights are fp32:
+      Mixtral, DeepSeek-V3) and that product reordered; the shared expert's output (Qwen2-MoE runs
+      it first) or intermediates (3 x its width);
+    - head: the last layer's output, the final norm output, the last position's logits and their
+      fp32 copy (4 b V: generate()'s next_token_logits).
+    """
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    V = positive_int(vocab, "vocab")
+    t = positive_int(tp, "tensor-parallel size (tp)")
+    _choice(precision, "activation precision", PRECISIONS)
+    _choice(backend, "attention backend", ATTENTION_BACKENDS)
+    T = s * b
+    v = 4 if precision == "fp32" else 2
+    h = shape.hidden
+    a = _heads_per_rank(shape.heads, t)
+    g = kv_heads_per_rank(shape.kv_heads, t)
+    d, dv = shape.head_dim, shape.v_head_dim
+    positions = 2 * v * s * shape.rope_dim if shape.rope_dim else v * s * h
+    held = TOKEN_ID_BYTES * (T + s) + positions + 2 * v * T * h + mask_bytes
+    # fp32 copies a kernel makes of 16-bit inputs: none when the model is fp32 already.
+    upcast = 4 if v < 4 and not gpu else v
+
+    def per_token(n) -> int:
+        return math.ceil(Fraction(n) * T)
+
+    moments: dict[str, int] = {}
+    norm_out = v * h
+    if shape.kv_lora_rank:
+        rope = shape.rope_dim
+        nope = d - rope
+        mla = v * (a * d + (shape.kv_lora_rank + rope) + a * rope + a * d + a * (nope + dv) + a * d)
+        if backend == "math":
+            copies = upcast * a * (2 * d + dv) if upcast != v else 0
+            # Either the scores twice (matmul, + mask) or, after the softmax, the probabilities (and
+            # their 16-bit cast), V's contiguous copy and the output: whichever is larger.
+            after = upcast * a * s + (v * a * s if upcast != v else 0) + 2 * upcast * a * dv
+            scores = per_token(copies + upcast * a * d + max(2 * upcast * a * s, after)) + 4 * s * s
+        else:
+            scores = per_token(v * a * dv + 4 * a)
+        moments["attention"] = held + per_token(norm_out + mla) + scores
+    elif backend == "flash":
+        projections = v * (a * d + 2 * g * d)
+        temporaries = 3 * v * a * d if shape.rope_dim else v * a * dv
+        moments["attention"] = held + per_token(norm_out + projections + temporaries)
+    else:
+        # repeat_kv's expand + reshape is a view for one KV head (MQA), a copy for 1 < kv heads < heads.
+        expanded = 2 * v * a * d if 1 < g < a else 0
+        if shape.model_type == "gpt2":  # GPT-2's eager softmax runs in the model dtype
+            scores = 2 * v * a * s
+        else:
+            scores = v * a * s + (4 * a * s if v < 4 else 0) + 4 * a * s
+        moments["attention"] = held + per_token(norm_out + v * a * d + expanded + scores)
+    # The residual sum after attention (the MLP's skip input); under eager attention the decoder
+    # layer also keeps the attention probabilities it was handed back (`hidden_states, _ = ...`).
+    residual = v * h + (v * a * s if backend == "eager" else 0)
+    if shape.num_experts:
+        k, e = shape.experts_per_token, shape.num_experts
+        f = shape.expert_ffn // t
+        fs = shape.shared_ffn // t
+        weight = 4 if shape.router in ("softmax_norm", "sigmoid") else v
+        routing = v * e + k * (3 * TOKEN_ID_BYTES + 2 * 4 + weight)
+        base = residual + norm_out + routing + (v * h if shape.shared_gate else 0) + v * k * h
+        moments["MoE experts"] = held + per_token(base + 4 * v * k * f)
+        moments["MoE combine"] = held + per_token(base + v * k * h + 2 * weight * k * h + TOKEN_ID_BYTES * k)
+        if fs:
+            moments["shared expert"] = held + per_token(residual + norm_out + v * h + 3 * v * fs)
+    elif shape.mlp_act == "glu":
+        moments["MLP"] = held + per_token(residual + norm_out + 3 * v * (shape.ffn // t))
+    else:
+        moments["MLP"] = held + per_token(v * h + residual + norm_out + 4 * v * (shape.ffn // t))
+    moments["head"] = held + per_token(norm_out) + math.ceil(Fraction((v + 4) * b * V, t))
+    return moments
+
+
+def hf_prefill_activation_bytes(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: int,
+                                precision: str = "bf16", backend: str = "flash", tp: int = 1, gpu: bool = True,
+                                mask_bytes: int = 0) -> int:
+    """Peak activation bytes of a transformers prefill (generate()'s call, no grad): the largest
+    of `hf_prefill_moments` (measured on transformers 5.24; see there)."""
+    return max(hf_prefill_moments(shape, seq_len=seq_len, batch=batch, vocab=vocab, precision=precision,
+                                  backend=backend, tp=tp, gpu=gpu, mask_bytes=mask_bytes).values())

@@ -15,8 +15,17 @@ from tutor.errors import UserError
 from tutor.theory.checks import positive_int
 from tutor.theory.activations import (
     ATTENTION_KINDS,
+    IMPLEMENTATIONS,
     RECOMPUTE_MODES,
     activation_bytes_per_layer,
+    hf_attention_backend,
+    hf_layer_activation_terms,
+    hf_layer_shape,
+    hf_loss_backward_extra_bytes,
+    hf_loss_forward_extra_bytes,
+    hf_model_activation_terms,
+    hf_attention_mask_bytes,
+    hf_prefill_moments,
     input_ids_bytes,
     layer_activation_terms,
     logits_bytes,
@@ -32,7 +41,14 @@ from tutor.theory.memory import (
     training_recipe,
     weight_format,
 )
-from tutor.theory.models import Architecture, LayerParams, ParamCount, count_parameters, parameters_per_layer
+from tutor.theory.models import (
+    Architecture,
+    LayerParams,
+    ParamCount,
+    count_parameters,
+    parameters_per_layer,
+    qk_norm_parameters,
+)
 from tutor.theory.parallel import pipeline_stages, zero_model_states
 from tutor.theory.units import GiB
 
@@ -67,7 +83,8 @@ class FitRequest:
     zero: int = 0
     sequence_parallel: bool = False
     recompute: str = "none"
-    attention: str = "flash"
+    attention: str = "sdpa"          # eager | sdpa (transformers' default) | flash (FlashAttention-2)
+    impl: str = "hf"                 # hf: transformers modules as written; fused: Megatron kernels
     kv_dtype: str | None = None      # None: the weights' 16-bit type (bf16 for quantized weights)
     microbatches: int | None = None  # pipeline micro-batches per step; None: pp (a full pipeline)
     lora_rank: int = 16
@@ -95,17 +112,47 @@ class Component:
     formula: str
 
 
+PHASES = ("forward", "backward", "optimizer", "prefill", "decode")
+
+
+@dataclass(frozen=True)
+class PeakMoment:
+    """The moment of a step when the most tensors are alive at once, and what they are.
+
+    bytes: tensors live at that moment, without allocator slack or the CUDA context (those stay
+    in the `overhead` component); phase: one of PHASES; per_category: bytes of each category
+    alive then (weights, gradients, optimizer, activations, kv_cache, optimizer_temporaries);
+    formula: one line saying why the peak is there.
+    """
+
+    bytes: int
+    phase: str
+    per_category: dict[str, int]
+    formula: str
+
+
 @dataclass(frozen=True)
 class DeviceMemory:
-    """The memory of one device (the worst rank of one pipeline stage)."""
+    """The memory of one device (the worst rank of one pipeline stage).
+
+    components: each category's own maximum over the step (the teaching view); peak: the moment
+    the most is alive, which is what must fit (`total`).
+    """
 
     stage: int
     layers: int
     params: int
     components: tuple[Component, ...]
+    peak: PeakMoment
 
     @property
     def total(self) -> int:
+        """What must fit: the tensors alive at the peak plus the overhead (CUDA context, slack)."""
+        return self.peak.bytes + self.component("overhead")
+
+    @property
+    def sum_of_components(self) -> int:
+        """Every category at its own maximum, added up: an upper bound, the old view."""
         return sum(c.bytes for c in self.components)
 
     def component(self, name: str) -> int:
@@ -148,6 +195,8 @@ def validate_request(arch: Architecture, request: FitRequest) -> None:
         raise UserError(f"unknown recompute mode {request.recompute!r}: use {', '.join(RECOMPUTE_MODES)}")
     if request.attention not in ATTENTION_KINDS:
         raise UserError(f"unknown attention {request.attention!r}: use {', '.join(ATTENTION_KINDS)}")
+    if request.impl not in IMPLEMENTATIONS:
+        raise UserError(f"unknown implementation {request.impl!r}: use {', '.join(IMPLEMENTATIONS)}")
     if request.recipe not in RECIPES:
         training_recipe(request.recipe)  # raises the list of valid names
     weight_format(request.dtype)
@@ -218,7 +267,8 @@ def estimate_from_count(total_params: int, request: FitRequest) -> FitEstimate:
         raise UserError(f"unknown mode {request.mode!r}: use {' or '.join(MODES)}")
     components.append(Component("overhead", cuda_context_overhead_bytes().bytes if request.gpu else 0,
                                 "CUDA context (measured by HF on a V100)" if request.gpu else "none on a CPU"))
-    stage = DeviceMemory(stage=0, layers=0, params=on_device, components=tuple(components))
+    stage = DeviceMemory(stage=0, layers=0, params=on_device, components=tuple(components),
+                         peak=_all_at_once(components, "optimizer" if request.mode == "train" else "prefill"))
     notes = ("activations and KV cache not estimated: a bare parameter count has no architecture "
              "(pass a preset name or a config.json for those)",)
     return FitEstimate(arch=None, params=None, total_params=total_params, request=request,
@@ -234,6 +284,7 @@ class _StageParams:
     expert: int       # routed experts (sharded by ZeRO over the expert-data-parallel group)
     quantizable: int  # the blocks' linear weights a low-bit format applies to
     sixteen_bit: int  # embeddings, head, norms, biases, routers: kept 16-bit by quantized formats
+    autocast_cast: int = 0  # parameters torch.autocast casts to 16-bit (`autocast_cast_parameters`)
 
     @property
     def total(self) -> int:
@@ -246,12 +297,13 @@ def _stage_params(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
     # Linear weights per layer shape (dense or MoE), counted once rather than once per layer.
     linear_weights = {is_moe: quantizable_weights_per_layer(arch, moe_layer=is_moe)
                       for is_moe in {layers[index].is_moe for index in stage_layers}}
-    dense = expert = quantizable = 0
+    dense = expert = quantizable = cast = 0
     for index in stage_layers:
         layer = layers[index]
         routed = arch.num_experts * params.expert if layer.is_moe else 0
         shared_mlp = layer.mlp - routed
         dense += math.ceil(Fraction(layer.attention + shared_mlp, tp)) + layer.router + layer.norms
+        cast += autocast_cast_parameters(arch, layer, routed, tp)
         # Megatron's classic layout: experts split over ep ranks, each expert tensor-parallel over tp.
         expert += math.ceil(Fraction(routed, ep * tp))
         linear = linear_weights[layer.is_moe]
@@ -260,10 +312,31 @@ def _stage_params(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
         dense += math.ceil(Fraction(params.embedding, tp)) + params.position_embedding
     if stage.output_head:
         dense += math.ceil(Fraction(params.lm_head or params.embedding, tp))
+    if stage.index == request.pp - 1:  # lm_head is a linear: its weight is cast, tied to the embedding or not
+        cast += math.ceil(Fraction(params.lm_head or params.embedding, tp))
     if stage.index == request.pp - 1:
         dense += final_norm
     total = dense + expert
-    return _StageParams(dense=dense, expert=expert, quantizable=quantizable, sixteen_bit=total - quantizable)
+    return _StageParams(dense=dense, expert=expert, quantizable=quantizable, sixteen_bit=total - quantizable,
+                        autocast_cast=cast)
+
+
+def autocast_cast_parameters(arch: Architecture, layer: LayerParams, routed: int, tp: int = 1) -> int:
+    """Parameters of one layer that torch.autocast copies to 16-bit in a transformers forward.
+
+    Autocast casts the inputs of the ops on its lower-precision list (linear, matmul, addmm, bmm:
+    torch/csrc/autograd/autocast_mode.cpp, the CUDA and CPU `lower_precision_fp` lists) and caches
+    the copy of each weight for the rest of the forward. So the attention projections and their
+    biases, dense and shared-expert MLPs, and nn.Linear routers are copied; norms (Qwen3's and MLA's
+    inner norms too) are not (they are not on the list), nor the input embedding (embedding is not
+    on the list), nor routed experts run through transformers 5's grouped_mm path (`_grouped_mm`
+    is not on the list; measured: no 16-bit copy), nor DeepSeek-V3's router (measured: no copy).
+    The output head is a linear, so its weight is cast whether or not it is tied to the embedding.
+    """
+    cast = layer.attention - qk_norm_parameters(arch) + (layer.mlp - routed)
+    if arch.model_type != "deepseek_v3":
+        cast += layer.router
+    return math.ceil(Fraction(cast, tp))
 
 
 def _stage_memory(arch: Architecture, params: ParamCount, layers: tuple[LayerParams, ...], request: FitRequest,
@@ -284,13 +357,27 @@ def _stage_memory(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
                                       resident.total, params.total)
     else:
         components += _model_states(request, resident)
-    activations = _activations(arch, request, stage, stage_layers)
+    timeline = _activation_timeline(arch, request, stage, stage_layers)
+    activations = timeline.component
     components.append(activations)
     if request.mode == "inference":
         components.append(_kv_cache(arch, request, stage_layers))
     components.append(_overhead(request, activations.bytes))
+    if request.mode == "inference":
+        peak = _all_at_once(components, "prefill")
+        peak = replace(peak, formula="prefill: weights + the whole prompt's KV cache + one layer's live tensors "
+                                     "+ logits, all alive together")
+    else:
+        peak = _training_peak(arch, request, stage, components, timeline, resident)
     return DeviceMemory(stage=stage.index, layers=len(stage_layers), params=resident.total,
-                        components=tuple(components))
+                        components=tuple(components), peak=peak)
+
+
+def _all_at_once(components: list[Component], phase: str) -> PeakMoment:
+    """A peak where every category is at its own maximum at once (the sum-of-components bound)."""
+    per_category = {c.name: c.bytes for c in components if c.name != "overhead"}
+    return PeakMoment(bytes=sum(per_category.values()), phase=phase, per_category=per_category,
+                      formula="every category at its own maximum at once")
 
 
 def _stored_weights(resident: _StageParams, fmt_name: str) -> Component:
@@ -329,11 +416,32 @@ def _model_states(request: FitRequest, resident: _StageParams) -> list[Component
     def total(field_name: str) -> int:
         return getattr(dense, field_name) + (getattr(expert, field_name) if expert else 0)
 
+    weights = Component("weights", total("weights"), formula("weights", per_param.weights))
+    if request.impl == "hf" and training_recipe(request.recipe).name == "hf-amp":
+        weights = _autocast_weights(request, resident, dense, expert)
     return [
-        Component("weights", total("weights"), formula("weights", per_param.weights)),
+        weights,
         Component("gradients", total("gradients"), formula("gradients", per_param.gradients)),
         Component("optimizer", total("optimizer"), formula("optimizer", per_param.optimizer)),
     ]
+
+
+def _autocast_weights(request: FitRequest, resident: _StageParams, dense, expert) -> Component:
+    """--recipe hf-amp, --impl hf: the fp32 weights (4 B/param, the master) plus the 16-bit copy
+    autocast makes of each parameter it casts (2 B each; `autocast_cast_parameters`), not of
+    every parameter as the 6 B/param convention assumes (transformers model_memory_anatomy.md)."""
+    fp32 = zero_model_states(params=resident.dense, dp=request.dp, stage=request.zero, weight_bytes=4,
+                             grad_bytes=0, optimizer_bytes=0).weights
+    if expert is not None:
+        fp32 += zero_model_states(params=resident.expert, dp=request.dp // request.ep, stage=request.zero,
+                                  weight_bytes=4, grad_bytes=0, optimizer_bytes=0).weights
+    copies = zero_model_states(params=resident.autocast_cast, dp=request.dp, stage=request.zero, weight_bytes=2,
+                               grad_bytes=0, optimizer_bytes=0).weights
+    zero = f" / dp {request.dp} (ZeRO-{request.zero})" if request.zero >= 3 and request.dp > 1 else ""
+    return Component("weights", fp32 + copies,
+                     f"{resident.total:,} params x 4 B (fp32) + {resident.autocast_cast:,} params autocast casts "
+                     f"(linear and matmul weights; not embeddings, norms or grouped experts) x 2 B{zero} "
+                     f"[{request.recipe} + {request.optimizer}]")
 
 
 def _adapter_states(request: FitRequest, base: Component, trainable: int, resident_params: int,
@@ -367,14 +475,176 @@ def _layer_shape(arch: Architecture, is_moe: bool) -> dict:
                 ffn=ffn, gated_mlp=arch.gated_mlp, dropout=arch.dropout)
 
 
+def activation_precision(request: FitRequest) -> str:
+    """The activations' precision (tutor.theory.activations.PRECISIONS) a request implies:
+    fp32 for --recipe fp32 (training) or fp32/tf32 weights (inference), amp for --recipe hf-amp
+    (fp32 weights under torch.autocast), else bf16 (16-bit models, and LoRA/QLoRA's bf16 compute)."""
+    if request.mode == "train" and not request.adapter:
+        return {"fp32": "fp32", "hf-amp": "amp"}.get(training_recipe(request.recipe).name, "bf16")
+    if request.mode == "inference" and request.stored_weight_bytes is None:
+        return "fp32" if weight_format(request.dtype).name in ("fp32", "tf32") else "bf16"
+    return "bf16"
+
+
+@dataclass(frozen=True)
+class _ActivationTimeline:
+    """Activation bytes at the moments of a training step that can hold the peak.
+
+    stored: what forward keeps for backward (layers x micro-batches in flight, embedding, head);
+    loss_forward / loss_backward: what the loss head holds on top of that while cross-entropy runs
+    forward / at the start of backward; layers_part: the stored bytes that belong to the layers
+    (freed layer by layer in backward); component: the activations' own maximum.
+    """
+
+    component: Component
+    stored: int
+    loss_forward: int = 0
+    loss_backward: int = 0
+    layers_part: int = 0
+    recomputed: int = 0  # full recompute: one layer's activations, alive once the loss head is done
+    head: int = 0        # stored bytes of the loss head (final norm, lm_head input, log-softmax ...):
+                         # freed by the head's backward, before any checkpointed layer is re-run
+
+
+def _activation_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> _ActivationTimeline:
+    if request.mode == "inference":
+        component = _inference_activations(arch, request, stage_layers)
+        return _ActivationTimeline(component, component.bytes)
+    if request.impl == "hf":
+        return _hf_training_activations(arch, request, stage, stage_layers)
+    component = _activations(arch, request, stage, stage_layers)
+    return _ActivationTimeline(component, component.bytes, layers_part=component.bytes)
+
+
+def _hf_attention_backend(arch: Architecture, request: FitRequest) -> str:
+    return hf_attention_backend(request.attention, gpu=request.gpu, dropout=arch.dropout and request.mode == "train",
+                                head_dim=arch.head_dim, v_head_dim=arch.v_head_dim if arch.uses_mla else arch.head_dim,
+                                model_type=arch.model_type)
+
+
+def _hf_training_activations(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> _ActivationTimeline:
+    """transformers modules as written (tutor.theory.activations, hf profile): per-layer saved
+    tensors x micro-batches in flight, the embedding and loss-head tensors, and the loss head's
+    transient (the fp32 log-softmax and two fp32 s·V gradients at the start of backward)."""
+    s, b, t = request.seq_len, request.batch, request.tp
+    precision = activation_precision(request)
+    backend = _hf_attention_backend(arch, request)
+    microbatches = request.microbatches or request.pp
+    in_flight = pipeline_activation_multiplier(pp=request.pp, microbatches=microbatches, stage=stage.index)
+    common = dict(seq_len=s, batch=b, precision=precision, backend=backend, gpu=request.gpu, tp=t,
+                  sequence_parallel=request.sequence_parallel)
+    flags = arch.layer_is_moe
+    moe_count = sum(flags[i] for i in stage_layers)
+
+    def layer_bytes(is_moe: bool, recompute: str) -> int:
+        terms = hf_layer_activation_terms(hf_layer_shape(arch, moe_layer=is_moe), **common, recompute=recompute)
+        return math.ceil(sum(term.bytes for term in terms))
+
+    per_shape = {is_moe: (count, layer_bytes(is_moe, request.recompute))
+                 for is_moe, count in ((False, len(stage_layers) - moe_count), (True, moe_count)) if count}
+    layers_part = math.ceil(sum(count * n for count, n in per_shape.values()) * in_flight)
+    formula = (f"{len(stage_layers)} layers x transformers per-layer bytes ({precision}, {backend} attention, "
+               f"recompute {request.recompute}) x {float(in_flight):g} micro-batches in flight")
+    recomputed = 0
+    if request.recompute == "full" and len(stage_layers):
+        # Backward re-runs one checkpointed layer at a time; its full activations live meanwhile.
+        # Its backward then starts at the MLP: the gradients of the down-projection input and of the
+        # two tensors it was made from (act(gate) and up; GPT-2: gelu_new's chain), 3 MLP-wide
+        # tensors alive together (measured on gemma2 and gpt2, within 10%).
+        value = 4 if precision == "fp32" else 2
+
+        def mlp_gradients(is_moe: bool) -> int:
+            width = (arch.experts_per_token * arch.moe_intermediate_size + arch.shared_expert_intermediate_size
+                     if is_moe else arch.intermediate_size)
+            return 3 * value * s * b * width // t
+
+        recomputed = max(layer_bytes(is_moe, "none") + mlp_gradients(is_moe) for is_moe in per_shape)
+        formula += " + one layer recomputed (and its MLP's gradients)"
+    stored = layers_part
+    shape = hf_layer_shape(arch, moe_layer=bool(moe_count) and moe_count == len(stage_layers))
+    model_terms = hf_model_activation_terms(shape, seq_len=s, batch=b, vocab=arch.vocab_size, precision=precision,
+                                            gpu=request.gpu, tp=t, final_softcap=arch.model_type == "gemma2")
+    loss_forward = loss_backward = head = 0
+    if stage.input_embedding:
+        stored += math.ceil(sum(term.bytes for term in model_terms if term.block == "embedding") * in_flight)
+        formula += " + token ids"
+    if stage.index == request.pp - 1:
+        head = math.ceil(sum(term.bytes for term in model_terms if term.block == "head"))
+        stored += head
+        loss_forward = hf_loss_forward_extra_bytes(seq_len=s, batch=b, vocab=arch.vocab_size, precision=precision, tp=t)
+        loss_backward = hf_loss_backward_extra_bytes(seq_len=s, batch=b, vocab=arch.vocab_size, tp=t)
+        formula += " + final norm, lm_head input, fp32 log-softmax (4 s b V) and 2 fp32 s b V loss gradients"
+    # The re-run layer's tensors live after the loss head's backward freed the head's tensors.
+    recompute_moment = stored - head + recomputed if recomputed else 0
+    component = Component("activations", max(stored + max(loss_forward, loss_backward), recompute_moment), formula)
+    return _ActivationTimeline(component, stored, loss_forward, loss_backward, layers_part, recomputed, head)
+
+
+def _optimizer_temporaries(arch: Architecture, request: FitRequest, resident: _StageParams) -> tuple[int, str]:
+    """Bytes optimizer.step() allocates beyond its states, and why.
+
+    torch.optim.Adam/AdamW (torch/optim/adam.py): the single-tensor path computes
+    `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)` one parameter at a time (the
+    sqrt and the quotient, two tensors of the largest parameter, alive together); the foreach path
+    (`_multi_tensor_adam`) computes `exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)` for
+    the whole group at once: one state-sized temporary per parameter. torch picks foreach by default
+    only for CUDA tensors (torch/optim/optimizer.py `_default_to_fused_or_foreach`; torch/utils/
+    _foreach_utils.py `_get_foreach_kernels_supported_devices`: cuda, xpu, mtia), so a CPU runs
+    single-tensor Adam. Other optimizers update in place (counted as 0).
+    """
+    if request.adapter or request.optimizer.replace("_", "-") not in ("adam", "adamw", "adam-8bit"):
+        return 0, "no temporaries counted for this optimizer"
+    state_bytes = training_recipe(request.recipe).state_bytes
+    if request.gpu:
+        shard = resident.dense / (request.dp if request.zero >= 1 else 1)
+        if resident.expert:
+            shard += resident.expert / ((request.dp // request.ep) if request.zero >= 1 else 1)
+        return (math.ceil(shard * state_bytes),
+                f"foreach AdamW (CUDA default): sqrt(v) for every parameter at once, {float(state_bytes):g} B each")
+    h = arch.hidden_size
+    largest = max(arch.vocab_size * h, arch.intermediate_size * h,
+                  2 * arch.num_experts * arch.moe_intermediate_size * h)  # grouped experts: one (E, 2f, h) tensor
+    largest = math.ceil(Fraction(largest, request.tp))
+    return (math.ceil(2 * largest * state_bytes),
+            f"single-tensor AdamW (CPU): sqrt(v) and sqrt(v)/c of the largest parameter ({largest:,} elements)")
+
+
+def _training_peak(arch: Architecture, request: FitRequest, stage, components: list[Component],
+                   timeline: _ActivationTimeline, resident: _StageParams) -> PeakMoment:
+    """The largest of the moments of a steady-state step (optimizer states exist, gradients were
+    set to None by zero_grad): end of forward, start of backward (the loss head's transient), end
+    of backward (every gradient, activations freed layer by layer) and optimizer.step()."""
+    by_name = {c.name: c.bytes for c in components}
+    weights, grads, states = by_name.get("weights", 0), by_name.get("gradients", 0), by_name.get("optimizer", 0)
+    temporaries, why = _optimizer_temporaries(arch, request, resident)
+    remaining = timeline.stored - timeline.layers_part  # embedding ids: freed last, by the embedding backward
+    moments = [
+        ("forward", timeline.stored + timeline.loss_forward, 0, 0,
+         "end of forward: every layer's saved tensors + the loss head running forward"),
+        ("backward", timeline.stored + timeline.loss_backward, 0, 0,
+         "start of backward: every layer's saved tensors + the loss head's fp32 gradients, no parameter gradient yet"),
+        ("backward", timeline.stored - timeline.head + timeline.recomputed if timeline.recomputed else 0, 0, 0,
+         "backward, re-running the last checkpointed layer: its full activations + every layer's checkpoint "
+         "(the loss head's tensors already freed)"),
+        ("backward", remaining, grads, 0,
+         "end of backward: every gradient exists, the layers' activations are freed"),
+        ("optimizer", 0, grads, temporaries, f"optimizer.step(): weights + gradients + states + {why}"),
+    ]
+    phase, acts, grad_bytes, temp, formula = max(moments, key=lambda m: m[1] + m[2] + m[3])
+    per_category = {"weights": weights, "gradients": grad_bytes, "optimizer": states, "activations": acts,
+                    "kv_cache": 0, "optimizer_temporaries": temp}
+    if request.zero >= 2 and request.dp > 1:
+        formula += f"; gradients sharded over dp {request.dp} (ZeRO-{request.zero}), buckets not counted"
+    return PeakMoment(bytes=sum(per_category.values()), phase=phase, per_category=per_category, formula=formula)
+
+
 def _activations(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> Component:
     s, b, t = request.seq_len, request.batch, request.tp
-    if request.mode == "inference":
-        return _inference_activations(arch, request, stage_layers)
     microbatches = request.microbatches or request.pp
     in_flight = pipeline_activation_multiplier(pp=request.pp, microbatches=microbatches, stage=stage.index)
     common = dict(seq_len=s, batch=b, attention=request.attention, tp=t,
-                  sequence_parallel=request.sequence_parallel)
+                  sequence_parallel=request.sequence_parallel,
+                  bytes_per_value=4 if activation_precision(request) == "fp32" else 2)
     moe_flags = arch.layer_is_moe
     # Layers come in at most two shapes (dense, MoE): compute each once and count them.
     moe_count = sum(moe_flags[i] for i in stage_layers)
@@ -404,14 +674,36 @@ def _inference_activations(arch: Architecture, request: FitRequest, stage_layers
     if not len(stage_layers):
         return Component("activations", 0, "no layers on this stage")
     flags = arch.layer_is_moe
+    precision = activation_precision(request)
+    if request.impl == "hf":
+        backend = _hf_attention_backend(arch, request)
+        s, b = request.seq_len, request.batch
+        sliding = any(arch.layer_uses_sliding_window[i] for i in stage_layers)
+        kinds = 2 if sliding and not all(arch.layer_uses_sliding_window[i] for i in stage_layers) else 1
+        masks = hf_attention_mask_bytes(seq_len=s, batch=b, backend=backend, precision=precision,
+                                        mask_kinds=kinds, model_type=arch.model_type)
+        moments: dict[str, int] = {}
+        for is_moe in {flags[i] for i in stage_layers}:
+            shape = hf_layer_shape(arch, moe_layer=is_moe)
+            for name, n in hf_prefill_moments(shape, seq_len=s, batch=b, vocab=arch.vocab_size, precision=precision,
+                                              backend=backend, tp=request.tp, gpu=request.gpu,
+                                              mask_bytes=masks).items():
+                moments[name] = max(moments.get(name, 0), n)
+        moment = max(moments, key=moments.get)
+        return Component("activations", moments[moment],
+                         f"prefill as generate() runs it (transformers, {precision}, {backend} attention; "
+                         f"logits_to_keep=1), peak at the {moment} moment: ids, embedding output, layer input, "
+                         f"positions{', masks' if masks else ''} + that moment's tensors over {b} x {s} tokens")
     peak = 0
     for is_moe in {flags[i] for i in stage_layers}:
         terms = layer_activation_terms(seq_len=request.seq_len, batch=request.batch, attention=request.attention,
-                                       tp=request.tp, **{**_layer_shape(arch, is_moe), "dropout": False})
+                                       tp=request.tp, bytes_per_value=4 if precision == "fp32" else 2,
+                                       **{**_layer_shape(arch, is_moe), "dropout": False})
         attention_part = sum(t.bytes for t in terms if t.block == "attention")
         mlp_part = sum(t.bytes for t in terms if t.block == "mlp")
         peak = max(peak, math.ceil(max(attention_part, mlp_part)))
     logits = 4 * request.batch * arch.vocab_size
+    peak = math.ceil(peak)
     return Component("activations", peak + logits,
                      f"largest block (attention or MLP) of one layer over {request.batch} x {request.seq_len} "
                      f"tokens ({request.attention}) + last-token logits 4 b V")
@@ -424,16 +716,22 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
         return Component("kv_cache", 0, "no layers on this stage")
     sliding = [i for i in stage_layers if arch.layer_uses_sliding_window[i]]
     kv_heads = 1 if arch.uses_mla else arch.num_kv_heads
+    # transformers: right after prefill a sliding layer's storage holds the whole prompt (the window
+    # is a view of it) until the first decode step; that is the peak generate() meets.
+    windowed = sliding if request.impl == "fused" else []
     n_bytes = kv_cache_bytes(layer_widths=[arch.kv_cache_width_per_layer] * len(stage_layers),
                              seq_len=request.seq_len, batch=request.batch, bytes_per_element=element,
-                             sliding_window=arch.sliding_window if sliding else None,
-                             sliding_layers=len(sliding), tp=request.tp, kv_heads=kv_heads)
+                             sliding_window=arch.sliding_window if windowed else None,
+                             sliding_layers=len(windowed), tp=request.tp, kv_heads=kv_heads)
     width = ("(kv_lora_rank + rope dim) latent" if arch.uses_mla
              else f"2 x {arch.num_kv_heads} KV heads x {arch.head_dim}")
     formula = (f"{len(stage_layers)} layers x {width} x {request.seq_len} tokens x {request.batch} seqs"
                f" x {element} B ({kv_name})")
-    if sliding:
-        formula += f"; {len(sliding)} sliding-window layers cap at {arch.sliding_window} tokens"
+    if windowed:
+        formula += f"; {len(sliding)} sliding-window layers cap at {arch.sliding_window} tokens (a serving engine's allocation)"
+    elif sliding and request.seq_len > arch.sliding_window:
+        formula += (f"; the {len(sliding)} sliding-window layers too: right after prefill transformers' cache "
+                    f"holds the whole prompt (cropped to {arch.sliding_window} tokens at the first decode step)")
     if request.tp > 1:
         formula += f"; / tp {request.tp} (at least one KV head per rank)"
     return Component("kv_cache", n_bytes, formula)
@@ -461,6 +759,20 @@ def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
     if request.mode == "inference" and arch.max_position_embeddings and request.seq_len > arch.max_position_embeddings:
         notes.append(f"seq {request.seq_len:,} exceeds the model's trained context of "
                      f"{arch.max_position_embeddings:,} tokens")
+    if request.mode == "inference" and arch.sliding_window and request.seq_len > arch.sliding_window:
+        if request.impl == "fused":
+            notes.append(f"sliding-window layers: the KV cache shown holds {arch.sliding_window:,} tokens on those "
+                         "layers, as a serving engine allocates them; right after prefill transformers' cache still "
+                         f"holds the whole {request.seq_len:,}-token prompt (the window is a view) until the first "
+                         "decode step")
+        else:
+            notes.append(f"sliding-window layers: the KV cache shown holds the whole {request.seq_len:,}-token prompt "
+                         "on those layers too, as transformers' cache does right after prefill (the window is a view "
+                         f"of it) until the first decode step crops it to {arch.sliding_window:,} tokens; a serving "
+                         "engine allocates the window only (--impl fused)")
+    if request.mode == "train" and request.impl == "hf":
+        notes.append("activations follow transformers' modelling code (--impl hf); a loop that keeps the model "
+                     "output through backward also keeps the logits (s b V in the model dtype)")
     if weight_format(request.dtype).name not in UNQUANTIZED:
         notes.append("quantized formats store the blocks' linear weights low-bit; "
                      "embeddings, head and norms stay 16-bit")

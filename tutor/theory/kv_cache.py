@@ -3,7 +3,11 @@
 Bytes = 2 (K and V) × layers × kv_heads × head_dim × tokens × bytes per element (vLLM's
 `AttentionSpec.page_size_bytes`; Hugging Face `DynamicCache`). Multi-head latent attention
 (DeepSeek-V2/V3) caches one compressed latent plus the decoupled RoPE key per layer instead.
-Sliding-window layers (Mistral-7B-v0.1, Gemma-2's alternate layers) keep at most `window` tokens.
+Sliding-window layers (Mistral-7B-v0.1, Gemma-2's alternate layers) keep at most `window` tokens
+in a serving engine (vLLM allocates the window only). transformers' DynamicSlidingWindowLayer
+(cache_utils.py, 5.x) concatenates the whole prompt at prefill and keeps a window-long view of
+it, so right after prefill its storage still holds every prompt token, until the first decode
+step's concatenation frees it: model that peak with sliding_layers=0 (fit does, for --impl hf).
 """
 
 from __future__ import annotations

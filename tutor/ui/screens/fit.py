@@ -23,7 +23,8 @@ class FitForm:
     model: str = "llama-3.1-8b"
     mode: str = "inference"
     kind: str = "fit"
-    fields: tuple[str, ...] = ("model", "mode", "dtype", "recipe", "batch", "seq", "dp", "tp", "pp", "zero")
+    fields: tuple[str, ...] = ("model", "mode", "dtype", "recipe", "batch", "seq", "dp", "tp", "pp", "zero",
+                               "recompute", "attention", "impl")
     values: dict[str, Any] = field(default_factory=dict)
     id: str = "fit"
     line: int = 0
@@ -43,6 +44,14 @@ activations and KV cache per device, each with its formula, against this machine
 
 - **Tab** moves between fields; the result follows as you type.
 - *mode* train adds gradients and optimizer states; *zero*, *dp*, *tp*, *pp* shard them.
+- *recompute* (none, selective, full) trades a second forward pass for activation memory;
+  *attention* eager keeps the s x s scores, sdpa (transformers' default) and flash do not.
+- *impl* is the code the activations assume: `hf`, transformers modules as written (fp32 norm
+  copies, unfused SwiGLU, an fp32 loss head), or `fused`, Megatron-style kernels (Korthikanti et
+  al. 2022). Switch it to see what fusion buys.
+- Training shows two columns: each category at its own maximum over the step, and what is alive
+  at the **peak**, the one moment that must fit (early in backward, before most gradients exist,
+  or inside the optimizer step). The total is that peak plus the overhead.
 - Escape goes home.
 """
 

@@ -18,6 +18,7 @@ from textual.containers import Grid
 from textual.widgets import Input, Label, Select, Static
 
 from tutor.errors import UserError
+from tutor.theory import activations as acts
 from tutor.theory import fit as fitting
 from tutor.theory.units import GiB
 from tutor.ui.widgets.block import LessonBlock
@@ -32,18 +33,23 @@ DEFAULT_FIELDS = {
     "parallel": ("model", "mode", "dp", "tp", "pp", "zero"),
     "flops": ("model", "tokens", "dp", "mfu"),
     "roofline": ("m", "n", "k", "dtype"),
-    "fit": ("model", "mode", "dtype", "recipe", "batch", "seq", "dp", "tp", "pp", "zero"),
+    "fit": ("model", "mode", "dtype", "recipe", "batch", "seq", "dp", "tp", "pp", "zero", "recompute", "attention",
+            "impl"),
 }
 # Starting values of fields a lesson leaves unset (FitRequest's own defaults for the rest).
 DEFAULTS: dict[str, Any] = {"model": "llama-3.1-8b", "mode": "inference", "dtype": "bf16", "recipe": "mixed",
                             "optimizer": "adam", "batch": 1, "seq": 4096, "dp": 1, "tp": 1, "pp": 1, "ep": 1,
-                            "zero": 0, "recompute": "none", "attention": "flash", "kv_dtype": "bf16",
+                            "zero": 0, "recompute": "none", "attention": "sdpa", "impl": "hf", "kv_dtype": "bf16",
                             "tokens": "15T", "mfu": 0.4, "device": "this", "m": 4096, "n": 4096, "k": 4096,
                             "lora_rank": 16, "lora_targets": "all-linear", "sequence_parallel": False}
 WHOLE = ("batch", "seq", "dp", "tp", "pp", "ep", "zero", "microbatches", "lora_rank", "m", "n", "k")
 FLAGS = ("sequence_parallel", "gpu")
-CHOICES = {"mode": ("inference", "train"), "recompute": ("none", "selective", "full"),
-           "attention": ("flash", "eager")}
+CHOICES = {"mode": fitting.MODES, "recompute": acts.RECOMPUTE_MODES, "attention": acts.ATTENTION_KINDS,
+           "impl": acts.IMPLEMENTATIONS}
+# What the activation figures assume under each implementation profile (tutor.theory.activations).
+IMPL_MEANING = {"hf": "transformers modules as written (fp32 norm copies, unfused SwiGLU, eager's fp32 softmax, "
+                      "fp32 loss head)",
+                "fused": "Megatron-style fused kernels (Korthikanti et al. 2022)"}
 NON_REQUEST = ("model", "params", "memory", "tokens", "device", "mfu", "m", "n", "k")
 
 
@@ -118,15 +124,9 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
         arch, _ = resolve_model(str(values.get("model", DEFAULTS["model"])))
         estimate = fitting.estimate(arch, request)
     worst = estimate.worst
-    table = Table(expand=True, box=None, show_edge=False, pad_edge=False, header_style="bold")
-    table.add_column("per device", no_wrap=True)
-    table.add_column("GiB", justify="right", no_wrap=True)
-    table.add_column("formula", ratio=1)
-    for component in worst.components:
-        if component.bytes or kind != "kv-cache":
-            table.add_row(component.name, f"{component.bytes / GiB:,.2f}", Text(component.formula, style="dim"))
-    table.add_row(Text("total", style="bold"), Text(f"{worst.total / GiB:,.2f}", style="bold"), "")
-    lines: list[Any] = [table]
+    lines: list[Any] = [peak_table(worst) if request.mode == "train" else component_table(worst, kind)]
+    if worst.component("activations") and kind != "kv-cache":
+        lines.append(Text(f"activations assume impl {request.impl}: {IMPL_MEANING[request.impl]}", style="italic"))
     if kind == "kv-cache":
         kv = worst.component("kv_cache")
         tokens = request.batch * request.seq_len
@@ -145,6 +145,46 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
         if capacity and arch is not None:
             lines.extend(fit_advice(arch, request, capacity, worst.total <= capacity))
     return Group(*lines)
+
+
+def component_table(worst: Any, kind: str) -> Table:
+    """Each component with its bytes and formula; the total is what must fit (inference: all at once)."""
+    table = Table(expand=True, box=None, show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("per device", no_wrap=True)
+    table.add_column("GiB", justify="right", no_wrap=True)
+    table.add_column("formula", ratio=1)
+    for component in worst.components:
+        if component.bytes or kind != "kv-cache":
+            table.add_row(component.name, f"{component.bytes / GiB:,.2f}", Text(component.formula, style="dim"))
+    table.add_row(Text("total", style="bold"), Text(f"{worst.total / GiB:,.2f}", style="bold"), "")
+    return table
+
+
+# A training step's peak may hold tensors no category keeps at its own maximum (the optimizer's).
+PEAK_ONLY = {"optimizer_temporaries": "step temporaries"}
+
+
+def peak_table(worst: Any) -> Table:
+    """Training: each category at its own maximum over the step beside what is alive at the peak
+    moment (tutor.theory.fit.PeakMoment); the peak plus the overhead is what must fit."""
+    peak = worst.peak
+    table = Table(expand=True, box=None, show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("per device", no_wrap=True)
+    table.add_column("GiB", justify="right", no_wrap=True)
+    table.add_column("at peak", justify="right", no_wrap=True)
+    table.add_column("formula", ratio=1)
+    for component in worst.components:
+        at_peak = component.bytes if component.name == "overhead" else peak.per_category.get(component.name, 0)
+        table.add_row(component.name, f"{component.bytes / GiB:,.2f}", f"{at_peak / GiB:,.2f}",
+                      Text(component.formula, style="dim"))
+    for name, label in PEAK_ONLY.items():
+        if peak.per_category.get(name):
+            table.add_row(label, "-", f"{peak.per_category[name] / GiB:,.2f}",
+                          Text("allocated only inside this phase", style="dim"))
+    table.add_row(Text("total", style="bold"), Text(f"{worst.sum_of_components / GiB:,.2f}", style="dim"),
+                  Text(f"{worst.total / GiB:,.2f}", style="bold"),
+                  Text(f"must fit: the peak, in {peak.phase} ({peak.formula}), + overhead", style="bold"))
+    return table
 
 
 def component_bars(worst: Any, capacity: int | None) -> Text:
@@ -176,11 +216,12 @@ def device_peaks(machine: Any, device: str, dtype: str) -> tuple[float | None, f
     """(peak FLOP/s, memory bytes/s, name) of 'this' machine (its first GPU, else its CPU) or of a
     GPU from the datasheet table (a key such as h100-sxm)."""
     if device != "this":
-        from tutor.hardware.specs import SPECS_BY_KEY
+        from tutor.hardware.specs import lookup_gpu_spec
 
-        spec = SPECS_BY_KEY.get(device)
-        if spec is None:
+        found = lookup_gpu_spec(device)
+        if found is None:
             raise UserError(f"unknown GPU {device!r}: use 'this' or a key such as {REFERENCE_GPU_KEY}")
+        spec = found[0]
         tflops = spec.peak_tflops(dtype)
         return (tflops * 1e12 if tflops else None), spec.bandwidth_gbps * 1e9, spec.name
     target = "cuda:0" if getattr(machine, "gpus", None) else "cpu"
@@ -310,6 +351,10 @@ class CalcBlock(LessonBlock):
 Every field can be changed: the result below follows as you type (Tab moves between fields).
 The figures come from `tutor.theory`, the same code as `tensor-tutor fit`, and each memory
 term shows the formula that produced it. The last line compares with this machine.
+
+Training adds an *at peak* column: what is alive at the step's peak moment, which (plus the
+overhead) is what must fit. *impl* switches the code the activations assume: `hf`
+(transformers modules as written) or `fused` (Megatron-style kernels).
 """
 
     DEFAULT_CSS = """

@@ -1,0 +1,233 @@
+"""`tensor-tutor fit MODEL --trace`: the real transformers model, at full size, on fake tensors.
+
+The fit request becomes the setup a user would run with transformers on one device (the recipe's
+dtype and autocast, the attention implementation, full recompute as gradient checkpointing); one
+training step or prefill runs on fake tensors under tutor.bench.memory_trace, and the traced
+categories and peak are shown beside the formula's. Needs the optional extra tensor-tutor[trace];
+torch and transformers are imported only when --trace is given.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tutor.errors import UserError
+from tutor.theory.units import GiB
+
+TRAIN_RECIPES = {"fp32": ("fp32", False), "bf16": ("bf16", False), "hf-amp": ("fp32", True)}
+INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
+ONE_DEVICE = "--trace traces one device without parallelism (dp, tp, pp, ep 1, ZeRO 0, no --sp)"
+# The traced categories beside fit's components (fit names the optimizer states "optimizer").
+ROWS = (("weights", "weights"), ("buffers", None), ("gradients", "gradients"), ("optimizer_states", "optimizer"),
+        ("optimizer_temporaries", "optimizer_temporaries"), ("activations", "activations"),
+        ("kv_cache", "kv_cache"))
+LABELS = {"optimizer_states": "opt. states", "optimizer_temporaries": "opt. temps", "kv_cache": "KV cache"}
+
+
+@dataclass(frozen=True)
+class TracedFit:
+    """A traced step for a fit request: the trace, the device the answer is for, and what to know."""
+
+    trace: object                  # tutor.bench.memory_trace.MemoryTrace
+    target_device: str             # "cuda" (a GPU answer) or "cpu"
+    notes: tuple[str, ...] = field(default=())
+
+
+def load_model_config(model: str | None) -> dict:
+    """The config.json dict of a preset, a config.json path or a model folder (as `fit` resolves it)."""
+    from tutor.theory.models import list_presets, load_config, load_preset, resolve_model
+
+    if not model or not isinstance(model, str):
+        raise UserError("--trace needs a model: a preset, a config.json or a model folder (not --params)")
+    spec = model.strip()
+    if spec.lower() in {preset.name for preset in list_presets()}:
+        return load_preset(spec)[0]
+    try:
+        exists = Path(os.path.expanduser(spec)).exists()
+    except (OSError, ValueError):
+        exists = False
+    if exists:
+        return load_config(Path(os.path.expanduser(spec)))
+    resolve_model(spec)  # raises the same one-line message as `fit`
+    raise UserError(f"cannot read a config for {spec!r}")
+
+
+def trace_setup(request) -> tuple[object, tuple[str, ...]]:
+    """The transformers setup that runs `request` on one device, and notes on what differs; UserError
+    (one line) for what --trace cannot run."""
+    from tutor.bench.memory_trace import OPTIMIZERS, TraceSetup
+
+    layout = {"dp": request.dp, "tp": request.tp, "pp": request.pp, "ep": request.ep, "zero": request.zero}
+    parallel = [f"{name} {value}" for name, value in layout.items() if value != (0 if name == "zero" else 1)]
+    if request.sequence_parallel:
+        parallel.append("--sp")
+    if parallel:
+        raise UserError(f"{ONE_DEVICE}; got {', '.join(parallel)}")
+    notes: list[str] = []
+    attention = getattr(request, "attention", "sdpa")
+    if attention == "flash":
+        attention = "sdpa"
+        notes.append("flash_attention_2 needs a CUDA GPU and the flash-attn package: traced SDPA instead")
+    if request.mode == "train":
+        if request.recipe not in TRAIN_RECIPES:
+            raise UserError(f"--trace builds transformers' own training setups: --recipe {', '.join(TRAIN_RECIPES)}; "
+                            f"--recipe {request.recipe} is not one of them")
+        if request.optimizer not in OPTIMIZERS:
+            raise UserError(f"--trace runs the torch optimizers {', '.join(OPTIMIZERS)}; got {request.optimizer!r}")
+        if request.recompute == "selective":
+            raise UserError("transformers has no selective recompute: use --recompute none or full with --trace")
+        dtype, autocast = TRAIN_RECIPES[request.recipe]
+        recompute = request.recompute == "full"
+    else:
+        if request.dtype not in INFERENCE_DTYPES:
+            raise UserError(f"--trace runs unquantized weights ({', '.join(INFERENCE_DTYPES)}); "
+                            f"got --dtype {request.dtype}")
+        if request.kv_dtype not in (None, request.dtype):
+            raise UserError(f"--trace keeps the KV cache in the weights' dtype ({request.dtype}); "
+                            f"drop --kv-dtype {request.kv_dtype}")
+        dtype, autocast, recompute = request.dtype, False, False
+    # A GPU runs torch's optimizers multi-tensor (foreach) by default; a CPU runs them one tensor at a time.
+    foreach = True if request.gpu and request.mode == "train" else None
+    setup = TraceSetup(mode=request.mode, dtype=dtype, autocast=autocast, recompute=recompute, attention=attention,
+                       optimizer=request.optimizer,
+                       batch=request.batch, seq_len=request.seq_len, foreach=foreach)
+    return setup, tuple(notes)
+
+
+def traced_fit(model_arg: str | None, request) -> TracedFit:
+    """Trace one step of `model_arg` (a preset, config.json or folder) as `request` describes it."""
+    from tutor.bench.memory_trace import trace_step
+
+    config = load_model_config(model_arg)
+    setup, notes = trace_setup(request)
+    trace = trace_step(config, setup)
+    target = "cuda" if request.gpu else "cpu"
+    if target == "cuda" and trace.device_traced != "cuda":
+        notes += ("traced on fake CPU tensors (autograd on fake CUDA tensors aborts a CPU-only torch, so --trace "
+                  "always traces CPU tensors): the optimizer runs foreach as torch does on CUDA, but SDPA's kernel "
+                  "choice and autocast's op lists follow the CPU's rules",)
+    return TracedFit(trace=trace, target_device=target, notes=notes + tuple(trace.notes))
+
+
+def _formula_peak(estimate) -> tuple[int, str, dict[str, int], str]:
+    """(bytes, phase, per category, formula) of fit's peak; the sum of categories where fit has no peak."""
+    stage = estimate.worst
+    peak = getattr(stage, "peak", None)
+    if peak is not None:
+        return peak.bytes, peak.phase, dict(peak.per_category), peak.formula
+    per = {c.name: c.bytes for c in stage.components if c.name != "overhead"}
+    return sum(per.values()), "", per, "every category at its own maximum at once"
+
+
+def comparison(result: TracedFit, estimate) -> dict:
+    """Traced against formula: at the peak, each category's own maximum, and the ratios."""
+    trace = result.trace
+    stage = estimate.worst
+    peak_bytes, peak_phase, peak_per, _ = _formula_peak(estimate)
+    rows = {}
+    for traced_name, fit_name in ROWS:
+        formula_max = stage.component(fit_name) if fit_name else 0
+        if fit_name == "optimizer_temporaries":
+            formula_max = peak_per.get(fit_name, 0)
+        rows[traced_name] = {
+            "traced_at_peak": trace.peak.per_category_bytes.get(traced_name, 0),
+            "formula_at_peak": peak_per.get(fit_name, 0) if fit_name else 0,
+            "traced_max": trace.max_per_category.get(traced_name, 0),
+            "formula_max": formula_max,
+        }
+    return {"peak": {"traced_bytes": trace.peak.bytes, "formula_bytes": peak_bytes, "traced_phase": trace.peak.phase,
+                     "formula_phase": peak_phase, "ratio": _ratio(trace.peak.bytes, peak_bytes)},
+            "categories": rows}
+
+
+def _ratio(traced: int, formula: int) -> float | None:
+    return round(traced / formula, 4) if formula else None
+
+
+def trace_json(result: TracedFit, estimate=None) -> dict:
+    """The `"trace"` object of `fit --json --trace`."""
+    report = result.trace.to_json()
+    report["target_device"] = result.target_device
+    report["notes"] = list(result.notes)
+    if estimate is not None:
+        report["vs_formula"] = comparison(result, estimate)
+    return report
+
+
+def explanations(result: TracedFit, estimate) -> list[str]:
+    """Why the traced step and the formula differ, from the numbers of both."""
+    from tutor.theory.units import human_bytes
+
+    trace = result.trace
+    table = comparison(result, estimate)
+    peak = table["peak"]
+    lines = []
+    moment = trace.peak.per_category_bytes
+    if trace.setup.mode == "train":
+        grads = moment.get("gradients", 0)
+        lines.append(f"The traced peak falls in the {trace.peak.phase}, with {human_bytes(grads)} of gradients "
+                     f"alive (of {human_bytes(trace.max_per_category.get('gradients', 0))} at most): "
+                     "the categories do not peak together.")
+    if peak["formula_phase"] and peak["formula_phase"] != peak["traced_phase"]:
+        lines.append(f"The formula puts its peak in the {peak['formula_phase']}; the traced one is in the "
+                     f"{peak['traced_phase']}.")
+    for name, row in table["categories"].items():
+        traced, formula = row["traced_max"], row["formula_max"]
+        if max(traced, formula) < 0.01 * max(trace.peak.bytes, 1):
+            continue
+        if not formula:
+            lines.append(f"{name.replace('_', ' ')}: {human_bytes(traced)} traced; the formula has no term for it.")
+        elif abs(traced / formula - 1) > 0.05:
+            lines.append(f"{name.replace('_', ' ')}: traced {human_bytes(traced)} at most, formula "
+                         f"{human_bytes(formula)} ({traced / formula:.2f}x).")
+    by_op = sorted(trace.peak.activations_by_op.items(), key=lambda item: -item[1])[:5]
+    acts = moment.get("activations", 0)
+    if by_op and acts:
+        shares = ", ".join(f"{op} {n / acts:.0%}" for op, n in by_op)
+        lines.append(f"Activations alive at the traced peak, by the op that made them: {shares}.")
+    return lines
+
+
+def render_trace(result: TracedFit, estimate) -> None:
+    """Rich tables: traced vs formula per category (at the peak and each one's maximum), then why."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    trace = result.trace
+    table_data = comparison(result, estimate)
+    setup = trace.setup
+    what = (f"one training step ({setup.dtype} parameters{', bf16 autocast' if setup.autocast else ''}, "
+            f"{trace.optimizer_traced}{', gradient checkpointing' if setup.recompute else ''})"
+            if setup.mode == "train" else f"one prefill ({setup.dtype}, DynamicCache, logits of the last token)")
+    console.print(f"\n[bold]Traced[/bold]: {escape(trace.model_class)} built at full size "
+                  f"({trace.params:,} parameters) on fake {escape(trace.device_traced)} tensors, {what}, "
+                  f"attention {escape(trace.attention_traced)}, batch {setup.batch} x {setup.seq_len:,} tokens; "
+                  f"transformers {escape(trace.transformers_version)}, torch {escape(trace.torch_version)}; "
+                  f"{sum(trace.seconds.values()):.1f} s")
+    table = Table(title="Traced vs formula, GiB (ratio: traced max / fit max)", title_justify="left")
+    for column in ("category", "peak: traced", "peak: fit", "max: traced", "max: fit", "ratio"):
+        table.add_column(column, justify="left" if column == "category" else "right")
+    for name, row in table_data["categories"].items():
+        ratio = _ratio(row["traced_max"], row["formula_max"])
+        table.add_row(LABELS.get(name, name), _gib(row["traced_at_peak"]), _gib(row["formula_at_peak"]),
+                      _gib(row["traced_max"]), _gib(row["formula_max"]),
+                      f"{ratio:.2f}" if ratio is not None else "-")
+    peak = table_data["peak"]
+    table.add_section()
+    table.add_row("[bold]peak[/bold]", f"[bold]{_gib(peak['traced_bytes'])}[/bold]", _gib(peak["formula_bytes"]),
+                  "", "", f"{peak['ratio']:.2f}" if peak["ratio"] is not None else "-")
+    table.add_row("phase", trace.peak.phase, peak["formula_phase"] or "-", "", "", "")
+    console.print(table)
+    console.print("[dim]Overhead (CUDA context, allocator slack) is not a tensor: only the formula counts it.[/dim]")
+    for line in explanations(result, estimate):
+        console.print(f"  {escape(line)}")
+    for note in result.notes:
+        console.print(f"[yellow]trace note:[/yellow] {escape(note)}")
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{n_bytes / GiB:,.2f}"
