@@ -13,7 +13,7 @@ import pytest
 from tutor.errors import UserError
 from tutor.hardware import nvidia
 from tutor.hardware.cpu import detect_cpu
-from tutor.hardware.machine import UNKNOWN_GPU, Machine, nvml_index_for_cuda
+from tutor.hardware.machine import UNKNOWN_GPU, Machine, gpu_for_cuda_index
 
 NOT_SUPPORTED, NO_PERMISSION, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND = 3, 4, 9, 12
 GiB = 2**30
@@ -228,8 +228,8 @@ def test_cuda_visible_devices_renumbers(install, monkeypatch):
     assert machine.peak_tflops("cuda:1", "bf16") is None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-11111111")
     assert machine.gpu_for("cuda:0").name == H100["name"]
-    assert nvml_index_for_cuda(0, gpus, "") is None  # an empty list hides every GPU
-    assert nvml_index_for_cuda(0, gpus, "7") is None
+    assert gpu_for_cuda_index(0, gpus, "") is None  # an empty list hides every GPU
+    assert gpu_for_cuda_index(0, gpus, "7") is None
 
 
 def test_unknown_gpu_is_measured_only(install):

@@ -169,6 +169,20 @@ def _rows_to_results(rows: list[dict[str, Any]], *, backend: str, world: int, de
     return results
 
 
+def process_group_device(backend: str, device: str) -> dict[str, Any]:
+    """`device_id` for init_process_group on NCCL: it binds the rank to its GPU up front, without which
+    PyTorch warns at the first barrier that the device is guessed (and may hang on a wrong guess).
+    Empty for gloo, and for a torch whose init_process_group has no device_id."""
+    import inspect
+
+    import torch
+    import torch.distributed as dist
+
+    if backend != "nccl" or "device_id" not in inspect.signature(dist.init_process_group).parameters:
+        return {}
+    return {"device_id": torch.device(device)}
+
+
 def _rank_main(rank: int, world: int, port: int, backend: str, ops: tuple[str, ...], sizes: tuple[int, ...],
                budget_s: float, cpu_threads: int, results: Any) -> None:
     """Entry point of a spawned rank: its report (or its error) goes to the parent's queue."""
@@ -181,7 +195,8 @@ def _rank_main(rank: int, world: int, port: int, backend: str, ops: tuple[str, .
         if backend == "nccl":
             torch.cuda.set_device(rank)
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=max(30.0, budget_s * 2)))
+                                timeout=datetime.timedelta(seconds=max(30.0, budget_s * 2)),
+                                **process_group_device(backend, device))
         try:
             rows = _measure_rank(rank, world, device, ops, sizes, budget_s, backend)
         finally:
@@ -289,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     device = f"cuda:{local_rank}" if backend == "nccl" else "cpu"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, **process_group_device(backend, device))
     world, rank = dist.get_world_size(), dist.get_rank()
     try:
         ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())

@@ -97,6 +97,35 @@ def peak_memory_gbps(machine: Any, device: str) -> float | None:
     return float(peak) if peak else None
 
 
+def float32_matmul_precision() -> str:
+    """torch's fp32 matmul setting in words; never raises (it is read after the suite has run).
+
+    PyTorch 2.9 added per-backend `torch.backends.cuda.matmul.fp32_precision` ("ieee"/"tf32"); once it
+    is set, the legacy torch.get_float32_matmul_precision() raises RuntimeError ("mix of the legacy
+    and new APIs"), so the new attribute is read instead."""
+    import torch
+
+    try:
+        return str(torch.get_float32_matmul_precision())
+    except RuntimeError:
+        pass
+    matmul = getattr(getattr(torch.backends, "cuda", None), "matmul", None)
+    value = getattr(matmul, "fp32_precision", None)
+    return f"cuda.matmul.fp32_precision={value}" if value is not None else "unknown"
+
+
+def accelerator_note(machine: Any) -> str | None:
+    """Why NVML and torch disagree about this machine's GPUs, if they do (a CPU wheel beside a driver)."""
+    from tutor.hardware.torch_devices import accelerator_agreement, detect_torch_devices
+
+    try:
+        nvml = getattr(machine, "nvml", None)
+        return accelerator_agreement(len(getattr(machine, "gpus", None) or []), getattr(nvml, "reason", None),
+                                     detect_torch_devices())
+    except Exception:  # a header field must not cost the run
+        return None
+
+
 def torch_environment() -> dict[str, Any]:
     """torch-side facts that change results: versions, threads, dispatch level, TF32 setting."""
     import torch
@@ -105,7 +134,7 @@ def torch_environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "float32_matmul_precision": float32_matmul_precision(),
         "cuda_runtime": torch.version.cuda,
         "hip_runtime": getattr(torch.version, "hip", None),
     }
@@ -131,5 +160,6 @@ def environment_header(machine: Any, *, command: str) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         **torch_environment(),
+        "accelerator_note": accelerator_note(machine),
         "machine": machine_json,
     }

@@ -161,6 +161,15 @@ def _torch_dtype(dtype: str):
             "fp16": torch.float16}[dtype]
 
 
+def scaled_mm(a: Any, b: Any, scale: Any, out_dtype: Any) -> Any:
+    """torch._scaled_mm with unit scales on both schemas: keyword scales work on torch 2.3/2.4
+    (keyword-only scale_a/scale_b, returns (out, amax)) and 2.5+ (positional, returns out)."""
+    import torch
+
+    out = torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=out_dtype)
+    return out[0] if isinstance(out, tuple) else out
+
+
 class _TorchCase:
     """A prepared torch matmul of one shape: random inputs, B column-major, output preallocated."""
 
@@ -174,8 +183,7 @@ class _TorchCase:
             self.b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
             self.scale = torch.tensor(1.0, device=device)
             self.out = None
-            self.fn: Callable[[], object] = lambda: torch._scaled_mm(
-                self.a, self.b, self.scale, self.scale, out_dtype=torch.bfloat16)
+            self.fn: Callable[[], object] = lambda: scaled_mm(self.a, self.b, self.scale, torch.bfloat16)
             self.setup = None
             return
         torch_dtype = _torch_dtype(dtype)
@@ -211,12 +219,16 @@ def _precision_context(dtype: str, device: str):
 
     @contextlib.contextmanager
     def context():
-        previous = torch.get_float32_matmul_precision()
+        try:
+            previous: str | None = torch.get_float32_matmul_precision()
+        except RuntimeError:  # the fp32_precision API (torch 2.9+) is in use: leave it as the user set it
+            previous = None
         torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
         try:
             yield
         finally:
-            torch.set_float32_matmul_precision(previous)
+            if previous is not None:
+                torch.set_float32_matmul_precision(previous)
 
     return context()
 

@@ -41,18 +41,30 @@ def process_rss_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def _nvml_memory(index: int) -> tuple[int | None, int | None, str]:
+def _nvml_memory(uuid: str | None) -> tuple[int | None, int | None, str]:
+    """NVML's used and total bytes of the GPU (or MIG device) with this UUID."""
+    if uuid is None:
+        return None, None, "NVML does not list this device (CUDA_VISIBLE_DEVICES or MIG mismatch)"
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByUUID(uuid))
             return int(info.used), int(info.total), ""
         finally:
             pynvml.nvmlShutdown()
     except Exception as error:  # no driver, no NVML, unified memory: a state, not a crash
-        return None, None, f"NVML unavailable: {type(error).__name__}"
+        return None, None, f"NVML unavailable: {type(error).__name__}: {error}"
+
+
+def nvml_uuid_for(device: str) -> str | None:
+    """The NVML UUID of torch's `device`, matched by torch's own UUID (tutor.hardware Machine.gpu_for)."""
+    from tutor.hardware import detect_machine
+    from tutor.hardware.torch_devices import torch_uuid
+
+    gpu = detect_machine().gpu_for(device, torch_uuid=torch_uuid(device))
+    return gpu.uuid if gpu is not None else None
 
 
 def memory_accounting(device: str = "cpu") -> MemoryAccounting:
@@ -63,7 +75,7 @@ def memory_accounting(device: str = "cpu") -> MemoryAccounting:
     import torch
 
     index = torch.device(device).index or 0
-    used, total, note = _nvml_memory(index)
+    used, total, note = _nvml_memory(nvml_uuid_for(device))
     return MemoryAccounting(
         device=device, process_rss_bytes=rss, nvml_used_bytes=used, nvml_total_bytes=total,
         torch_reserved_bytes=int(torch.cuda.memory_reserved(index)),

@@ -89,6 +89,11 @@ def _render(machine: Machine, torch_view: Any | None) -> None:
         console.print(f"driver {nvml.driver_version or 'N/A'}, CUDA driver API {nvml.cuda_driver_version or 'N/A'}")
     if torch_view is not None:
         console.print(_torch_panel(torch_view))
+        from tutor.hardware.torch_devices import accelerator_agreement
+
+        disagreement = accelerator_agreement(len(machine.gpus), nvml.reason, torch_view)
+        if disagreement:
+            console.print(f"[yellow]{disagreement}[/]")
     versions = ", ".join(f"{k} {v}" for k, v in machine.versions.items() if v)
     console.print(f"[dim]{versions}[/]")
 
@@ -201,7 +206,10 @@ def env(as_json: bool, with_torch: bool) -> None:
     if as_json:
         data = machine.to_json()
         if torch_view is not None:
+            from tutor.hardware.torch_devices import accelerator_agreement
+
             data["torch"] = _torch_json(torch_view)
+            data["torch"]["disagreement"] = accelerator_agreement(len(machine.gpus), machine.nvml.reason, torch_view)
         click.echo(json.dumps(data, indent=2))
         return
     _render(machine, torch_view)

@@ -39,25 +39,93 @@ def _parse_device(device: str) -> tuple[str, int]:
     return match.group(1), int(match.group(2) or 0)
 
 
-def nvml_index_for_cuda(cuda_index: int, gpus: list[GpuInfo], visible: str | None) -> int | None:
-    """Which NVML GPU torch calls cuda:N, honouring CUDA_VISIBLE_DEVICES (indices or UUIDs).
+def _strtoul(entry: str) -> int:
+    """The number an entry starts with, as CUDA's strtoul reads it ('1gpu' is 1); -1 for none or negative."""
+    digits = next((i for i, c in enumerate(entry) if not (c.isdigit() or (i == 0 and c in "+-"))), len(entry))
+    try:
+        return int(entry[:digits]) if digits else -1
+    except ValueError:  # a bare sign
+        return -1
 
-    NVML numbers GPUs in PCI bus order and ignores CUDA_VISIBLE_DEVICES; CUDA renumbers the
-    visible ones from 0. (CUDA's default FASTEST_FIRST order equals PCI order on identical GPUs.)
+
+def _cuda_units(gpu: GpuInfo) -> list[GpuInfo]:
+    """What CUDA enumerates for one physical GPU: the GPU, or its MIG devices when MIG is on."""
+    return list(gpu.mig_devices) if gpu.mig_enabled else [gpu]
+
+
+def _by_uuid_prefix(prefix: str, candidates: list[GpuInfo]) -> GpuInfo | None:
+    """The one candidate whose UUID starts with `prefix`; None when none or several do (ambiguous)."""
+    found = [gpu for gpu in candidates if gpu.uuid and gpu.uuid.lower().startswith(prefix.lower())]
+    return found[0] if len(found) == 1 else None
+
+
+def _visible_entry(entry: str, gpus: list[GpuInfo]) -> list[GpuInfo] | None:
+    """What one CUDA_VISIBLE_DEVICES entry selects, None when it is invalid."""
+    if entry.upper().startswith("MIG-GPU-"):
+        # The R450-R465 form MIG-GPU-<gpu uuid>/<gpu instance>/<compute instance>.
+        parent_uuid, _, rest = entry[4:].partition("/")
+        parent = _by_uuid_prefix(parent_uuid, gpus)
+        instance = _strtoul(rest.partition("/")[0])
+        match = [m for m in (parent.mig_devices if parent else ()) if m.gpu_instance_id == instance]
+        return match[:1] or None
+    if entry.upper().startswith("MIG-"):
+        found = _by_uuid_prefix(entry, [mig for gpu in gpus for mig in gpu.mig_devices])
+        return [found] if found else None
+    if entry.upper().startswith("GPU-"):
+        found = _by_uuid_prefix(entry, gpus)
+        return _cuda_units(found) if found else None
+    number = _strtoul(entry)
+    return _cuda_units(gpus[number]) if 0 <= number < len(gpus) else None
+
+
+def cuda_devices(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:
+    """The GPUs (or MIG devices) CUDA numbers cuda:0, cuda:1, ... in that order, from NVML's list.
+
+    CUDA_VISIBLE_DEVICES as the CUDA C++ Programming Guide ("CUDA Environment Variables") defines it:
+    a comma-separated list of indices or UUIDs (GPU-..., MIG-..., or an unambiguous prefix);
+    the devices are enumerated in the order given, and an invalid entry hides it and everything after
+    it ("0,2,-1,1" is 0 and 2). A repeated device yields no device at all, as PyTorch's
+    torch.cuda._parse_visible_devices mirrors the driver ("1,1" is none). Unset: every GPU in NVML
+    (PCI) order, a MIG-enabled GPU contributing its MIG devices (MIG User Guide, "CUDA Device
+    Enumeration"); this is CUDA's order for identical GPUs or CUDA_DEVICE_ORDER=PCI_BUS_ID, not
+    necessarily under the default FASTEST_FIRST on mixed models: Machine.gpu_for prefers torch's UUID.
     """
     if visible is None:
-        return cuda_index if cuda_index < len(gpus) else None
-    entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
-    if cuda_index >= len(entries):
-        return None
-    entry = entries[cuda_index]
-    if entry.isdigit():
-        index = int(entry)
-        return index if index < len(gpus) else None
-    for gpu in gpus:
-        if gpu.uuid and gpu.uuid.startswith(entry):
-            return gpu.index
-    return None
+        return [unit for gpu in gpus for unit in _cuda_units(gpu)]
+    chosen: list[GpuInfo] = []
+    for entry in visible.split(","):
+        selected = _visible_entry(entry.strip(), gpus)
+        if selected is None:
+            break
+        if any(any(unit is seen for seen in chosen) for unit in selected):
+            return []
+        chosen.extend(selected)
+    return chosen
+
+
+def _bare_uuid(uuid: str) -> str:
+    text = str(uuid).strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
+
+
+def gpu_for_cuda_index(cuda_index: int, gpus: list[GpuInfo], visible: str | None, *,
+                       torch_uuid: str | None = None) -> GpuInfo | None:
+    """The NVML GPU (or MIG device) that torch calls cuda:N: the one function every caller uses.
+
+    With `torch_uuid` (torch.cuda.get_device_properties(N).uuid) the match is by UUID, which is
+    exact whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say; without it, CUDA's own parsing
+    of CUDA_VISIBLE_DEVICES over NVML's list (cuda_devices)."""
+    if torch_uuid:
+        wanted = _bare_uuid(torch_uuid)
+        units = [unit for gpu in gpus for unit in (gpu, *gpu.mig_devices)]
+        found = next((unit for unit in units if unit.uuid and _bare_uuid(unit.uuid) == wanted), None)
+        if found is not None:
+            return found
+    units = cuda_devices(gpus, visible)
+    return units[cuda_index] if 0 <= cuda_index < len(units) else None
 
 
 def _versions() -> dict[str, str | None]:
@@ -91,13 +159,13 @@ class Machine:
     nvml: NvmlStatus
     versions: dict[str, str | None] = field(default_factory=dict)
 
-    def gpu_for(self, device: str) -> GpuInfo | None:
-        """The NVML GPU behind a torch device name ('cuda:1'), None if there is none."""
+    def gpu_for(self, device: str, *, torch_uuid: str | None = None) -> GpuInfo | None:
+        """The NVML GPU (or MIG device) behind a torch device name ('cuda:1'), None if there is none.
+        Pass torch's UUID for the device where torch is loaded (tutor.hardware.torch_devices.torch_uuid)."""
         kind, index = _parse_device(device)
         if kind != "cuda":
             return None
-        nvml_index = nvml_index_for_cuda(index, self.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        return self.gpus[nvml_index] if nvml_index is not None else None
+        return gpu_for_cuda_index(index, self.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"), torch_uuid=torch_uuid)
 
     def _spec(self, device: str) -> GpuSpec | None:
         gpu = self.gpu_for(device)
@@ -110,16 +178,21 @@ class Machine:
         if kind == "cpu":
             flops = self.cpu.peaks[dtype].flops
             return flops / 1e12 if flops is not None else None
-        spec = self._spec(device)
-        return spec.peak_tflops(dtype) if spec is not None else None
+        gpu = self.gpu_for(device)
+        spec = gpu.spec if gpu is not None else None
+        peak = spec.peak_tflops(dtype) if spec is not None else None
+        share = gpu.compute_share if gpu is not None else None
+        return peak * share if peak is not None and share is not None else None
 
     def peak_memory_gbps(self, device: str) -> float | None:
         """Peak memory bandwidth in GB/s (1e9); None for the CPU (see CPU_MEMORY_PEAK_NOTE) and unknown GPUs."""
         kind, _ = _parse_device(device)
         if kind != "cuda":
             return None
-        spec = self._spec(device)
-        return spec.bandwidth_gbps if spec is not None else None
+        gpu = self.gpu_for(device)
+        spec = gpu.spec if gpu is not None else None
+        share = gpu.memory_share if gpu is not None else None
+        return spec.bandwidth_gbps * share if spec is not None and share is not None else None
 
     def peak_clock_hz(self, device: str) -> float | None:
         """The clock the peak of `device` assumes: the CPU clock chosen for its formula, or the boost
@@ -158,6 +231,11 @@ class Machine:
             text = f"{spec.name}: no dense {dtype} figure (no hardware support or unpublished)"
             return f"{text}; {spec.notes}" if spec.notes else text
         text = f"{spec.name} datasheet, dense: {spec.source}"
+        if gpu.is_mig:
+            share = gpu.compute_share
+            text = (f"MIG device {gpu.name}: {gpu.sm_count} SMs of {spec.derivation.sm_count} x the {text}"
+                    if share is not None else f"MIG device {gpu.name}: its SM count is unknown, so no share of "
+                    f"the {spec.name} peak applies")
         return text if spec.confidence == "datasheet" else f"{text} [confidence {spec.confidence}]"
 
     def peak_memory_source(self, device: str) -> str:
@@ -171,7 +249,11 @@ class Machine:
         if gpu is None:
             return f"cuda:{index} not seen by NVML: measured only"
         spec = gpu.spec
-        return f"{spec.name} datasheet: {spec.source}" if spec else f"{UNKNOWN_GPU} ({gpu.name})"
+        if spec is None:
+            return f"{UNKNOWN_GPU} ({gpu.name})"
+        if gpu.is_mig:
+            return f"MIG device {gpu.name}: its share of the {spec.name} memory x the datasheet: {spec.source}"
+        return f"{spec.name} datasheet: {spec.source}"
 
     def to_json(self) -> dict[str, Any]:
         """The environment as plain JSON types: {"cpu", "memory", "nvml", "gpus", "versions"}."""
@@ -221,6 +303,7 @@ class Machine:
         data["compute_capability"] = list(gpu.compute_capability) if gpu.compute_capability else None
         data["clock_event_reasons"] = list(gpu.clock_event_reasons) if gpu.clock_event_reasons is not None else None
         data["processes"] = [dataclasses.asdict(p) for p in gpu.processes] if gpu.processes is not None else None
+        data["mig_devices"] = [Machine._gpu_json(mig) for mig in gpu.mig_devices]
         spec = gpu.spec
         data["spec"] = None if spec is None else {
             "key": spec.key,

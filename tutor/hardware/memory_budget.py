@@ -61,18 +61,39 @@ def device_budget(spec: str | None = None, machine: Any = None) -> DeviceBudget:
             reason = getattr(machine.nvml, "reason", None) or "NVML found no NVIDIA GPU"
             raise UserError(f"no GPU {index} on this machine ({reason}); use --device h100 or --device 24GiB "
                             "for a card you do not have")
-        if index >= len(gpus):
-            raise UserError(f"no GPU {index}: this machine has {len(gpus)} (0..{len(gpus) - 1})")
-        if cuda and hasattr(machine, "gpu_for"):
-            gpu = machine.gpu_for(f"cuda:{index}")  # CUDA_VISIBLE_DEVICES renumbers: torch's cuda:N is not NVML's N
-            if gpu is not None:
-                return gpu_budget(gpu)
-        return gpu_budget(gpus[index])
+        gpu = cuda_gpu(machine, index)
+        if gpu is None:
+            raise UserError(f"no GPU {index}: {visible_gpus_text(machine, len(gpus))}")
+        return gpu_budget(gpu)
     if text is None and gpus:
-        return gpu_budget(gpus[0])
+        gpu = cuda_gpu(machine, 0)
+        if gpu is not None:
+            return gpu_budget(gpu)
     cpu = machine.cpu
     name = f"CPU RAM ({cpu.model_name})" if getattr(cpu, "model_name", None) else "CPU RAM"
     return DeviceBudget(name, "cpu", cpu.ram_available_bytes, "available RAM now (psutil)", gpu=False)
+
+
+def cuda_gpu(machine: Any, index: int) -> Any:
+    """The GPU torch calls cuda:N (machine.gpu_for: CUDA_VISIBLE_DEVICES, MIG and UUIDs respected)."""
+    if hasattr(machine, "gpu_for"):
+        return machine.gpu_for(f"cuda:{index}")
+    gpus = list(getattr(machine, "gpus", None) or [])
+    return gpus[index] if index < len(gpus) else None
+
+
+def visible_gpus_text(machine: Any, count: int) -> str:
+    """How many GPUs CUDA sees here, in words, for the error that names a missing one."""
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not hasattr(machine, "gpu_for"):
+        return f"this machine has {count} (0..{count - 1})"
+    from tutor.hardware.machine import cuda_devices
+
+    seen = len(cuda_devices(list(machine.gpus), visible))
+    listed = f"0..{seen - 1}" if seen else "none"
+    return f"CUDA_VISIBLE_DEVICES={visible!r} shows CUDA {seen} of this machine's {count} GPUs ({listed})"
 
 
 def given_budget(text: str) -> DeviceBudget:
@@ -108,6 +129,12 @@ def card_budget(text: str) -> DeviceBudget | None:
 
 
 def gpu_budget(gpu: Any) -> DeviceBudget:
-    """A GPU's free memory now, as NVML reports it."""
-    return DeviceBudget(f"GPU {gpu.index}: {gpu.name}", "cuda", gpu.memory_free_bytes, "free memory now (NVML)",
-                        gpu=True)
+    """A GPU's (or MIG device's) free memory now, as NVML reports it."""
+    if getattr(gpu, "parent_name", None):
+        return DeviceBudget(f"GPU {gpu.index} MIG device {gpu.mig_index}: {gpu.name}", "cuda", gpu.memory_free_bytes,
+                            "free memory of the MIG device now (NVML)", gpu=True)
+    source = "free memory now (NVML)"
+    if gpu.memory_free_bytes is None:
+        reason = (getattr(gpu, "unavailable", None) or {}).get("memory")
+        source = f"NVML gave no free memory ({reason})" if reason else source
+    return DeviceBudget(f"GPU {gpu.index}: {gpu.name}", "cuda", gpu.memory_free_bytes, source, gpu=True)

@@ -25,6 +25,10 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x040, "hardware thermal slowdown"),
     (0x080, "hardware power brake slowdown"),
     (0x100, "display clock setting"),
+    # Named only in the deprecated throttle-reasons list (nvml.h nvmlClocksThrottleReasonBoardLimit,
+    # nvmlClocksThrottleReasonReliability), still reported by drivers that lack the clock-event query.
+    (0x200, "board limit"),
+    (0x400, "reliability"),
 )
 
 # NVML error codes (nvml.h) that get a plain-words reason.
@@ -77,11 +81,60 @@ class GpuInfo:
     clock_event_reasons: tuple[str, ...] | None = None
     processes: tuple[GpuProcess, ...] | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
+    mig_enabled: bool | None = None        # MIG mode of a physical GPU; None where NVML has no MIG (pre-Ampere)
+    mig_devices: tuple["GpuInfo", ...] = ()  # its MIG devices, in NVML's MIG index order
+    parent_name: str | None = None         # set on a MIG device: the GPU it is a slice of
+    parent_memory_total_bytes: int | None = None
+    mig_index: int | None = None
+    gpu_instance_id: int | None = None
+    sm_count: int | None = None            # a MIG device's streaming multiprocessors (nvmlDeviceGetAttributes)
+
+    @property
+    def is_mig(self) -> bool:
+        return self.parent_name is not None
 
     @property
     def spec(self) -> GpuSpec | None:
-        """The dense datasheet entry for this GPU, None when the name is not a known SKU."""
-        return match_gpu_spec(self.name)
+        """The dense datasheet entry for this GPU (a MIG device: its parent's), None when not a known SKU."""
+        return match_gpu_spec(self.parent_name or self.name)
+
+    @property
+    def compute_share(self) -> float | None:
+        """The fraction of the parent's compute peak this device has: 1 for a whole GPU, see mig_compute_share."""
+        if not self.is_mig:
+            return 1.0
+        spec = self.spec
+        full = spec.derivation.sm_count if spec is not None and spec.derivation is not None else None
+        return mig_compute_share(self.sm_count, full)
+
+    @property
+    def memory_share(self) -> float | None:
+        """The fraction of the parent's memory bandwidth this device has: 1 for a whole GPU, see mig_memory_share."""
+        if not self.is_mig:
+            return 1.0
+        return mig_memory_share(self.memory_total_bytes, self.parent_memory_total_bytes)
+
+
+def mig_compute_share(slice_sms: int | None, full_sms: int | None) -> float | None:
+    """A MIG device's share of its GPU's dense peak: its SMs over the full chip's SMs.
+
+    NVIDIA MIG User Guide, "Terminology": a GPU instance's compute slices are groups of SMs and each
+    compute instance owns its SMs outright, so the tensor-core peak scales with the SM count
+    (a 1g slice of an A100 has 14 of 108 SMs: 13 %, not 100 %). None when either count is unknown."""
+    if not slice_sms or not full_sms:
+        return None
+    return min(slice_sms / full_sms, 1.0)
+
+
+def mig_memory_share(slice_bytes: int | None, full_bytes: int | None) -> float | None:
+    """A MIG device's share of its GPU's memory bandwidth: its memory over the GPU's memory.
+
+    NVIDIA MIG User Guide, "Terminology": a memory slice is 1/8 of the GPU memory together with the
+    memory controllers and L2 slices in front of it, so bandwidth goes with the memory a GPU instance
+    owns. None when either size is unknown."""
+    if not slice_bytes or not full_bytes:
+        return None
+    return min(slice_bytes / full_bytes, 1.0)
 
 
 def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
@@ -96,6 +149,8 @@ def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
 
 
 def _error_reason(error: BaseException) -> str:
+    if type(error).__name__ == "NVMLLibraryMismatchError":  # not an NVMLError: an unversioned symbol is missing
+        return "N/A: the driver is older than this query (nvidia-ml-py/driver mismatch)"
     code = getattr(error, "value", None)
     if code == _NOT_SUPPORTED:
         return "N/A: not supported"
@@ -116,6 +171,7 @@ class _Query:
     def __init__(self, pynvml: ModuleType) -> None:
         self.pynvml = pynvml
         self.unavailable: dict[str, str] = {}
+        self.codes: dict[str, int | None] = {}  # the NVML error code behind each unavailable field
 
     def __call__(self, field_name: str, function: str, *args: Any) -> Any:
         func: Callable[..., Any] | None = getattr(self.pynvml, function, None)
@@ -126,8 +182,10 @@ class _Query:
             return func(*args)
         except Exception as error:  # NVMLError, or UnicodeDecodeError etc. from odd drivers
             error_type = getattr(self.pynvml, "NVMLError", None)
-            if isinstance(error_type, type) and isinstance(error, error_type):
+            if (isinstance(error_type, type) and isinstance(error, error_type)) or \
+                    type(error).__name__ == "NVMLLibraryMismatchError":
                 self.unavailable[field_name] = _error_reason(error)
+                self.codes[field_name] = getattr(error, "value", _FUNCTION_NOT_FOUND)
             else:
                 self.unavailable[field_name] = f"N/A: {type(error).__name__}: {error}"
             return None
@@ -173,6 +231,58 @@ def _cuda_version(value: Any) -> str | None:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
+def clock_event_mask(query: _Query, handle: Any) -> int | None:
+    """The clock-event bitmask; the deprecated throttle-reasons call where the driver predates R535.
+
+    The binding always has both wrappers: what an older driver lacks is the C symbol
+    nvmlDeviceGetCurrentClocksEventReasons, which surfaces as NVML_ERROR_FUNCTION_NOT_FOUND."""
+    mask = query("clock_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    if mask is None and query.codes.get("clock_event_reasons") in (None, _FUNCTION_NOT_FOUND):
+        query.unavailable.pop("clock_event_reasons", None)
+        mask = query("clock_event_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    return mask
+
+
+def _read_mig_devices(pynvml: ModuleType, query: _Query, handle: Any, index: int, parent_name: str,
+                      parent_total: int | None) -> tuple[bool | None, tuple[GpuInfo, ...]]:
+    """MIG mode and the MIG devices of one GPU (nvmlDeviceGetMigMode, nvmlDeviceGetMigDeviceHandleByIndex)."""
+    mode = query("mig_mode", "nvmlDeviceGetMigMode", handle)
+    if not isinstance(mode, (list, tuple)) or not mode:
+        query.unavailable.pop("mig_mode", None)  # pre-Ampere, or a driver without MIG: not a missing field
+        return None, ()
+    if mode[0] != getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1):
+        return False, ()
+    slots = query("mig_devices", "nvmlDeviceGetMaxMigDeviceCount", handle) or 0
+    devices = []
+    for slot in range(int(slots)):
+        mig_query = _Query(pynvml)
+        mig = mig_query("handle", "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+        if mig is None:
+            continue  # an empty slot answers NVML_ERROR_NOT_FOUND
+        devices.append(_read_mig(pynvml, mig, index, slot, parent_name, parent_total))
+    return True, tuple(devices)
+
+
+def _read_mig(pynvml: ModuleType, handle: Any, index: int, slot: int, parent_name: str,
+              parent_total: int | None) -> GpuInfo:
+    query = _Query(pynvml)
+    name = query("name", "nvmlDeviceGetName", handle)
+    uuid = query("uuid", "nvmlDeviceGetUUID", handle)
+    memory = query("memory", "nvmlDeviceGetMemoryInfo", handle)
+    attributes = query("sm_count", "nvmlDeviceGetAttributes", handle)
+    instance = query("gpu_instance_id", "nvmlDeviceGetGpuInstanceId", handle)
+    total, used, free = (memory.total, memory.used, memory.free) if memory is not None else (None, None, None)
+    return GpuInfo(
+        index=index, name=_text(name) if name is not None else f"{parent_name} MIG {slot}",
+        uuid=_text(uuid) if uuid is not None else None,
+        memory_total_bytes=total, memory_used_bytes=used, memory_free_bytes=free,
+        parent_name=parent_name, parent_memory_total_bytes=parent_total, mig_index=slot,
+        gpu_instance_id=int(instance) if instance is not None else None,
+        sm_count=int(attributes.multiprocessorCount) if attributes is not None else None,
+        unavailable=query.unavailable,
+    )
+
+
 def _read_gpu(pynvml: ModuleType, index: int) -> GpuInfo:
     query = _Query(pynvml)
     handle = query("handle", "nvmlDeviceGetHandleByIndex", index)
@@ -187,10 +297,7 @@ def _read_gpu(pynvml: ModuleType, index: int) -> GpuInfo:
     limit_mw = query("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle)
     utilization = query("utilization", "nvmlDeviceGetUtilizationRates", handle)
     capability = query("compute_capability", "nvmlDeviceGetCudaComputeCapability", handle)
-    if hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons"):
-        mask = query("clock_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons", handle)
-    else:
-        mask = query("clock_event_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    mask = clock_event_mask(query, handle)
     raw_processes = query("processes", "nvmlDeviceGetComputeRunningProcesses", handle)
     processes = None
     if raw_processes is not None:
@@ -212,9 +319,11 @@ def _read_gpu(pynvml: ModuleType, index: int) -> GpuInfo:
     capability_field = None
     if isinstance(capability, tuple) and len(capability) == 2:
         capability_field = (int(capability[0]), int(capability[1]))
+    gpu_name = _text(name) if name is not None else f"GPU {index} (name unreadable)"
+    mig_enabled, mig_devices = _read_mig_devices(pynvml, query, handle, index, gpu_name, memory_fields[0])
     return GpuInfo(
         index=index,
-        name=_text(name) if name is not None else f"GPU {index} (name unreadable)",
+        name=gpu_name,
         uuid=_text(uuid) if uuid is not None else None,
         memory_total_bytes=memory_fields[0],
         memory_used_bytes=memory_fields[1],
@@ -237,6 +346,8 @@ def _read_gpu(pynvml: ModuleType, index: int) -> GpuInfo:
         clock_event_reasons=decode_clock_event_reasons(int(mask)) if mask is not None else None,
         processes=processes,
         unavailable=query.unavailable,
+        mig_enabled=mig_enabled,
+        mig_devices=mig_devices,
     )
 
 

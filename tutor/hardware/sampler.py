@@ -23,12 +23,13 @@ DEFAULT_HISTORY = 240
 class GpuSample:
     """One GPU at one instant; None where NVML could not say."""
 
-    index: int
+    index: int  # NVML's index of the physical GPU
     utilization_pct: float | None = None
     memory_used_bytes: int | None = None
     sm_clock_mhz: int | None = None
     power_w: float | None = None
     temperature_c: int | None = None
+    mig_index: int | None = None  # set on a MIG device of GPU `index`: only its memory is per-slice
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Sample:
 
 
 HOST_FIELDS = ("cpu_percent", "ram_used_bytes", "ram_total_bytes")
-GPU_FIELDS = tuple(f.name for f in fields(GpuSample) if f.name != "index")
+GPU_FIELDS = tuple(f.name for f in fields(GpuSample) if f.name not in ("index", "mig_index"))
 
 
 def clamp_interval(interval_s: float) -> float:
@@ -79,19 +80,21 @@ def read_host() -> HostSample:
 
 
 class NvmlReader:
-    """Reads the sampled GPU fields through NVML; initialised once, shut down by close()."""
+    """Reads the sampled GPU fields through NVML; initialised once, shut down by close().
+
+    Each GPU's handle is taken on its own: one lost GPU (NVML_ERROR_GPU_IS_LOST) reads as None for
+    that GPU and retries next tick, never blanking the others."""
 
     def __init__(self) -> None:
         from tutor.hardware.nvidia import import_pynvml, init_nvml
 
         self._pynvml, reason = import_pynvml()
-        self._handles: list[Any] = []
+        self._count = 0
+        self._handles: dict[int, Any] = {}
+        self._mig_handles: dict[int, list[tuple[int, Any]]] = {}
         if self._pynvml is not None and init_nvml(self._pynvml) is None:
-            try:
-                self._handles = [self._pynvml.nvmlDeviceGetHandleByIndex(i)
-                                 for i in range(self._pynvml.nvmlDeviceGetCount())]
-            except Exception:
-                self._handles = []
+            count = self._get("nvmlDeviceGetCount")
+            self._count = int(count) if isinstance(count, int) else 0
         else:
             self._pynvml = None
 
@@ -101,24 +104,50 @@ class NvmlReader:
         except Exception:
             return None
 
+    def _handle(self, index: int) -> Any:
+        if index not in self._handles:
+            handle = self._get("nvmlDeviceGetHandleByIndex", index)
+            if handle is None:
+                return None
+            self._handles[index] = handle
+            self._mig_handles[index] = self._migs(handle)
+        return self._handles[index]
+
+    def _migs(self, handle: Any) -> list[tuple[int, Any]]:
+        mode = self._get("nvmlDeviceGetMigMode", handle)
+        if not isinstance(mode, (list, tuple)) or not mode or mode[0] != getattr(self._pynvml, "NVML_DEVICE_MIG_ENABLE", 1):
+            return []
+        slots = self._get("nvmlDeviceGetMaxMigDeviceCount", handle) or 0
+        found = [(slot, self._get("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)) for slot in range(int(slots))]
+        return [(slot, mig) for slot, mig in found if mig is not None]
+
+    def _sample(self, index: int, handle: Any) -> GpuSample:
+        utilization = self._get("nvmlDeviceGetUtilizationRates", handle)
+        memory = self._get("nvmlDeviceGetMemoryInfo", handle)
+        power_mw = self._get("nvmlDeviceGetPowerUsage", handle)
+        return GpuSample(
+            index=index,
+            utilization_pct=getattr(utilization, "gpu", None),
+            memory_used_bytes=getattr(memory, "used", None),
+            sm_clock_mhz=self._get("nvmlDeviceGetClockInfo", handle, getattr(self._pynvml, "NVML_CLOCK_SM", 1)),
+            power_w=power_mw / 1000 if isinstance(power_mw, (int, float)) else None,
+            temperature_c=self._get("nvmlDeviceGetTemperature", handle,
+                                    getattr(self._pynvml, "NVML_TEMPERATURE_GPU", 0)),
+        )
+
     def __call__(self) -> tuple[GpuSample, ...]:
         if self._pynvml is None:
             return ()
         samples = []
-        sm = getattr(self._pynvml, "NVML_CLOCK_SM", 1)
-        for index, handle in enumerate(self._handles):
-            utilization = self._get("nvmlDeviceGetUtilizationRates", handle)
-            memory = self._get("nvmlDeviceGetMemoryInfo", handle)
-            power_mw = self._get("nvmlDeviceGetPowerUsage", handle)
-            samples.append(GpuSample(
-                index=index,
-                utilization_pct=getattr(utilization, "gpu", None),
-                memory_used_bytes=getattr(memory, "used", None),
-                sm_clock_mhz=self._get("nvmlDeviceGetClockInfo", handle, sm),
-                power_w=power_mw / 1000 if isinstance(power_mw, (int, float)) else None,
-                temperature_c=self._get("nvmlDeviceGetTemperature", handle,
-                                        getattr(self._pynvml, "NVML_TEMPERATURE_GPU", 0)),
-            ))
+        for index in range(self._count):
+            handle = self._handle(index)
+            if handle is None:
+                samples.append(GpuSample(index=index))
+                continue
+            samples.append(self._sample(index, handle))
+            for slot, mig in self._mig_handles.get(index, []):
+                memory = self._get("nvmlDeviceGetMemoryInfo", mig)
+                samples.append(GpuSample(index=index, memory_used_bytes=getattr(memory, "used", None), mig_index=slot))
         return tuple(samples)
 
     def close(self) -> None:
@@ -242,6 +271,6 @@ class Sampler:
             raise UserError(f"unknown GPU sample field {field_name!r}: use one of {', '.join(GPU_FIELDS)}")
         result = []
         for sample in self.samples():
-            match = next((g for g in sample.gpus if g.index == gpu), None)
+            match = next((g for g in sample.gpus if g.index == gpu and getattr(g, "mig_index", None) is None), None)
             result.append((sample.timestamp, getattr(match, field_name) if match is not None else None))
         return result

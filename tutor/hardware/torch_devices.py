@@ -21,6 +21,7 @@ class TorchDevice:
     sm_count: int | None
     compute_capability: tuple[int, int] | None
     spec_check: str | None  # the SM count against the spec table's, when both are known
+    uuid: str | None = None  # CUDA's device UUID, what NVML's UUID is matched against
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,42 @@ def _spec_check(name: str, sm_count: int | None) -> str | None:
             "or a MIG slice; its peak does not apply")
 
 
+def torch_uuid(device: str) -> str | None:
+    """torch.cuda.get_device_properties(N).uuid as text, for a device torch already uses; None for a
+    CPU device, a torch without CUDA or without that field (torch < 2.1)."""
+    import torch
+
+    index = torch.device(device).index
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        return None
+    try:
+        uuid = getattr(torch.cuda.get_device_properties(index or 0), "uuid", None)
+    except Exception:  # a device that vanished: the caller falls back to CUDA_VISIBLE_DEVICES
+        return None
+    return str(uuid) if uuid is not None else None
+
+
+def accelerator_agreement(nvml_gpu_count: int, nvml_reason: str | None, view: TorchView) -> str | None:
+    """One line when NVML and torch disagree about this machine's GPUs, saying why; None when they agree.
+
+    NVML talks to the driver, torch to its own CUDA build: a CPU-only torch wheel beside a working
+    driver sees no GPU, and a CUDA torch without the driver's NVML sees GPUs NVML does not."""
+    cuda = [d for d in view.devices if d.backend in ("cuda", "rocm")]
+    if nvml_gpu_count and not cuda:
+        if view.error and view.torch_version is None:
+            return f"NVML sees {nvml_gpu_count} GPU(s) but torch could not be imported ({view.error}): measured on the CPU"
+        if view.cuda_version is None and view.hip_version is None:
+            return (f"NVML sees {nvml_gpu_count} GPU(s) but this torch ({view.torch_version}) is a CPU-only build: "
+                    "measurements run on the CPU; install a CUDA build of torch to use the GPU")
+        return (f"NVML sees {nvml_gpu_count} GPU(s) but torch {view.torch_version} (CUDA {view.cuda_version}) "
+                "cannot use them (driver too old for this CUDA build, or CUDA_VISIBLE_DEVICES hides them): "
+                "measurements run on the CPU")
+    if cuda and not nvml_gpu_count and not view.hip_version:
+        return (f"torch sees {len(cuda)} GPU(s) but NVML does not ({nvml_reason or 'no GPU listed'}): "
+                "measured only, no live readings or datasheet peaks")
+    return None
+
+
 def detect_torch_devices() -> TorchView:
     """Import torch (seconds) and list its devices. Never raises."""
     try:
@@ -65,7 +102,8 @@ def detect_torch_devices() -> TorchView:
             sm_count = getattr(props, "multi_processor_count", None)
             devices.append(TorchDevice(
                 f"cuda:{index}", "rocm" if hip else "cuda", props.name, int(props.total_memory), sm_count,
-                (props.major, props.minor), _spec_check(props.name, sm_count)))
+                (props.major, props.minor), _spec_check(props.name, sm_count),
+                str(props.uuid) if getattr(props, "uuid", None) is not None else None))
         mps = getattr(torch.backends, "mps", None)
         if mps is not None and mps.is_available():
             devices.append(TorchDevice("mps", "mps", "Apple GPU (MPS)", None, None, None, None))

@@ -47,6 +47,11 @@ def _note_extra(tensor: torch.Tensor, reason: str, counted_share: float = 0.0) -
         recorder.extras[tensor.untyped_storage().data_ptr()] = (reason, counted_share)
 
 
+def sdpa_has_enable_gqa() -> bool:
+    """Whether F.scaled_dot_product_attention takes `enable_gqa` (added in PyTorch 2.5)."""
+    return torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
+
+
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Dropout through torch.native_dropout, the kernel F.dropout uses on GPUs: it keeps a 1-byte
     boolean mask (Korthikanti's assumption). F.dropout on a CPU would keep a mask in x's dtype."""
@@ -214,9 +219,16 @@ class Block(nn.Module):
             k = k.view(b, s, kv, d).transpose(1, 2)
             v = v.view(b, s, kv, d).transpose(1, 2)
             if shape.attention == "sdpa":
+                gqa: dict[str, bool] = {}
+                if kv != a and sdpa_has_enable_gqa():
+                    gqa["enable_gqa"] = True
+                elif kv != a:
+                    k = k.repeat_interleave(a // kv, dim=1)
+                    v = v.repeat_interleave(a // kv, dim=1)
+                    _note_extra(k, "SDPA before torch 2.5 needs K copied to every query head", kv / a)
+                    _note_extra(v, "SDPA before torch 2.5 needs V copied to every query head", kv / a)
                 out = F.scaled_dot_product_attention(
-                    q, k, v, is_causal=True, dropout_p=shape.dropout if self.training else 0.0,
-                    enable_gqa=kv != a)
+                    q, k, v, is_causal=True, dropout_p=shape.dropout if self.training else 0.0, **gqa)
                 self.sdpa_backend = sdpa_backend(out.grad_fn)
             else:
                 if kv != a:

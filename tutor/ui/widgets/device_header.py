@@ -11,15 +11,18 @@ from textual.widget import Widget
 
 
 def device_title(machine: Any) -> str:
-    """One line naming the device measurements run on: the first GPU (and how many more), or
+    """One line naming the device measurements run on: torch's cuda:0 (and how many more GPUs), or
     'CPU only (<why no GPU>)' with the CPU's model."""
     gpus = list(getattr(machine, "gpus", []) or [])
-    if gpus:
-        first = gpus[0]
+    # The GPU torch calls cuda:0 (CUDA_VISIBLE_DEVICES renumbers NVML's list), as the live pane shows it.
+    gpu_for = getattr(machine, "gpu_for", None)
+    first = (gpu_for("cuda:0") if gpu_for else None) or (gpus[0] if gpus else None)
+    if first is not None:
         more = f" (+{len(gpus) - 1} more)" if len(gpus) > 1 else ""
         memory = getattr(first, "memory_total_bytes", None)
         size = f", {memory / 2**30:.0f} GiB" if memory else ""
-        return f"GPU 0: {first.name}{size}{more}"
+        index = getattr(first, "index", 0)
+        return f"GPU {index}: {first.name}{size}{more}"
     nvml = getattr(machine, "nvml", None)
     reason = getattr(nvml, "reason", None) or "no NVIDIA GPU found"
     # "no NVIDIA driver found (NVML: Shared Library Not Found)" -> one level of brackets

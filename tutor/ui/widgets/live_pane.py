@@ -74,8 +74,10 @@ def gpu_series(samples: Sequence[Any], gpu: Any) -> list[Series]:
     """Utilization, memory, SM clock, power and temperature of one GPU; N/A where NVML is silent."""
     def field(name: str) -> list[float | None]:
         values: list[float | None] = []
+        mig = getattr(gpu, "mig_index", None)
         for sample in samples:
-            match = next((g for g in sample.gpus if g.index == gpu.index), None)
+            match = next((g for g in sample.gpus
+                          if g.index == gpu.index and getattr(g, "mig_index", None) == mig), None)
             value = getattr(match, name, None) if match is not None else None
             values.append(None if value is None else float(value))
         return values
@@ -105,9 +107,19 @@ def gpu_series(samples: Sequence[Any], gpu: Any) -> list[Series]:
     ]
 
 
+def shown_gpu(machine: Any) -> Any:
+    """The GPU the pane shows: the one torch calls cuda:0 (CUDA_VISIBLE_DEVICES and MIG respected),
+    None on a machine without one, so the traces and the peaks describe the same device."""
+    gpus = getattr(machine, "gpus", None)
+    if not gpus:
+        return None
+    gpu_for = getattr(machine, "gpu_for", None)
+    return gpu_for("cuda:0") if gpu_for is not None else gpus[0]
+
+
 def peak_lines(machine: Any) -> list[str]:
     """The theoretical peaks the measurements are read against, with N/A where none is known."""
-    device = "cuda:0" if getattr(machine, "gpus", None) else "cpu"
+    device = "cuda:0" if shown_gpu(machine) is not None else "cpu"
     lines = []
     for dtype in PEAK_DTYPES:
         try:
@@ -190,7 +202,7 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
     def compose(self) -> ComposeResult:
         yield Static(device_title(self.machine), id="device")
         yield Static("\n".join(peak_lines(self.machine)), id="peaks")
-        count = 5 if getattr(self.machine, "gpus", None) else 2
+        count = 5 if shown_gpu(self.machine) is not None else 2
         for index in range(count):
             yield Trace(id=f"trace-{index}")
 
@@ -201,8 +213,8 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
     def refresh_traces(self) -> None:
         """Copy the sampler's buffer into the traces (cheap: never waits on a device)."""
         samples = self.sampler.samples()
-        gpus = getattr(self.machine, "gpus", None)
-        series = gpu_series(samples, gpus[0]) if gpus else host_series(samples)
+        gpu = shown_gpu(self.machine)
+        series = gpu_series(samples, gpu) if gpu is not None else host_series(samples)
         for index, item in enumerate(series):
             try:
                 self.query_one(f"#trace-{index}", Trace).series = item if samples else None
