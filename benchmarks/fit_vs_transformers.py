@@ -19,12 +19,14 @@ optimizer states exist):
 
     loss = model(input_ids=ids, labels=ids).loss; loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
 
-How bytes are counted: a TorchDispatchMode sees every tensor every aten op returns (forward,
-backward and optimizer step); each distinct storage is counted once, at its full size, from the op
-that created it until its weakref says it was freed (the method of torch's own
-torch.distributed._tools.mem_tracker.MemTracker; `--cross-check` runs both on one model). Buffers
-inside a single kernel (never returned to Python) are not seen. Each storage is classified at the
-end of the step:
+How bytes are counted: by tutor.bench.memory_trace, the tracker `fit --trace` uses (this script
+builds the models, runs them and sets them beside the theory; the measuring is that module's
+`training_step`, `measure_training_step` and `measure_prefill`). A TorchDispatchMode sees every
+tensor every aten op returns (forward, backward and optimizer step); each distinct storage is
+counted once, at its full size, from the op that created it until its weakref says it was freed
+(the method of torch's own torch.distributed._tools.mem_tracker.MemTracker; `--cross-check` runs
+both on one model). Buffers inside a single kernel (never returned to Python) are not seen. Each
+storage has the category it ends the step with, from its creation on:
     weights        the parameters' storages, plus casts of a parameter (autocast's bf16 weight copies)
     gradients      storages that end the backward pass as some parameter's .grad
     optimizer      the optimizer's state tensors (exp_avg, exp_avg_sq, step)
@@ -54,7 +56,6 @@ import json
 import math
 import sys
 import time
-import weakref
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -117,91 +118,14 @@ INFERENCE_CATEGORIES = ("parameters", "weights", "kv_cache", "activations", "pea
 
 
 # ---------------------------------------------------------------------------------------------
-# The tracker: every storage an op returns, from creation to free, on a timeline.
+# What was measured (by tutor.bench.memory_trace), in fit's category names.
+
+# memory_trace's categories as fit names them (fit calls the optimizer states "optimizer").
+FIT_NAMES = {"optimizer_states": "optimizer"}
 
 
-def _storages(output) -> list:
-    import torch
-    from torch.utils._pytree import tree_flatten
-
-    found = []
-    for item in tree_flatten(output)[0]:
-        if isinstance(item, torch.Tensor) and not item.is_meta:
-            found.append(item.untyped_storage())
-    return found
-
-
-def _make_tracker_class():
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.weak import WeakIdKeyDictionary
-
-    cast_ops = {torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype, torch.ops.aten.to.dtype_layout}
-
-    class LiveStorageTracker(TorchDispatchMode):
-        """Records a timeline of storage allocations and frees, each tagged with the phase and op.
-
-        Storages already alive when tracking starts (parameters, optimizer states, token ids) are
-        registered with `register`; those an op returns are added as they appear; a weakref callback
-        records each free. `cast_of_weight` holds the storages made by casting a parameter to
-        `autocast_dtype` (autocast's cached weight copies; other casts, such as Gemma's
-        `weight.float()`, are transient and stay activations).
-        """
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._keys = WeakIdKeyDictionary()
-            self._refs: dict[int, weakref.ref] = {}
-            self.size: dict[int, int] = {}
-            self.born_in: dict[int, str] = {}
-            self.made_by: dict[int, tuple[str, str]] = {}
-            self.events: list[tuple[int, int, str, int, str]] = []  # (key, +bytes/-bytes, phase, op index, op)
-            self.cast_of_weight: set[int] = set()
-            self.autocast_dtype = None  # set to autocast's dtype to count its weight copies as weights
-            self.weight_keys: set[int] = set()
-            self.gradient_keys: set[int] = set()  # filled after backward: the storages that became .grad
-            self.phase = "setup"
-            self.ops_in_phase: dict[str, int] = {}
-            self._op = "register"
-
-        def key(self, storage) -> int | None:
-            return self._keys.get(storage)
-
-        def register(self, storage) -> int:
-            known = self._keys.get(storage)
-            if known is not None:
-                return known
-            key = len(self.size)
-            self._keys[storage] = key
-            self.size[key] = storage.nbytes()
-            self.born_in[key] = self.phase
-            self.made_by[key] = (self.phase, self._op)
-            self._refs[key] = weakref.ref(storage, lambda _ref, key=key: self._freed(key))
-            self.events.append((key, self.size[key], self.phase, self.ops_in_phase.get(self.phase, 0), self._op))
-            return key
-
-        def register_tensors(self, tensors) -> set[int]:
-            return {self.register(t.untyped_storage()) for t in tensors if t is not None}
-
-        def _freed(self, key: int) -> None:
-            self.events.append((key, -self.size[key], self.phase, self.ops_in_phase.get(self.phase, 0), self._op))
-
-        def enter_phase(self, phase: str) -> None:
-            self.phase = phase
-            self.ops_in_phase.setdefault(phase, 0)
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops_in_phase[self.phase] = self.ops_in_phase.get(self.phase, 0) + 1
-            self._op = func.__name__
-            out = func(*args, **(kwargs or {}))
-            new = [self.register(storage) for storage in _storages(out) if self._keys.get(storage) is None]
-            if self.autocast_dtype is not None and func in cast_ops and new and isinstance(args[0], torch.Tensor) \
-                    and isinstance(out, torch.Tensor) and out.dtype == self.autocast_dtype:
-                if self._keys.get(args[0].untyped_storage()) in self.weight_keys:
-                    self.cast_of_weight.update(new)
-            return out
-
-    return LiveStorageTracker
+def _fit_names(per_category: dict[str, int]) -> dict[str, int]:
+    return {FIT_NAMES.get(name, name): n for name, n in per_category.items() if n}
 
 
 @dataclass
@@ -216,6 +140,12 @@ class Moment:
     storages: tuple[tuple[str, str, str, int], ...] = ()  # (category, phase made, op that made it, bytes)
 
 
+def moment(peak) -> Moment:
+    """A memory_trace TracePeak in fit's category names."""
+    return Moment(peak.bytes, peak.phase, peak.op_index, peak.op, _fit_names(peak.per_category_bytes),
+                  tuple((FIT_NAMES.get(category, category), *rest) for category, *rest in peak.storages))
+
+
 @dataclass
 class Measurement:
     """What one run really held: each category's own maximum, and the peak moment."""
@@ -225,33 +155,6 @@ class Measurement:
     peak: Moment
     seconds: float
     notes: list[str] = field(default_factory=list)
-
-
-def replay(tracker, classify, phases_for: dict[str, tuple[str, ...]]) -> tuple[dict[str, int], Moment]:
-    """Walk the timeline: each category's maximum (only over the phases phases_for names for it,
-    all phases when absent) and the moment of the largest total."""
-    live: dict[str, int] = {}
-    live_keys: set[int] = set()
-    category_max: dict[str, int] = {}
-    total = 0
-    peak = Moment(0, "setup", 0, "", {})
-    peak_keys: frozenset[int] = frozenset()
-    for key, delta, phase, op_index, op in tracker.events:
-        category = classify(key)
-        live[category] = live.get(category, 0) + delta
-        total += delta
-        if delta > 0:
-            live_keys.add(key)
-            if phase in phases_for.get(category, (phase,)):
-                category_max[category] = max(category_max.get(category, 0), live[category])
-            if total > peak.bytes:
-                peak = Moment(total, phase, op_index, op, {c: b for c, b in live.items() if b})
-                peak_keys = frozenset(live_keys)
-        else:
-            live_keys.discard(key)
-    peak.storages = tuple(sorted(((classify(key), *tracker.made_by[key], tracker.size[key]) for key in peak_keys),
-                                 key=lambda item: -item[-1]))
-    return category_max, peak
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,124 +184,37 @@ def attention_used(model) -> str:
     return model.config._attn_implementation
 
 
-def _token_ids(vocab: int, batch: int, seq_len: int):
-    import torch
-
-    generator = torch.Generator().manual_seed(1)
-    return torch.randint(0, vocab, (batch, seq_len), generator=generator)
-
-
 def _parameter_count(model) -> int:
     return sum(p.numel() for p in model.parameters())  # parameters() yields tied tensors once
 
 
 def measure_training(model, run: RunConfig, batch: int = BATCH, seq_len: int = SEQ_LEN) -> Measurement:
-    """Two training steps; the second is measured on the timeline of a LiveStorageTracker."""
-    import contextlib
-
+    """Two training steps of a user's loop; the second is measured by memory_trace's tracker."""
     import torch
+
+    from tutor.bench.memory_trace import measure_training_step, token_ids, training_step
 
     started = time.perf_counter()
     model.train()
     if run.recompute == "full":
         model.gradient_checkpointing_enable()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = _token_ids(model.config.vocab_size, batch, seq_len)
-    forward_context = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if run.autocast else contextlib.nullcontext
-
-    def step(tracker=None) -> None:
-        enter = tracker.enter_phase if tracker else (lambda _phase: None)
-        enter("forward")
-        with forward_context():
-            loss = model(input_ids=ids, labels=ids).loss
-        enter("backward")
-        loss.backward()
-        if tracker:
-            tracker.gradient_keys = tracker.register_tensors(p.grad for p in model.parameters())
-        enter("optimizer")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        del loss
-
-    step()
-    tracker = _make_tracker_class()()
-    parameters = list(model.parameters())
-    tracker.weight_keys = tracker.register_tensors(parameters)
-    tracker.autocast_dtype = torch.bfloat16 if run.autocast else None
-    buffer_keys = tracker.register_tensors(model.buffers())
-    optimizer_keys = tracker.register_tensors(
-        value for state in optimizer.state.values() for value in state.values() if isinstance(value, torch.Tensor))
-    tracker.register_tensors([ids])
-    with tracker:
-        step(tracker)
-
-    def classify(key: int) -> str:
-        if key in tracker.weight_keys or key in tracker.cast_of_weight:
-            return "weights"
-        if key in tracker.gradient_keys:
-            return "gradients"
-        if key in optimizer_keys:
-            return "optimizer"
-        if key in buffer_keys:
-            return "buffers"
-        if tracker.born_in[key] == "optimizer":
-            return "optimizer_temporaries"
-        return "activations"
-
-    category_max, peak = replay(tracker, classify, {"activations": ("setup", "forward", "backward")})
-    notes = []
-    if tracker.cast_of_weight:
-        notes.append(f"{len(tracker.cast_of_weight)} autocast weight copies counted as weights")
-    return Measurement(_parameter_count(model), category_max, peak, time.perf_counter() - started, notes)
-
-
-def _cache_tensors(cache) -> list:
-    """The key and value tensors a transformers 5 Cache holds (one pair per layer)."""
-    tensors = []
-    for layer in getattr(cache, "layers", ()):
-        for name in ("keys", "values"):
-            value = getattr(layer, name, None)
-            if value is not None:
-                tensors.append(value)
-    return tensors
+    ids = token_ids(model.config.vocab_size, batch, seq_len, seed=1)
+    autocast = torch.bfloat16 if run.autocast else None
+    training_step(model, optimizer, ids, labels=ids, autocast_dtype=autocast)
+    measured = measure_training_step(model, optimizer, ids, labels=ids, autocast_dtype=autocast)
+    return Measurement(_parameter_count(model), _fit_names(measured.max_per_category), moment(measured.peak),
+                       time.perf_counter() - started, list(measured.notes))
 
 
 def measure_inference(model, batch: int = BATCH, seq_len: int = SEQ_LEN) -> Measurement:
-    """One prefill of the prompt, as generate() runs it: use_cache, logits of the last position."""
-    import torch
+    """One prefill of the prompt, as generate() runs it, measured by memory_trace's tracker."""
+    from tutor.bench.memory_trace import measure_prefill, token_ids
 
     started = time.perf_counter()
-    model.eval()
-    ids = _token_ids(model.config.vocab_size, batch, seq_len)
-    tracker = _make_tracker_class()()
-    tracker.weight_keys = tracker.register_tensors(model.parameters())
-    buffer_keys = tracker.register_tensors(model.buffers())
-    tracker.register_tensors([ids])
-    with tracker, torch.no_grad():
-        tracker.enter_phase("prefill")
-        output = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        next_token_logits = output.logits[:, -1, :].to(copy=True, dtype=torch.float32)
-    cache_tensors = _cache_tensors(output.past_key_values)
-    cache_keys = {tracker.key(t.untyped_storage()) for t in cache_tensors} - {None}
-
-    def classify(key: int) -> str:
-        if key in tracker.weight_keys:
-            return "weights"
-        if key in cache_keys:
-            return "kv_cache"
-        if key in buffer_keys:
-            return "buffers"
-        return "activations"
-
-    category_max, peak = replay(tracker, classify, {})
-    notes = []
-    stored = sum(t.untyped_storage().nbytes() for t in cache_tensors)
-    viewed = sum(t.numel() * t.element_size() for t in cache_tensors)
-    if stored != viewed:
-        notes.append(f"KV cache storages hold {stored:,} B, the cache's views {viewed:,} B "
-                     "(sliding layers keep the whole prompt until the first decode step)")
-    del next_token_logits, output
-    return Measurement(_parameter_count(model), category_max, peak, time.perf_counter() - started, notes)
+    measured = measure_prefill(model, token_ids(model.config.vocab_size, batch, seq_len, seed=1))
+    return Measurement(_parameter_count(model), _fit_names(measured.max_per_category), moment(measured.peak),
+                       time.perf_counter() - started, list(measured.notes))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -622,6 +438,8 @@ def cross_check(model_type: str = "llama", run_name: str = "bf16") -> str:
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
+    from tutor.bench.memory_trace import token_ids
+
     torch.set_num_threads(1)
     run = CONFIGS[run_name]
     _, model = build_model(model_type, run)
@@ -629,7 +447,7 @@ def cross_check(model_type: str = "llama", run_name: str = "bf16") -> str:
     _, model = build_model(model_type, run)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = _token_ids(model.config.vocab_size, BATCH, SEQ_LEN)
+    ids = token_ids(model.config.vocab_size, BATCH, SEQ_LEN, seed=1)
     tracker = MemTracker()
     if run.recompute == "full":
         model.gradient_checkpointing_enable()

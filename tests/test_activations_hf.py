@@ -1,10 +1,12 @@
 """The hf activation profile against real transformers modules run on a CPU, one test per cause of
 issue 7. Saved tensors are counted as autograd packs them (each unique non-parameter storage once);
-the training-step peak with a dispatch mode that tracks every live storage."""
+steps and prefills are measured by tutor.bench.memory_trace, the tracker of `fit --trace` and of
+benchmarks/fit_vs_transformers.py (every live storage, from the op that made it to its free)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 
@@ -12,15 +14,24 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+from tutor.bench.memory_trace import (  # noqa: E402
+    TraceSetup,
+    attention_to_run,
+    build_model,
+    enable_recompute,
+    measure_prefill,
+    measure_training_step,
+    token_ids,
+    training_step,
+)
 from tutor.theory import fit as fitting  # noqa: E402
 from tutor.theory.activations import (  # noqa: E402
     hf_attention_backend,
     hf_layer_activation_terms,
     hf_layer_shape,
 )
-from tutor.theory.models import architecture_from_config  # noqa: E402
+from tutor.theory.models import architecture_from_config, count_parameters  # noqa: E402
 
 H, HEADS, KV_HEADS, FFN, VOCAB, BATCH = 64, 4, 2, 128, 512, 2
 
@@ -81,8 +92,13 @@ def _saved_by_layer_one(model, ids, precision: str) -> int:
     layer.register_forward_hook(lambda *_: inside.__setitem__(0, False))
     seen: set[int] = set()
     total = [0]
+    # Hold every packed tensor: a storage freed during forward (a branch the loss does not reach, such
+    # as DeepSeek-V3's routing scores) could hand its address to a later one, which would then pass
+    # for a storage already seen.
+    held: list = []
 
     def pack(tensor):
+        held.append(tensor)
         key = _key(tensor)
         copy_of_weight = precision == "amp" and tensor.dtype == torch.bfloat16 and tuple(tensor.shape) in weight_shapes
         # First saver owns a storage: RoPE's cos/sin, computed once per model, belong to layer 0.
@@ -165,56 +181,11 @@ def test_cause_8_autocast_activations(kind: str, rel: float) -> None:
     _check_layer(kind, "amp", "sdpa", rel)
 
 
-class _LiveStorages(TorchDispatchMode):
-    """Bytes of every live storage after each op; the maximum and the phase it fell in."""
-
-    def __init__(self, seeds):
-        super().__init__()
-        self.live: dict[int, tuple] = {}
-        for tensor in seeds:
-            self._add(tensor)
-        self.phase, self.peak, self.peak_phase = "", 0, ""
-
-    def _add(self, tensor) -> None:
-        if isinstance(tensor, torch.Tensor):
-            ref = StorageWeakRef(tensor.untyped_storage())
-            self.live.setdefault(ref.cdata, (ref, tensor.untyped_storage().nbytes()))
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        for key in [k for k, (ref, _) in self.live.items() if ref.expired()]:
-            del self.live[key]
-        out = func(*args, **(kwargs or {}))
-        for tensor in torch.utils._pytree.tree_leaves(out):
-            self._add(tensor)
-        now = sum(n for _, n in self.live.values())
-        if now > self.peak:
-            self.peak, self.peak_phase = now, self.phase
-        return out
-
-
 def _measured_step_peak(model, ids) -> tuple[int, str]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step(tracker=None):
-        optimizer.zero_grad(set_to_none=True)
-        if tracker:
-            tracker.phase = "forward"
-        loss = model(input_ids=ids, labels=ids).loss  # the output object is dropped, as Trainer does
-        if tracker:
-            tracker.phase = "backward"
-        loss.backward()
-        del loss
-        if tracker:
-            tracker.phase = "optimizer"
-        optimizer.step()
-
-    step()  # the steady state: optimizer states exist
-    seeds = [*model.parameters(), *model.buffers(), ids]
-    seeds += [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    tracker = _LiveStorages(seeds)
-    with tracker:
-        step(tracker)
-    return tracker.peak, tracker.peak_phase
+    training_step(model, optimizer, ids)  # the steady state: optimizer states exist
+    peak = measure_training_step(model, optimizer, ids).peak
+    return peak.bytes, peak.phase
 
 
 # Causes 1 and 9: the loss head's fp32 tensors (12 s b V at the start of backward) on top of every
@@ -274,27 +245,60 @@ def test_total_is_the_peak_plus_overhead() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Against the verification benchmark's tracker (benchmarks/fit_vs_transformers.py): every storage
-# from creation to free, the real transformers module run on the CPU at small sizes.
+# Whole steps and prefills at the sizes of benchmarks/fit_vs_transformers.py (hidden 128, vocab 1024),
+# the real transformers model run on the CPU, measured by tutor.bench.memory_trace as that benchmark does.
 
-def _benchmark():
-    import importlib.util
-    import sys
-    from pathlib import Path
+_BENCHMARK_SIZE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=1024, max_position_embeddings=512)
+_BENCHMARK_MODELS = {
+    "llama": dict(_BENCHMARK_SIZE),
+    "mixtral": dict(_BENCHMARK_SIZE, num_local_experts=4, num_experts_per_tok=2),
+    "gemma2": dict(_BENCHMARK_SIZE, head_dim=32, sliding_window=64),
+    "deepseek_v3": dict(_BENCHMARK_SIZE, num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=32,
+                        qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=4, num_experts_per_tok=2,
+                        n_shared_experts=1, moe_intermediate_size=64, first_k_dense_replace=1, n_group=1,
+                        topk_group=1),
+}
+# run -> (parameter dtype, bf16 autocast, full recompute); "inference" is a bf16 prefill.
+_RUNS = {"amp": ("fp32", True, False), "recompute": ("bf16", False, True), "inference": ("bf16", False, False)}
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "fit_vs_transformers.py"
-    spec = importlib.util.spec_from_file_location("fit_vs_transformers", path)
-    module = sys.modules.get(spec.name)
-    if module is None:
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return module
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    measured: int
+    theory: int
 
 
-def _rows(arch: str, config: str, **shape) -> dict:
-    result = _benchmark().compare(arch, config, **shape)
-    return {row.category: row for row in result.rows}
+def _rows(kind: str, run: str, batch: int = 2, seq_len: int = 128, impl: str = "hf") -> dict[str, _Row]:
+    """Measured (memory_trace, real tensors) and fit's figure per category for one run of a benchmark model."""
+    config = {"model_type": kind, **_BENCHMARK_MODELS[kind]}
+    dtype, autocast, recompute = _RUNS[run]
+    mode = "inference" if run == "inference" else "train"
+    attention, _ = attention_to_run(config, "sdpa")  # Gemma-2: transformers runs eager
+    model = build_model(config, TraceSetup(mode=mode, dtype=dtype, attention=attention, fake=False), seed=0)
+    ids = token_ids(config["vocab_size"], batch, seq_len, seed=1)
+    if mode == "inference":
+        measured = measure_prefill(model, ids)
+        request = fitting.FitRequest(mode=mode, dtype="bf16", batch=batch, seq_len=seq_len, attention=attention,
+                                     gpu=False, impl=impl)
+    else:
+        model.train()
+        if recompute:
+            enable_recompute(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        cast = torch.bfloat16 if autocast else None
+        training_step(model, optimizer, ids, autocast_dtype=cast)
+        measured = measure_training_step(model, optimizer, ids, autocast_dtype=cast)
+        request = fitting.FitRequest(mode=mode, recipe="hf-amp" if autocast else dtype, optimizer="adamw",
+                                     recompute="full" if recompute else "none", batch=batch, seq_len=seq_len,
+                                     attention=attention, gpu=False, impl=impl)
+    arch = architecture_from_config(model.config.to_dict())
+    worst = fitting.estimate(arch, request).worst
+    rows = {name: _Row(measured.max_per_category[name], worst.component(name))
+            for name in ("weights", "activations", "kv_cache")}
+    rows["parameters"] = _Row(sum(p.numel() for p in model.parameters()), count_parameters(arch).total)
+    rows["peak"] = _Row(measured.peak.bytes, worst.peak.bytes)
+    return rows
 
 
 # Cause 10: the prefill peak, as generate() runs it (logits_to_keep=1, no grad), at two lengths so

@@ -53,35 +53,72 @@ def test_tracker_counts_each_storage_once_and_frees_it(fake: bool) -> None:
     with FakeTensorMode() if fake else torch.device("cpu"):
         tracker = storage_tracker_class()()
         with tracker:
+            tracker.set_phase("forward")
             a = torch.empty(1000)                  # 4,000 B
             view = a[10:]                          # a view: same storage
             a.add_(1)                              # in place: same storage
             b = torch.empty(500, dtype=torch.bfloat16)  # 1,000 B
-            assert tracker.total == 5000
+            assert tracker.live_bytes == 5000
             del b
-            assert tracker.total == 4000
+            assert tracker.live_bytes == 4000
             del a
-            assert tracker.total == 4000           # the view keeps the storage alive
+            assert tracker.live_bytes == 4000      # the view keeps the storage alive
             del view
-            assert tracker.total == 0
-        assert tracker.peak.bytes == 5000 and tracker.peak.per_category_bytes["activations"] == 5000
+            assert tracker.live_bytes == 0
+        measured = tracker.measurement()
+        assert measured.peak.bytes == 5000 and measured.peak.per_category_bytes["activations"] == 5000
+        assert measured.peak.phase == "forward" and measured.peak.op == "empty.memory_format"
 
 
-@pytest.mark.parametrize("fake", [False, True])
-def test_tracker_moves_accumulated_gradients_out_of_activations(fake: bool) -> None:
-    with FakeTensorMode() if fake else torch.device("cpu"):
-        weight = torch.nn.Parameter(torch.empty(256))
-        tracker = storage_tracker_class()()
-        tracker.add(weight, "weights")
-        hook = weight.register_post_accumulate_grad_hook(lambda p: tracker.classify(p.grad, "gradients"))
-        with tracker:
-            loss = (weight * 2).sum()
-            loss.backward()
-            del loss
-        hook.remove()
-        assert tracker.totals["weights"] == 1024
-        assert tracker.totals["gradients"] == 1024
-        assert tracker.totals["activations"] == 0
+def test_the_peak_is_a_moment_with_its_op_and_what_was_alive() -> None:
+    tracker = storage_tracker_class()()
+    with tracker:
+        tracker.set_phase("forward")
+        a = torch.ones(1000)             # 4,000 B
+        b = a * 2                        # 4,000 B: 8,000 live
+        del a                            # 4,000 live
+        c = b.view(10, 100) + 1          # a view shares b's storage; the sum is new: 8,000 live
+        d = b[:500].clone()              # 2,000 B: 10,000 live, the peak
+        del b, c, d
+        e = torch.zeros(100)             # 400 B after everything else was freed
+    measured = tracker.measurement()
+    assert measured.peak.bytes == 10_000 and measured.peak.phase == "forward" and measured.peak.op == "clone.default"
+    assert measured.peak.op_index == 6      # ones, mul, view, add, slice, clone
+    assert sorted(n for *_, n in measured.peak.storages) == [2000, 4000, 4000]
+    assert measured.peak.activations_by_op == {"mul": 4000, "add": 4000, "clone": 2000}
+    assert measured.max_per_category["activations"] == 10_000 and measured.phase_peaks == {"forward": 10_000}
+    assert tracker.live_bytes == e.untyped_storage().nbytes() == 400
+
+
+def test_a_gradient_counts_as_one_from_the_op_that_computed_it() -> None:
+    weight = torch.nn.Parameter(torch.ones(256))
+    tracker = storage_tracker_class()()
+    tracker.register(weight, "weights")
+    with tracker:
+        tracker.set_phase("backward")
+        weight.sum().backward()            # the gradient is made inside backward (AccumulateGrad's copy)
+        tracker.mark(weight.grad, "gradients")
+    measured = tracker.measurement()
+    assert tracker.made_by[tracker.key_of(weight.grad)][0] == "backward"
+    assert measured.max_per_category["weights"] == measured.max_per_category["gradients"] == 1024
+    assert measured.max_per_category["activations"] < 1024  # the sum and its gradient: scalars
+
+
+def test_autocast_copies_of_weights_are_weights_other_casts_are_not() -> None:
+    linear = torch.nn.Linear(64, 32)
+    x = torch.ones(8, 64)
+    tracker = storage_tracker_class()()
+    tracker.register(linear.parameters(), "weights")
+    tracker.autocast_dtype = torch.bfloat16
+    with tracker, torch.autocast("cpu", dtype=torch.bfloat16):
+        y = linear(x)
+        again = linear(x)                  # autocast's cache: the weight is cast once
+        upcast = linear.weight.double()    # not to the autocast dtype: a transient, an activation
+    measured = tracker.measurement()
+    assert tracker.autocast_weight_copies == 2  # weight and bias
+    assert measured.max_per_category["weights"] == (64 * 32 + 32) * (4 + 2)
+    assert measured.max_per_category["activations"] == (2 * 8 * 64 + 2 * 8 * 32) * 2 + 64 * 32 * 8
+    del y, again, upcast
 
 
 def memtracker_peak(config: dict, setup: TraceSetup) -> dict[str, int]:
@@ -173,7 +210,7 @@ def test_a_config_transformers_rejects_is_one_line_and_exit_2(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--mode", "train", "--recipe", "mixed"], ["bf16", "mixed"]),
+    (["--mode", "train", "--recipe", "mixed"], ["--recipe mixed", "master copy", "--recipe hf-amp", "--recipe bf16"]),
     (["--mode", "train", "--recipe", "bf16", "--tp", "2"], ["one device", "tp 2"]),
     (["--mode", "train", "--recipe", "bf16", "--recompute", "selective"], ["selective"]),
     (["--dtype", "int4"], ["unquantized"]),
@@ -211,3 +248,34 @@ def test_rendered_trace_shows_both_columns_and_the_phase(tmp_path) -> None:
                                 catch_exceptions=False, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "peak: traced" in result.output and "peak: fit" in result.output and "prefill" in result.output
+
+
+def trace_report(tmp_path, config: dict, *args: str) -> dict:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(fit, [str(path), "--mode", "train", "--seq", "64", *args, "--trace", "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.mark.parametrize("device, optimizer", [("cpu", "single-tensor"), ("h100", "foreach")])
+def test_optimizer_temporaries_are_compared_with_the_formulas_optimizer_step(tmp_path, device, optimizer) -> None:
+    # A CPU runs single-tensor AdamW, a GPU foreach: the trace follows the target, and so does the formula.
+    report = trace_report(tmp_path, LLAMA, "--recipe", "bf16", "--device", device)
+    row = report["trace"]["vs_formula"]["categories"]["optimizer_temporaries"]
+    assert optimizer in report["trace"]["optimizer"]
+    assert row["formula_max"] > 0 and within(row["traced_max"], row["formula_max"], 0.01)
+
+
+def test_autocast_copies_of_the_weights_are_weights_in_trace_and_formula(tmp_path) -> None:
+    report = trace_report(tmp_path, LLAMA, "--recipe", "hf-amp", "--device", "cpu")
+    weights = report["trace"]["vs_formula"]["categories"]["weights"]
+    assert weights["traced_max"] == weights["formula_max"] > 4 * report["model"]["params_total"]
+    assert any("autocast weight copies counted as weights" in note for note in report["trace"]["notes"])
+
+
+def test_tied_embeddings_are_traced_tied(tmp_path) -> None:
+    report = trace_report(tmp_path, {**LLAMA, "tie_word_embeddings": True}, "--recipe", "bf16", "--device", "cpu")
+    assert report["trace"]["params"] == report["model"]["params_total"]
+    assert report["trace"]["max_per_category_bytes"]["weights"] == 2 * report["model"]["params_total"]

@@ -1,16 +1,27 @@
-"""One real training step (or prefill) of a transformers model, traced tensor by tensor.
+"""One training step (or prefill) of a transformers model, measured storage by storage: the one tracker.
 
-The model is built from its config at full size on fake tensors (PyTorch's FakeTensorMode: shapes,
-dtypes and storages without memory), then one step of the code a user runs executes for real on
-them. A TorchDispatchMode sees every tensor each aten op returns; the bytes of its untyped storage
-are counted once per storage (views and in-place results share it) until a weakref callback on
-that storage says the last tensor using it is gone. Each live storage has a category; the tracker
-keeps running totals per category and copies them whenever the total reaches a new high, so the
-peak is a moment of the timeline, with its phase and each category's bytes at that moment.
+`fit --trace` builds the model from its config at full size on fake tensors (PyTorch's
+FakeTensorMode: shapes, dtypes and storages without memory) and runs one step of the code a user
+runs on them (`trace_step`); the verification benchmark (benchmarks/fit_vs_transformers.py) and the
+tests run the same measured step on small models with real tensors (`build_model(..., seed=0)`,
+`training_step`, `measure_training_step`, `measure_prefill`).
+
+StorageTracker, a TorchDispatchMode, sees every tensor each aten op returns; the bytes of its
+untyped storage are counted once per storage (views and in-place results share it) from the op
+that made it until a weakref callback on that storage says the last tensor using it is gone. The
+allocations and frees form a timeline; each storage has one category, the role it ends the step
+with (a storage that becomes a parameter's .grad is a gradient from the op that computed it), and
+the timeline is replayed with those categories: each category's own maximum, and the peak as a
+moment, with its phase, its op and what was alive then.
+
+Categories: weights (parameters, and autocast's 16-bit copies of them), buffers, gradients,
+optimizer_states (exp_avg, exp_avg_sq, step), optimizer_temporaries (made inside optimizer.step()),
+activations (everything else of forward and backward: token ids, labels, saved tensors, the loss,
+backward's intermediate gradients) and kv_cache (inference: the cache's key and value storages).
 
 Why not torch.distributed._tools.mem_tracker.MemTracker: it is the reference the tests check this
-tracker against, but its module hooks and per-op snapshots took 14.8 s for a fake Llama-3.1-8B step
-on 2 cores; this tracker does the same step in about a second.
+tracker against (`fit_vs_transformers.py --cross-check` too), but its module hooks and per-op
+snapshots took 14.8 s for a fake Llama-3.1-8B step on 2 cores; this tracker does it in about a second.
 
 torch and transformers are imported inside functions only: `tensor-tutor fit` without --trace must
 not pay for them.
@@ -42,7 +53,8 @@ class TraceSetup:
 
     dtype: the parameters' dtype; autocast: run forward under torch.autocast(bfloat16) (hf-amp);
     foreach: AdamW's multi-tensor path (None: torch's own default for the traced tensors);
-    fake: FakeTensorMode (False: real tensors, for checking the trace against a real run).
+    fake: FakeTensorMode (False: real tensors, for checking the trace against a real run);
+    seed: real tensors only: the seed of the weights' initialisation and the token ids.
     """
 
     mode: str = "train"            # "train" or "inference"
@@ -55,20 +67,41 @@ class TraceSetup:
     seq_len: int = 4096
     foreach: bool | None = None
     fake: bool = True
+    seed: int = 0
 
 
 @dataclass(frozen=True)
 class TracePeak:
-    """The moment the live tensors' bytes were highest: when, and what they were."""
+    """The moment the live tensors' bytes were highest: when, and what they were.
+
+    op: the aten overload whose output made the peak (e.g. "add.Tensor"), the op_index-th op of
+    its phase; storages: every storage alive then, as (category, phase made, op that made it,
+    bytes), largest first.
+    """
 
     bytes: int
     phase: str
     per_category_bytes: dict[str, int]
     activations_by_op: dict[str, int]  # the live activations at that moment, by the aten op that made them
+    op: str = ""
+    op_index: int = 0
+    storages: tuple[tuple[str, str, str, int], ...] = ()
 
     def to_json(self) -> dict:
-        return {"bytes": self.bytes, "phase": self.phase, "per_category_bytes": dict(self.per_category_bytes),
+        return {"bytes": self.bytes, "phase": self.phase, "op": self.op,
+                "per_category_bytes": dict(self.per_category_bytes),
                 "activations_by_op": dict(self.activations_by_op)}
+
+
+@dataclass(frozen=True)
+class StepMeasurement:
+    """What one measured step held: the peak moment, each category's own maximum over the step,
+    the highest total within each phase, and notes on how storages were counted."""
+
+    peak: TracePeak
+    max_per_category: dict[str, int]
+    phase_peaks: dict[str, int]
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,94 +145,177 @@ class MemoryTrace:
 
 
 def storage_tracker_class():
-    """The TorchDispatchMode subclass (built on first use so that importing this module stays light)."""
+    """The TorchDispatchMode subclass StorageTracker (built on first use so that importing this module
+    stays light)."""
     global _StorageTracker
     if _StorageTracker is None:
-        from torch import Tensor
+        import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
+        tensor_type = torch.Tensor
+        cast_ops = {torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype, torch.ops.aten.to.dtype_layout}
+
         class StorageTracker(TorchDispatchMode):
-            """Live bytes per category, by untyped storage; the peak moment and each category's maximum."""
+            """Every storage from the op that made it to its free, on a timeline; one category per storage.
+
+            Storages alive before tracking (parameters, buffers, optimizer states, token ids) are
+            `register`ed with their category; each storage an op returns is added when it appears
+            (views and in-place results share a storage, so each is counted once, at its full size) and
+            a weakref callback on it records its free. A new storage is an activation, or an optimizer
+            temporary when made inside optimizer.step(); a cast of a weight to `autocast_dtype` is a
+            weight (autocast's cached 16-bit copy). `mark` gives a storage the role it ends the step with
+            (a parameter's .grad, the KV cache), and the role holds from the storage's birth: a gradient
+            is one from the op that computed it, not from the moment AccumulateGrad stores it.
+            `measurement()` replays the timeline with those roles.
+            """
 
             def __init__(self) -> None:
                 super().__init__()
-                self.live: dict[int, list] = {}          # storage key -> [bytes, category, op, weakref]
-                self.totals = dict.fromkeys(CATEGORIES, 0)
-                self.maxima = dict.fromkeys(CATEGORIES, 0)
-                self.activations_by_op: dict[str, int] = {}
-                self.total = 0
+                self._key_of: dict[int, int] = {}     # storage._cdata -> key, while the storage is alive
+                self.size: list[int] = []             # by key: bytes
+                self.role: list[str] = []             # by key: category
+                self.made_by: list[tuple[str, str]] = []  # by key: (phase, op)
+                self.events: list[tuple[int, int, str, int, str]] = []  # (key, +/- bytes, phase, op index, op)
                 self.phase = "setup"
-                self.new_category = "activations"
-                self.peak = TracePeak(0, "setup", dict(self.totals), {})
-                self.phase_peaks: dict[str, int] = {}
+                self.ops_in_phase: dict[str, int] = {}
+                self.autocast_dtype = None  # while set, a cast of a weight to it is a weight
+                self.autocast_weight_copies = 0
+                self._op = "register"
+                self._refs: list[weakref.ref] = []    # a weakref must outlive its storage for the callback
+
+            # Recording ---------------------------------------------------------------------
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                count = self.ops_in_phase[self.phase] = self.ops_in_phase.get(self.phase, 0) + 1
+                self._op = func.__name__
                 out = func(*args, **(kwargs or {}))
-                name = func._overloadpacket.__name__
+                category = "optimizer_temporaries" if self.phase == "optimizer" else "activations"
                 if type(out) in (tuple, list):
                     for item in out:
-                        if isinstance(item, Tensor):
-                            self.add(item, self.new_category, name)
+                        if isinstance(item, tensor_type):
+                            self._seen(item, category, count)
                         elif type(item) in (tuple, list):  # _foreach ops return lists
                             for inner in item:
-                                if isinstance(inner, Tensor):
-                                    self.add(inner, self.new_category, name)
-                elif isinstance(out, Tensor):
-                    self.add(out, self.new_category, name)
+                                if isinstance(inner, tensor_type):
+                                    self._seen(inner, category, count)
+                elif isinstance(out, tensor_type):
+                    if (self.autocast_dtype is not None and func in cast_ops and out.dtype == self.autocast_dtype
+                            and isinstance(args[0], tensor_type) and self.category_of(args[0]) == "weights"):
+                        category = "weights"
+                        self.autocast_weight_copies += self.key_of(out) is None
+                    self._seen(out, category, count)
                 return out
 
-            def add(self, tensor, category: str, op: str = "") -> None:
-                """Count `tensor`'s storage under `category` if it is new; keep an existing one's category."""
+            def _seen(self, tensor, category: str, op_index: int) -> None:
+                if tensor.is_meta:
+                    return
                 try:
                     storage = tensor.untyped_storage()
                 except (RuntimeError, NotImplementedError):  # sparse or storage-less tensors
                     return
-                key = storage._cdata
-                entry = self.live.get(key)
-                if entry is not None:
-                    grown = storage.nbytes() - entry[0]
-                    if grown:  # resize_ grew (or shrank) the storage in place
-                        entry[0] += grown
-                        self._change(entry[1], grown, entry[2])
-                    return
-                n_bytes = storage.nbytes()
-                ref = weakref.ref(storage, lambda _, key=key: self._free(key))
-                self.live[key] = [n_bytes, category, op, ref]
-                self._change(category, n_bytes, op)
+                key = self._key_of.get(storage._cdata)
+                if key is None:
+                    self._new(storage, category, op_index)
+                elif storage.nbytes() != self.size[key]:  # resize_ grew (or shrank) it in place
+                    delta = storage.nbytes() - self.size[key]
+                    self.size[key] += delta
+                    self.events.append((key, delta, self.phase, op_index, self._op))
 
-            def classify(self, tensor, category: str) -> None:
-                """Move `tensor`'s storage to `category` (a gradient accumulated, a cache entry stored)."""
-                if tensor is None:
-                    return
-                self.add(tensor, category)
-                entry = self.live.get(tensor.untyped_storage()._cdata)
-                if entry is not None and entry[1] != category:
-                    self._change(entry[1], -entry[0], entry[2])
-                    entry[1] = category
-                    self._change(category, entry[0], entry[2])
+            def _new(self, storage, category: str, op_index: int) -> int:
+                key = len(self.size)
+                cdata = storage._cdata
+                self._key_of[cdata] = key
+                self.size.append(storage.nbytes())
+                self.role.append(category)
+                self.made_by.append((self.phase, self._op))
+                self._refs.append(weakref.ref(storage, lambda _, key=key, cdata=cdata: self._freed(key, cdata)))
+                self.events.append((key, self.size[key], self.phase, op_index, self._op))
+                return key
+
+            def _freed(self, key: int, cdata: int) -> None:
+                if self._key_of.get(cdata) == key:
+                    del self._key_of[cdata]
+                self.events.append((key, -self.size[key], self.phase, self.ops_in_phase.get(self.phase, 0),
+                                    self._op))
+
+            def register(self, tensors, category: str) -> None:
+                """Count tensors that already exist (a tensor or an iterable of them; None skipped) as
+                `category`; a storage already known keeps its category."""
+                if tensors is None or isinstance(tensors, tensor_type):
+                    tensors = (tensors,)
+                for tensor in tensors:
+                    if tensor is not None:
+                        self._seen(tensor, category, self.ops_in_phase.get(self.phase, 0))
+
+            def mark(self, tensors, category: str) -> None:
+                """Give the storages of `tensors` the role they end the step with (from their birth on)."""
+                if tensors is None or isinstance(tensors, tensor_type):
+                    tensors = (tensors,)
+                for tensor in tensors:
+                    if tensor is None:
+                        continue
+                    self.register(tensor, category)
+                    key = self.key_of(tensor)
+                    if key is not None:
+                        self.role[key] = category
 
             def set_phase(self, phase: str) -> None:
                 self.phase = phase
-                self.new_category = "optimizer_temporaries" if phase == "optimizer" else "activations"
+                self.ops_in_phase.setdefault(phase, 0)
 
-            def _free(self, key: int) -> None:
-                entry = self.live.pop(key, None)
-                if entry is not None:
-                    self._change(entry[1], -entry[0], entry[2])
+            # Reading -----------------------------------------------------------------------
 
-            def _change(self, category: str, delta: int, op: str) -> None:
-                self.totals[category] += delta
-                self.total += delta
-                if category == "activations":
-                    self.activations_by_op[op] = self.activations_by_op.get(op, 0) + delta
-                if delta > 0:
-                    if self.totals[category] > self.maxima[category]:
-                        self.maxima[category] = self.totals[category]
-                    if self.total > self.phase_peaks.get(self.phase, 0):
-                        self.phase_peaks[self.phase] = self.total
-                    if self.total > self.peak.bytes:
-                        self.peak = TracePeak(self.total, self.phase, dict(self.totals),
-                                              {k: v for k, v in self.activations_by_op.items() if v})
+            def key_of(self, tensor) -> int | None:
+                return self._key_of.get(tensor.untyped_storage()._cdata)
+
+            def category_of(self, tensor) -> str | None:
+                key = self.key_of(tensor)
+                return None if key is None else self.role[key]
+
+            @property
+            def live_bytes(self) -> int:
+                """Bytes of the storages alive now."""
+                return sum(delta for _, delta, *_ in self.events)
+
+            def measurement(self, notes: tuple[str, ...] = ()) -> "StepMeasurement":
+                """Replay the timeline with each storage's final category: each category's maximum, the
+                highest total within each phase, and the peak moment with what was alive then."""
+                role, events = self.role, self.events
+                live = dict.fromkeys(CATEGORIES, 0)
+                maxima = dict.fromkeys(CATEGORIES, 0)
+                phase_peaks: dict[str, int] = {}
+                total = peak_bytes = 0
+                peak_at, peak_live = -1, dict(live)
+                for index, (key, delta, phase, _, _) in enumerate(events):
+                    category = role[key]
+                    now = live[category] = live[category] + delta
+                    total += delta
+                    if delta > 0:
+                        if now > maxima[category]:
+                            maxima[category] = now
+                        if total > phase_peaks.get(phase, 0):
+                            phase_peaks[phase] = total
+                        if total > peak_bytes:
+                            peak_bytes, peak_at, peak_live = total, index, dict(live)
+                return StepMeasurement(peak=self._peak(peak_at, peak_live), max_per_category=maxima,
+                                       phase_peaks=phase_peaks, notes=tuple(notes))
+
+            def _peak(self, at: int, per_category: dict[str, int]) -> "TracePeak":
+                if at < 0:
+                    return TracePeak(0, "setup", per_category, {})
+                alive: dict[int, int] = {}
+                for key, delta, *_ in self.events[:at + 1]:
+                    alive[key] = alive.get(key, 0) + delta
+                storages = sorted(((self.role[key], *self.made_by[key], n) for key, n in alive.items() if n),
+                                  key=lambda item: -item[-1])
+                by_op: dict[str, int] = {}
+                for category, _, op, n in storages:
+                    if category == "activations":
+                        packet = op.split(".")[0]
+                        by_op[packet] = by_op.get(packet, 0) + n
+                _, _, phase, op_index, op = self.events[at]
+                return TracePeak(bytes=sum(per_category.values()), phase=phase, per_category_bytes=per_category,
+                                 activations_by_op=by_op, op=op, op_index=op_index, storages=tuple(storages))
 
         _StorageTracker = StorageTracker
     return _StorageTracker
@@ -271,24 +387,40 @@ def attention_to_run(config: dict, requested: str) -> tuple[str, str]:
     return requested, ""
 
 
-def build_model(config: dict, setup: TraceSetup):
+def build_model(config: dict, setup: TraceSetup, seed: int | None = None):
     """The causal-LM model class of `config`, at full size, with the setup's dtype and attention.
 
-    Built inside the caller's FakeTensorMode when setup.fake; weight initialisation is skipped (the
-    values of fake tensors do not exist, and init of real ones does not change their memory).
+    seed None: weight initialisation is skipped (fake tensors have no values; `trace_step` builds
+    inside its FakeTensorMode). A seed: real weights, initialised as `AutoModelForCausalLM.from_config`
+    does after torch.manual_seed(seed) (the same values, so the same MoE routing, as a script that
+    does that). Either way the parameters are made in the setup's dtype and the rotary buffers stay
+    fp32, as from_pretrained(dtype=...) keeps them (model.to(dtype) would cast those too).
     """
     torch, transformers = import_trace_dependencies()
     from transformers.initialization import no_init_weights
 
     hf_config = build_config(config, setup.attention)
     model_class = _causal_lm_class(transformers, hf_config)
+    dtype = getattr(torch, TRAIN_DTYPES[setup.dtype])
     try:
-        with no_init_weights():
-            return model_class._from_config(hf_config, attn_implementation=setup.attention,
-                                            dtype=getattr(torch, TRAIN_DTYPES[setup.dtype]))
+        if seed is None:
+            with no_init_weights():
+                model = model_class._from_config(hf_config, attn_implementation=setup.attention, dtype=dtype)
+            model.tie_weights()  # skipped with the initialisation; from_config and from_pretrained tie them
+            return model
+        torch.manual_seed(seed)
+        return model_class._from_config(hf_config, attn_implementation=setup.attention, dtype=dtype)
     except Exception as exc:
         raise UserError(f"transformers {transformers.__version__} cannot build {model_class.__name__} from this "
                         f"config: {_one_line(exc)}") from None
+
+
+def token_ids(vocab: int, batch: int, seq_len: int, seed: int | None = None):
+    """Random token ids, (batch, seq_len) int64; a seed: from a generator of its own (the global RNG untouched)."""
+    torch = _torch()
+    if seed is None:
+        return torch.randint(0, vocab, (batch, seq_len))
+    return torch.randint(0, vocab, (batch, seq_len), generator=torch.Generator().manual_seed(seed))
 
 
 def _optimizer(torch, parameters, setup: TraceSetup):
@@ -315,9 +447,10 @@ def _optimizer_name(optimizer) -> str:
 def create_optimizer_states(model, optimizer) -> None:
     """The optimizer's states as they stand from step 2 on, created by its own code.
 
-    torch optimizers create their states lazily inside the first step(); tracing that step would
-    count the states as temporaries. One step() on zero gradients creates them, then the
-    gradients are dropped: the traced step is the steady state.
+    torch optimizers create their states lazily inside the first step(); measuring that step would
+    count the states as temporaries. One step() on zero gradients creates them, then the gradients
+    are dropped: the measured step is the steady state (a real first step, `training_step`, leaves
+    the same tensors; it costs a forward and a backward more).
     """
     torch = _torch()
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -327,45 +460,70 @@ def create_optimizer_states(model, optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _register_existing(tracker, model, optimizer) -> None:
-    for p in model.parameters():
-        tracker.add(p, "weights")
-    for b in model.buffers():
-        tracker.add(b, "buffers")
-    if optimizer is not None:
-        for state in optimizer.state.values():
-            for value in state.values():
-                if isinstance(value, _torch().Tensor):
-                    tracker.add(value, "optimizer_states")
+def enable_recompute(model) -> None:
+    """Full recompute as transformers runs it: torch.utils.checkpoint around every decoder layer
+    (activation_checkpointing_enable; gradient_checkpointing_enable before transformers 5 renamed it)."""
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
 
 
-def _grad_hooks(tracker, model) -> list:
-    return [p.register_post_accumulate_grad_hook(lambda p: tracker.classify(p.grad, "gradients"))
-            for p in model.parameters() if p.requires_grad]
+# ---------------------------------------------------------------------------------------------
+# The measured steps
 
 
-def run_training_step(model, optimizer, tracker, setup: TraceSetup, vocab: int) -> None:
-    """One step as transformers' Trainer runs it: the loss comes back from the model (labels given),
-    the output object is dropped before backward, then step() and zero_grad(set_to_none=True)."""
+def training_step(model, optimizer, ids, labels=None, autocast_dtype=None, tracker=None) -> None:
+    """One step of a user's loop, as transformers' Trainer runs it: the loss comes back from the model
+    (labels given; None: the ids, as `labels=input_ids`), the output object is dropped before backward,
+    then step() and zero_grad(set_to_none=True); the loss (Trainer keeps it, detached, for logging) and
+    the batch live until the step ends. autocast_dtype: the forward under torch.autocast, as Trainer's
+    bf16=True runs it. tracker: told the phases and, after backward, which storages are gradients.
+    """
     torch = _torch()
-    tracker.set_phase("forward")
-    ids = torch.randint(0, vocab, (setup.batch, setup.seq_len))
-    labels = ids.clone()
-    if setup.autocast:
-        with torch.autocast(device_type=ids.device.type, dtype=torch.bfloat16):
+    phase = tracker.set_phase if tracker is not None else (lambda _name: None)
+    phase("forward")
+    labels = ids if labels is None else labels
+    if autocast_dtype is not None:
+        with torch.autocast(device_type=ids.device.type, dtype=autocast_dtype):
             loss = model(input_ids=ids, labels=labels).loss
     else:
         loss = model(input_ids=ids, labels=labels).loss
-    tracker.set_phase("backward")
+    phase("backward")
     loss.backward()
-    del loss
-    for p in model.parameters():  # gradients that arrived without the hook (none expected)
-        if p.grad is not None:
-            tracker.classify(p.grad, "gradients")
-    del ids, labels
-    tracker.set_phase("optimizer")
+    loss = loss.detach()  # as Trainer keeps it: the graph, and what autograd Functions kept on ctx, is freed
+    if tracker is not None:
+        tracker.mark([p.grad for p in model.parameters()], "gradients")
+    phase("optimizer")
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    del loss
+
+
+def register_model_states(tracker, model, optimizer=None) -> None:
+    """Tell `tracker` the storages that exist before the step: parameters, buffers, optimizer states."""
+    torch = _torch()
+    tracker.register(model.parameters(), "weights")
+    tracker.register(model.buffers(), "buffers")
+    if optimizer is not None:
+        tracker.register((value for state in optimizer.state.values() for value in state.values()
+                          if isinstance(value, torch.Tensor)), "optimizer_states")
+
+
+def measure_training_step(model, optimizer, ids, labels=None, autocast_dtype=None) -> StepMeasurement:
+    """`training_step` under a new StorageTracker that knows the model states and the batch.
+
+    Run a step (or `create_optimizer_states`) first: the measured step is then the steady state,
+    with the optimizer states in place.
+    """
+    tracker = storage_tracker_class()()
+    register_model_states(tracker, model, optimizer)
+    tracker.register([ids, labels], "activations")
+    tracker.autocast_dtype = autocast_dtype
+    with tracker:
+        training_step(model, optimizer, ids, labels, autocast_dtype, tracker)
+    notes = []
+    if tracker.autocast_weight_copies:
+        notes.append(f"{tracker.autocast_weight_copies} autocast weight copies counted as weights")
+    return tracker.measurement(tuple(notes))
 
 
 def _cache_argument(model) -> str:
@@ -375,30 +533,42 @@ def _cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def run_prefill(model, tracker, setup: TraceSetup, vocab: int) -> None:
-    """A prefill as generate() runs it: no autograd, a DynamicCache, logits for the last position only,
-    copied to fp32 for sampling."""
+def cache_tensors(cache) -> list:
+    """The key and value tensors a transformers 5 Cache holds (one pair per layer)."""
+    tensors = []
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values"):
+            value = getattr(layer, name, None)
+            if value is not None:
+                tensors.append(value)
+    return tensors
+
+
+def measure_prefill(model, ids) -> StepMeasurement:
+    """A prefill of `ids` as generate() runs it, measured: no autograd, a DynamicCache, logits for the
+    last position only, copied to fp32 for sampling. The cache's storages are the KV cache."""
     torch = _torch()
     from transformers import DynamicCache
 
-    tracker.set_phase("prefill")
-    cache = DynamicCache(config=model.config)
-    original_update = cache.update
-
-    def update(key_states, value_states, layer_idx, *args, **kwargs):
-        keys, values = original_update(key_states, value_states, layer_idx, *args, **kwargs)
-        layer = cache.layers[layer_idx]
-        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None), keys, values):
-            if isinstance(tensor, torch.Tensor):
-                tracker.classify(tensor, "kv_cache")
-        return keys, values
-
-    cache.update = update
-    with torch.no_grad():
-        ids = torch.randint(0, vocab, (setup.batch, setup.seq_len))
+    model.eval()
+    tracker = storage_tracker_class()()
+    register_model_states(tracker, model)
+    tracker.register(ids, "activations")
+    with tracker, torch.no_grad():
+        tracker.set_phase("prefill")
+        cache = DynamicCache(config=model.config)
         out = model(input_ids=ids, **{_cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
         next_token_logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
-        del out, next_token_logits
+    kv = cache_tensors(cache)
+    tracker.mark(kv, "kv_cache")
+    notes = []
+    stored = sum(t.untyped_storage().nbytes() for t in kv)
+    viewed = sum(t.numel() * t.element_size() for t in kv)
+    if stored != viewed:
+        notes.append(f"KV cache storages hold {stored:,} B, the cache's views {viewed:,} B "
+                     "(sliding layers keep the whole prompt until the first decode step)")
+    del next_token_logits, out, cache, kv
+    return tracker.measurement(tuple(notes))
 
 
 @contextmanager
@@ -452,7 +622,8 @@ def _quiet():
 
 
 def trace_step(config: dict, setup: TraceSetup) -> MemoryTrace:
-    """Build `config`'s model and run one step of `setup` under the storage tracker."""
+    """Build `config`'s model and run one measured step of `setup` (on fake tensors unless setup.fake
+    is False: then real ones, seeded by setup.seed)."""
     started = time.perf_counter()
     torch, transformers = import_trace_dependencies()
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -468,7 +639,7 @@ def trace_step(config: dict, setup: TraceSetup) -> MemoryTrace:
         with FakeTensorMode() if setup.fake else nullcontext():
             model, optimizer = _model_and_optimizer(torch, config, setup)
             built = time.perf_counter()
-            tracker = _traced_step(model, optimizer, setup, transformers.__version__)
+            measured = _measured_step(model, optimizer, setup, transformers.__version__)
         stepped = time.perf_counter()
     return MemoryTrace(
         model_type=model.config.model_type, model_class=type(model).__name__,
@@ -476,47 +647,42 @@ def trace_step(config: dict, setup: TraceSetup) -> MemoryTrace:
         attention_traced=model.config._attn_implementation,
         optimizer_traced=_optimizer_name(optimizer) if optimizer is not None else "",
         device_traced=next(model.parameters()).device.type,
-        peak=tracker.peak, max_per_category=dict(tracker.maxima), phase_peaks=dict(tracker.phase_peaks),
+        peak=measured.peak, max_per_category=dict(measured.max_per_category), phase_peaks=dict(measured.phase_peaks),
         seconds={"import": round(imported - started, 3), "build": round(built - imported, 3),
                  "step": round(stepped - built, 3)},
         transformers_version=transformers.__version__, torch_version=torch.__version__,
-        notes=(note,) if note else ())
+        notes=((note,) if note else ()) + measured.notes)
 
 
 def _model_and_optimizer(torch, config: dict, setup: TraceSetup):
     """The model in the mode of the step, and (training) its optimizer with its states created."""
-    model = build_model(config, setup)
+    model = build_model(config, setup, seed=None if setup.fake else setup.seed)
     model.train(setup.mode == "train")
     if setup.mode == "inference":
         return model, None
     model.config.use_cache = False  # as transformers' Trainer sets it (TrainingArguments.use_cache)
     if setup.recompute:
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable()
+        enable_recompute(model)
     optimizer = _optimizer(torch, [p for p in model.parameters() if p.requires_grad], setup)
     create_optimizer_states(model, optimizer)
     return model, optimizer
 
 
-def _traced_step(model, optimizer, setup: TraceSetup, transformers_version: str):
-    """Run the step under a new tracker that knows the tensors already there; return the tracker."""
-    tracker = storage_tracker_class()()
-    _register_existing(tracker, model, optimizer)
-    hooks = _grad_hooks(tracker, model) if optimizer is not None else []
+def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: str) -> StepMeasurement:
+    """The setup's step, measured; a failure inside transformers becomes one UserError line."""
+    torch = _torch()
     vocab = model.config.get_text_config().vocab_size
+    ids = token_ids(vocab, setup.batch, setup.seq_len, seed=None if setup.fake else setup.seed + 1)
     try:
-        with tracker, _fake_tensor_workarounds(setup.fake):
-            if setup.mode == "train":
-                run_training_step(model, optimizer, tracker, setup, vocab)
-            else:
-                run_prefill(model, tracker, setup, vocab)
+        with _fake_tensor_workarounds(setup.fake):
+            if setup.mode == "inference":
+                return measure_prefill(model, ids)
+            labels = ids.clone()  # as transformers' language-modelling data collator makes them
+            return measure_training_step(model, optimizer, ids, labels,
+                                         autocast_dtype=torch.bfloat16 if setup.autocast else None)
     except UserError:
         raise
     except Exception as exc:
         what = "training step" if setup.mode == "train" else "prefill"
         raise UserError(f"the traced {what} of {type(model).__name__} failed in transformers "
                         f"{transformers_version}: {_one_line(exc)}") from None
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return tracker

@@ -12,6 +12,7 @@ import click
 from tutor.errors import UserError
 from tutor.hardware.memory_budget import DeviceBudget, device_budget
 from tutor.theory import fit as fitting
+from tutor.theory.activations import IMPLEMENTATION_MEANING
 from tutor.theory.lora import parse_lora_targets
 from tutor.theory.units import GB, GiB, parse_count
 
@@ -216,12 +217,6 @@ def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: 
         "suggestions": [{"change": s.change, "total_bytes": s.total} for s in searches["suggestions"]],
         "notes": list(estimate.notes),
     }
-
-
-IMPLEMENTATION_MEANING = {
-    "hf": "transformers modules as written, the code most people train with",
-    "fused": "Megatron-style fused kernels, Korthikanti et al. 2022",
-}
 
 
 def _other_impl(impl: str) -> str:

@@ -19,6 +19,10 @@ from tutor.theory.units import GiB
 TRAIN_RECIPES = {"fp32": ("fp32", False), "bf16": ("bf16", False), "hf-amp": ("fp32", True)}
 INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
 ONE_DEVICE = "--trace traces one device without parallelism (dp, tp, pp, ep 1, ZeRO 0, no --sp)"
+MIXED_IS_NOT_TRACED = (
+    "--trace cannot run --recipe mixed (fit's default for training): 16-bit weights plus an fp32 master copy, as "
+    "DeepSpeed and Megatron keep them, which transformers does not build; transformers' Trainer with bf16=True runs "
+    "fp32 weights under autocast: trace that with --recipe hf-amp, or pure bf16 with --recipe bf16")
 # The traced categories beside fit's components (fit names the optimizer states "optimizer").
 ROWS = (("weights", "weights"), ("buffers", None), ("gradients", "gradients"), ("optimizer_states", "optimizer"),
         ("optimizer_temporaries", "optimizer_temporaries"), ("activations", "activations"),
@@ -71,6 +75,8 @@ def trace_setup(request) -> tuple[object, tuple[str, ...]]:
         attention = "sdpa"
         notes.append("flash_attention_2 needs a CUDA GPU and the flash-attn package: traced SDPA instead")
     if request.mode == "train":
+        if request.recipe == "mixed":
+            raise UserError(MIXED_IS_NOT_TRACED)
         if request.recipe not in TRAIN_RECIPES:
             raise UserError(f"--trace builds transformers' own training setups: --recipe {', '.join(TRAIN_RECIPES)}; "
                             f"--recipe {request.recipe} is not one of them")
@@ -121,6 +127,28 @@ def _formula_peak(estimate) -> tuple[int, str, dict[str, int], str]:
     return sum(per.values()), "", per, "every category at its own maximum at once"
 
 
+def formula_optimizer_step(estimate) -> tuple[int, str]:
+    """(bytes of optimizer temporaries, formula) at the theory's optimizer.step() moment.
+
+    fit counts AdamW's temporaries only at that moment (tutor/theory/fit.py `_optimizer_temporaries`:
+    single-tensor on a CPU, foreach on a GPU, as `request.gpu` says); its peak shows them when the
+    peak is that moment. Otherwise they come from the same request with one token: they do not
+    depend on the batch or the sequence, and with one token the step peaks in optimizer.step().
+    """
+    from dataclasses import replace
+
+    from tutor.theory import fit as fitting
+
+    peak = getattr(estimate.worst, "peak", None)
+    if estimate.request.mode != "train" or peak is None:
+        return 0, ""
+    if peak.phase != "optimizer" and estimate.arch is not None:
+        peak = fitting.estimate(estimate.arch, replace(estimate.request, batch=1, seq_len=1)).worst.peak
+    if peak.phase != "optimizer":
+        return 0, ""
+    return peak.per_category.get("optimizer_temporaries", 0), peak.formula
+
+
 def comparison(result: TracedFit, estimate) -> dict:
     """Traced against formula: at the peak, each category's own maximum, and the ratios."""
     trace = result.trace
@@ -130,7 +158,7 @@ def comparison(result: TracedFit, estimate) -> dict:
     for traced_name, fit_name in ROWS:
         formula_max = stage.component(fit_name) if fit_name else 0
         if fit_name == "optimizer_temporaries":
-            formula_max = peak_per.get(fit_name, 0)
+            formula_max = formula_optimizer_step(estimate)[0]
         rows[traced_name] = {
             "traced_at_peak": trace.peak.per_category_bytes.get(traced_name, 0),
             "formula_at_peak": peak_per.get(fit_name, 0) if fit_name else 0,
@@ -177,6 +205,13 @@ def explanations(result: TracedFit, estimate) -> list[str]:
         traced, formula = row["traced_max"], row["formula_max"]
         if max(traced, formula) < 0.01 * max(trace.peak.bytes, 1):
             continue
+        if name == "optimizer_temporaries":
+            if not formula or abs(traced / formula - 1) > 0.05:
+                why = formula_optimizer_step(estimate)[1] or "no temporaries counted for this optimizer"
+                lines.append(f"optimizer temporaries: traced {human_bytes(traced)} inside optimizer.step() "
+                             f"({trace.optimizer_traced}); the formula's optimizer.step() moment has "
+                             f"{human_bytes(formula)}: {why}.")
+            continue
         if not formula:
             lines.append(f"{name.replace('_', ' ')}: {human_bytes(traced)} traced; the formula has no term for it.")
         elif abs(traced / formula - 1) > 0.05:
@@ -185,7 +220,8 @@ def explanations(result: TracedFit, estimate) -> list[str]:
     by_op = sorted(trace.peak.activations_by_op.items(), key=lambda item: -item[1])[:5]
     acts = moment.get("activations", 0)
     if by_op and acts:
-        shares = ", ".join(f"{op} {n / acts:.0%}" for op, n in by_op)
+        # Storages made before the step are registered with the tracker: for activations, the batch.
+        shares = ", ".join(f"{'token ids and labels' if op == 'register' else op} {n / acts:.0%}" for op, n in by_op)
         lines.append(f"Activations alive at the traced peak, by the op that made them: {shares}.")
     return lines
 

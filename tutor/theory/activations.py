@@ -30,6 +30,12 @@ ATTENTION_KINDS = ("eager", "sdpa", "flash")
 # "hf": transformers' modelling code as written (unfused norms, SwiGLU, loss upcast; the default,
 # what most users train with); "fused": Megatron-style fused kernels, Korthikanti's per-tensor count.
 IMPLEMENTATIONS = ("hf", "fused")
+# What each implementation profile stands for, in a few words (the CLI, the calculator and the lessons say it).
+IMPLEMENTATION_MEANING = {
+    "hf": "transformers modules as written, the code most people train with: fp32 norm copies, unfused SwiGLU, "
+          "eager's fp32 softmax, fp32 loss head",
+    "fused": "Megatron-style fused kernels (Korthikanti et al. 2022)",
+}
 
 # Korthikanti §4.1: dropout masks are stored as one byte per element, whatever the activation dtype.
 DROPOUT_MASK_BYTES = 1
@@ -598,6 +604,101 @@ def _moe_terms(shape: HfLayerShape, keep, linear_inputs, *, a: int, v: int, amp:
         keep("shared expert gate output, act, up, product", 4 * v * fs, blk)
         if shape.shared_gate:
             keep("shared expert output and its sigmoid gate", v * (h + 1), blk)
+
+
+# The s x s tensors the attention core saves that are gone by the time softmax's backward runs: the
+# 16-bit cast of the probabilities (freed by the backward of their matmul with V) and dropout's mask
+# and output (freed by dropout's backward, which runs first).
+_FREED_BEFORE_SOFTMAX_BACKWARD = ("softmax output cast back to 16-bit", "attention dropout mask",
+                                  "attention dropout output")
+_DROPOUT_TERMS = ("attention dropout mask", "attention dropout output")
+_AFTER_THE_CORE = ("attention output", "post-attention norm", "attention residual dropout mask")
+_SQUARE_TERMS = ("softmax output", "softmax output (fp32)", "soft-capped scores tanh(x/cap)") + _FREED_BEFORE_SOFTMAX_BACKWARD
+
+
+@lru_cache(maxsize=512)
+def hf_rerun_layer_moments(
+    shape: HfLayerShape,
+    *,
+    seq_len: int,
+    batch: int,
+    precision: str = "bf16",
+    backend: str = "flash",
+    gpu: bool = True,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+) -> dict[str, tuple[ActivationTerm, ...]]:
+    """Full recompute: what one checkpointed layer holds while backward re-runs it and goes back
+    through it, at the two moments that can hold its peak (the checkpoints, the parameter gradients
+    and the model's other tensors are the caller's).
+
+    Non-reentrant torch.utils.checkpoint (transformers' `gradient_checkpointing_enable`) re-runs the
+    layer's forward when backward reaches it, so every tensor the layer saves exists again; then
+    backward frees them block by block. Measured on transformers 5.24 / torch 2.13 (CPU;
+    benchmarks/fit_vs_transformers.py --config recompute --explain, each layer's re-run apart):
+    - "MLP backward": everything the layer saves (`hf_layer_activation_terms`, recompute "none"),
+      the gradient of the layer output (the residual stream) and the MLP's first gradients: of the
+      down-projection input, of act(gate) and of up (3 tensors of the MLP width; GPT-2's gelu_new: 2;
+      MoE: k·f per token plus the shared expert);
+    - "attention backward": the attention block's saved tensors up to its core (the MLP's and those
+      after the core are freed) while the attention core goes back: for eager and math-SDPA attention, softmax's backward holds the
+      saved probabilities, the gradient arriving at them and its own output, three s x s tensors in
+      the softmax's dtype (fp32 for eager, and for math SDPA on a CPU), besides any s x s tensor saved
+      before the softmax (Gemma-2's tanh); with dropout the step before (the gradient of the dropped
+      probabilities beside the probabilities, the mask and the dropped copy) can be larger. Plus the
+      gradients of the residual stream, of the attention output and of V. Flash kernels keep no
+      s x s tensor: the gradients of Q, K, V and of the output.
+    """
+    saved = hf_layer_activation_terms(shape, seq_len=seq_len, batch=batch, precision=precision, backend=backend,
+                                      gpu=gpu, tp=tp, sequence_parallel=sequence_parallel, recompute="none")
+    s, b, t = seq_len, batch, positive_int(tp, "tensor-parallel size (tp)")
+    tokens = s * b
+    h = shape.hidden
+    v = 4 if precision == "fp32" else 2
+    resid = 4 if precision in ("fp32", "amp") else 2
+    rep = Fraction(1, t) if sequence_parallel else Fraction(1)
+    a = _heads_per_rank(shape.heads, t)
+    g = kv_heads_per_rank(shape.kv_heads, t)
+    d, dv = shape.head_dim, shape.v_head_dim
+    incoming = ActivationTerm("gradient of the layer output (residual stream)", Fraction(resid * h * tokens) * rep, "mlp")
+
+    if shape.num_experts:
+        width = shape.experts_per_token * shape.expert_ffn // t + shape.shared_ffn // t
+    else:
+        width = shape.ffn // t
+    # GLU: the gradients of the down-projection input, of act(gate) and of up; gelu_new (GPT-2): of
+    # the second linear's input and of one link of its chain (measured).
+    count, what = (3, "down-projection input, act(gate), up") if shape.mlp_act == "glu" else \
+        (2, "second linear input, one gelu_new step")
+    mlp = saved + (incoming, ActivationTerm(f"MLP gradients: {what} ({count} x MLP width)",
+                                            Fraction(count * v * width * tokens), "mlp"))
+
+    # What the attention block saves after its core (the output projection's input, Gemma-2's
+    # post-attention norm, the residual dropout mask) is freed before the core's backward runs.
+    attention_saved = tuple(term for term in saved if term.block == "attention" and term.name not in _SQUARE_TERMS
+                            and not term.name.startswith(_AFTER_THE_CORE))
+    square = {term.name: term.bytes for term in saved if term.name in _SQUARE_TERMS}
+    extra: list[ActivationTerm] = [ActivationTerm(incoming.name, incoming.bytes, "attention")]
+    if backend == "flash":
+        extra.append(ActivationTerm("gradients of Q, K, V and the attention output",
+                                    Fraction(v * (2 * a * d + 2 * g * d) * tokens), "attention"))
+    else:
+        c = 4 if backend == "math" and not gpu else v
+        probs = Fraction((4 if backend == "eager" else c) * a * s * tokens)
+        extra.append(ActivationTerm("gradients of the attention output and of V (every head)",
+                                    Fraction(2 * c * a * dv * tokens), "attention"))
+        kept = sum((n for name, n in square.items() if name not in _FREED_BEFORE_SOFTMAX_BACKWARD), Fraction(0))
+        dropped = sum((n for name, n in square.items() if name in _DROPOUT_TERMS), Fraction(0))
+        at_softmax = kept + 2 * probs
+        before = kept + dropped + probs
+        if before > at_softmax:
+            extra.append(ActivationTerm("s x s: probabilities, dropout mask and dropped copy (saved) + the "
+                                        "gradient arriving at them", before, "attention"))
+        else:
+            extra.append(ActivationTerm("s x s: saved probabilities" + (" and tanh" if shape.attn_softcap else "")
+                                        + " + the gradient arriving at softmax and softmax's own gradient",
+                                        at_softmax, "attention"))
+    return {"MLP backward": mlp, "attention backward": attention_saved + tuple(extra)}
 
 
 @lru_cache(maxsize=512)

@@ -26,6 +26,7 @@ from tutor.theory.activations import (
     hf_model_activation_terms,
     hf_attention_mask_bytes,
     hf_prefill_moments,
+    hf_rerun_layer_moments,
     input_ids_bytes,
     layer_activation_terms,
     logits_bytes,
@@ -501,9 +502,9 @@ class _ActivationTimeline:
     loss_forward: int = 0
     loss_backward: int = 0
     layers_part: int = 0
-    recomputed: int = 0  # full recompute: one layer's activations, alive once the loss head is done
     head: int = 0        # stored bytes of the loss head (final norm, lm_head input, log-softmax ...):
                          # freed by the head's backward, before any checkpointed layer is re-run
+    reruns: tuple = ()   # full recompute (hf): the `_RerunMoment`s inside the re-run layers' backward
 
 
 def _activation_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> _ActivationTimeline:
@@ -545,21 +546,6 @@ def _hf_training_activations(arch: Architecture, request: FitRequest, stage, sta
     layers_part = math.ceil(sum(count * n for count, n in per_shape.values()) * in_flight)
     formula = (f"{len(stage_layers)} layers x transformers per-layer bytes ({precision}, {backend} attention, "
                f"recompute {request.recompute}) x {float(in_flight):g} micro-batches in flight")
-    recomputed = 0
-    if request.recompute == "full" and len(stage_layers):
-        # Backward re-runs one checkpointed layer at a time; its full activations live meanwhile.
-        # Its backward then starts at the MLP: the gradients of the down-projection input and of the
-        # two tensors it was made from (act(gate) and up; GPT-2: gelu_new's chain), 3 MLP-wide
-        # tensors alive together (measured on gemma2 and gpt2, within 10%).
-        value = 4 if precision == "fp32" else 2
-
-        def mlp_gradients(is_moe: bool) -> int:
-            width = (arch.experts_per_token * arch.moe_intermediate_size + arch.shared_expert_intermediate_size
-                     if is_moe else arch.intermediate_size)
-            return 3 * value * s * b * width // t
-
-        recomputed = max(layer_bytes(is_moe, "none") + mlp_gradients(is_moe) for is_moe in per_shape)
-        formula += " + one layer recomputed (and its MLP's gradients)"
     stored = layers_part
     shape = hf_layer_shape(arch, moe_layer=bool(moe_count) and moe_count == len(stage_layers))
     model_terms = hf_model_activation_terms(shape, seq_len=s, batch=b, vocab=arch.vocab_size, precision=precision,
@@ -574,10 +560,91 @@ def _hf_training_activations(arch: Architecture, request: FitRequest, stage, sta
         loss_forward = hf_loss_forward_extra_bytes(seq_len=s, batch=b, vocab=arch.vocab_size, precision=precision, tp=t)
         loss_backward = hf_loss_backward_extra_bytes(seq_len=s, batch=b, vocab=arch.vocab_size, tp=t)
         formula += " + final norm, lm_head input, fp32 log-softmax (4 s b V) and 2 fp32 s b V loss gradients"
-    # The re-run layer's tensors live after the loss head's backward freed the head's tensors.
-    recompute_moment = stored - head + recomputed if recomputed else 0
-    component = Component("activations", max(stored + max(loss_forward, loss_backward), recompute_moment), formula)
-    return _ActivationTimeline(component, stored, loss_forward, loss_backward, layers_part, recomputed, head)
+    reruns: tuple[_RerunMoment, ...] = ()
+    if request.recompute == "full" and len(stage_layers):
+        reruns = _hf_rerun_moments(arch, request, stage, stage_layers, common, precision, backend,
+                                   other=stored - layers_part - head, layers_part=layers_part)
+        formula += " + the re-run layer's tensors and gradients in its backward"
+    component = Component("activations", max([stored + max(loss_forward, loss_backward)]
+                                             + [m.activations for m in reruns]), formula)
+    return _ActivationTimeline(component, stored, loss_forward, loss_backward, layers_part, head, reruns)
+
+
+@dataclass(frozen=True)
+class _RerunMoment:
+    """Full recompute: a moment inside the backward of a re-run layer (activations, and the parameters
+    whose gradients exist by then, which `_training_peak` turns into bytes)."""
+
+    formula: str
+    activations: int
+    gradient_params: int
+
+
+def _layer_resident_params(arch: Architecture, layer: LayerParams, request: FitRequest, mlp_only: bool = False) -> int:
+    """Parameters of one layer on one device (as `_stage_params`: dense part / tp, routed experts / (ep tp))."""
+    routed = arch.num_experts * count_parameters(arch).expert if layer.is_moe else 0
+    if mlp_only:
+        return math.ceil(Fraction(layer.mlp - routed, request.tp)) + layer.router + math.ceil(
+            Fraction(routed, request.ep * request.tp))
+    return (math.ceil(Fraction(layer.attention + layer.mlp - routed, request.tp)) + layer.router + layer.norms
+            + math.ceil(Fraction(routed, request.ep * request.tp)))
+
+
+def _hf_rerun_moments(arch: Architecture, request: FitRequest, stage, stage_layers: range, common: dict,
+                      precision: str, backend: str, *, other: int, layers_part: int) -> tuple[_RerunMoment, ...]:
+    """Full recompute (transformers' gradient_checkpointing_enable, non-reentrant): the moments while
+    backward re-runs a layer and goes back through it (`hf_rerun_layer_moments`), for the first layer
+    re-run (the last one: every checkpoint still alive, only the head's gradients exist) and the last
+    one re-run (the first layer: one checkpoint left, every other layer's gradient exists). Every
+    checkpoint also holds the layer's other inputs: the attention masks (eager) and RoPE's cos and
+    sin. Measured per layer on transformers 5.24 (benchmarks/fit_vs_transformers.py --config recompute)."""
+    s, b, t = request.seq_len, request.batch, request.tp
+    flags = arch.layer_is_moe
+    layers = parameters_per_layer(arch)
+    params = count_parameters(arch)
+    resid = 4 if precision in ("fp32", "amp") else 2
+    sliding = [arch.layer_uses_sliding_window[i] for i in stage_layers]
+    kinds = 2 if any(sliding) and not all(sliding) else 1
+    masks_all = hf_attention_mask_bytes(seq_len=s, batch=b, backend=backend, precision=precision,
+                                        mask_kinds=kinds, model_type=arch.model_type)
+    masks_one = hf_attention_mask_bytes(seq_len=s, batch=b, backend=backend, precision=precision,
+                                        mask_kinds=1, model_type=arch.model_type)
+    rotary = 2 * resid * s * (arch.qk_rope_head_dim if arch.uses_mla else arch.head_dim) \
+        if not arch.learned_positions else 0
+    head_params = 0
+    tied_partial = 0
+    if stage.index == request.pp - 1:
+        lm_head = math.ceil(Fraction(params.lm_head or params.embedding, t))
+        final_norm = params.total - params.embedding - params.lm_head - params.position_embedding - sum(
+            layer.total for layer in layers)
+        head_params = final_norm
+        if params.lm_head:
+            head_params += lm_head
+        else:
+            # Tied: lm_head's gradient is a free tensor until the embedding's backward adds it to .grad.
+            tied_partial = math.ceil(lm_head * model_state_bytes_per_param(request.recipe, request.optimizer).gradients)
+
+    def checkpoint(index: int) -> int:
+        terms = hf_layer_activation_terms(hf_layer_shape(arch, moe_layer=flags[index]), **common, recompute="full")
+        return math.ceil(sum(term.bytes for term in terms))
+
+    moments = []
+    first, last = stage_layers[0], stage_layers[-1]
+    cases = [("last layer re-run first: every checkpoint", last, layers_part + masks_all, head_params)]
+    if first != last:
+        later = sum(_layer_resident_params(arch, layers[i], request) for i in stage_layers if i != first)
+        one_left = layers_part - sum(checkpoint(i) for i in stage_layers if i != first)
+        cases.append(("first layer re-run last: one checkpoint, every later layer's gradients", first,
+                      one_left + masks_one, head_params + later))
+    for label, index, checkpoints, grads in cases:
+        shape = hf_layer_shape(arch, moe_layer=flags[index])
+        inner = hf_rerun_layer_moments(shape, **common)
+        mlp_params = _layer_resident_params(arch, layers[index], request, mlp_only=True)
+        for name, terms in inner.items():
+            acts = other + checkpoints + rotary + tied_partial + math.ceil(sum(term.bytes for term in terms))
+            moments.append(_RerunMoment(f"backward, {label} ({name})", acts,
+                                        grads + (mlp_params if name == "attention backward" else 0)))
+    return tuple(moments)
 
 
 def _optimizer_temporaries(arch: Architecture, request: FitRequest, resident: _StageParams) -> tuple[int, str]:
@@ -609,6 +676,26 @@ def _optimizer_temporaries(arch: Architecture, request: FitRequest, resident: _S
             f"single-tensor AdamW (CPU): sqrt(v) and sqrt(v)/c of the largest parameter ({largest:,} elements)")
 
 
+def _autocast_copy_bytes(request: FitRequest, resident: _StageParams) -> int:
+    """--recipe hf-amp, --impl hf: bytes of autocast's 16-bit weight copies on this device
+    (`autocast_cast_parameters`; part of the weights component), else 0."""
+    if request.impl != "hf" or request.mode != "train" or request.adapter \
+            or training_recipe(request.recipe).name != "hf-amp":
+        return 0
+    return zero_model_states(params=resident.autocast_cast, dp=request.dp, stage=request.zero, weight_bytes=2,
+                             grad_bytes=0, optimizer_bytes=0).weights
+
+
+def _tied_gradient_bytes(arch: Architecture, request: FitRequest, stage) -> int:
+    """Bytes of the two extra V x h gradients of a tied embedding at the end of backward (lm_head's and
+    the embedding's, before autograd sums them into .grad), when one device holds both uses."""
+    # pipeline_stages: a tied model's single stage has the embedding and no separate head (it is the same weight).
+    if not (arch.tie_word_embeddings and stage.input_embedding and stage.index == request.pp - 1) or request.adapter:
+        return 0
+    per_element = model_state_bytes_per_param(request.recipe, request.optimizer).gradients
+    return math.ceil(2 * Fraction(arch.vocab_size * arch.hidden_size, request.tp) * per_element)
+
+
 def _training_peak(arch: Architecture, request: FitRequest, stage, components: list[Component],
                    timeline: _ActivationTimeline, resident: _StageParams) -> PeakMoment:
     """The largest of the moments of a steady-state step (optimizer states exist, gradients were
@@ -617,21 +704,31 @@ def _training_peak(arch: Architecture, request: FitRequest, stage, components: l
     by_name = {c.name: c.bytes for c in components}
     weights, grads, states = by_name.get("weights", 0), by_name.get("gradients", 0), by_name.get("optimizer", 0)
     temporaries, why = _optimizer_temporaries(arch, request, resident)
-    remaining = timeline.stored - timeline.layers_part  # embedding ids: freed last, by the embedding backward
+    # End of backward: the layers' and the loss head's tensors are freed; the embedding's (token ids)
+    # go last, with the embedding backward. A tied embedding is used twice, so autograd holds the
+    # lm_head's weight gradient until the embedding's arrives, then adds them: three V x h
+    # gradients alive at once before the sum becomes .grad (measured with tutor.bench.memory_trace).
+    remaining = timeline.stored - timeline.layers_part - timeline.head + _tied_gradient_bytes(arch, request, stage)
+    # Autocast's 16-bit weight copies are saved for backward and freed by it: gone by its end.
+    masters = weights - _autocast_copy_bytes(request, resident)
     moments = [
-        ("forward", timeline.stored + timeline.loss_forward, 0, 0,
+        ("forward", timeline.stored + timeline.loss_forward, 0, 0, weights,
          "end of forward: every layer's saved tensors + the loss head running forward"),
-        ("backward", timeline.stored + timeline.loss_backward, 0, 0,
+        ("backward", timeline.stored + timeline.loss_backward, 0, 0, weights,
          "start of backward: every layer's saved tensors + the loss head's fp32 gradients, no parameter gradient yet"),
-        ("backward", timeline.stored - timeline.head + timeline.recomputed if timeline.recomputed else 0, 0, 0,
-         "backward, re-running the last checkpointed layer: its full activations + every layer's checkpoint "
-         "(the loss head's tensors already freed)"),
-        ("backward", remaining, grads, 0,
-         "end of backward: every gradient exists, the layers' activations are freed"),
-        ("optimizer", 0, grads, temporaries, f"optimizer.step(): weights + gradients + states + {why}"),
+        ("backward", remaining, grads, 0, masters,
+         "end of backward: every gradient exists, the layers' activations are freed"
+         + (" (a tied embedding's two gradients still unsummed)" if _tied_gradient_bytes(arch, request, stage) else "")),
+        ("optimizer", 0, grads, temporaries, masters,
+         "inside optimizer.step(), after backward freed the activations: every weight, gradient and optimizer "
+         f"state at once, plus the step's temporaries ({why})"),
     ]
-    phase, acts, grad_bytes, temp, formula = max(moments, key=lambda m: m[1] + m[2] + m[3])
-    per_category = {"weights": weights, "gradients": grad_bytes, "optimizer": states, "activations": acts,
+    for rerun in timeline.reruns:
+        rerun_grads = math.ceil(Fraction(grads * rerun.gradient_params, max(resident.total, 1)))
+        moments.append(("backward", rerun.activations, rerun_grads, 0, weights,
+                        f"{rerun.formula}: its tensors + the checkpoints + the gradients made so far"))
+    phase, acts, grad_bytes, temp, weight_bytes, formula = max(moments, key=lambda m: m[1] + m[2] + m[3] + m[4])
+    per_category = {"weights": weight_bytes, "gradients": grad_bytes, "optimizer": states, "activations": acts,
                     "kv_cache": 0, "optimizer_temporaries": temp}
     if request.zero >= 2 and request.dp > 1:
         formula += f"; gradients sharded over dp {request.dp} (ZeRO-{request.zero}), buckets not counted"
@@ -773,10 +870,30 @@ def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
     if request.mode == "train" and request.impl == "hf":
         notes.append("activations follow transformers' modelling code (--impl hf); a loop that keeps the model "
                      "output through backward also keeps the logits (s b V in the model dtype)")
+    if request.impl == "hf":
+        notes += _attention_notes(arch, request)
     if weight_format(request.dtype).name not in UNQUANTIZED:
         notes.append("quantized formats store the blocks' linear weights low-bit; "
                      "embeddings, head and norms stay 16-bit")
     return tuple(notes)
+
+
+def _attention_notes(arch: Architecture, request: FitRequest) -> list[str]:
+    """--impl hf: when the attention code run differs from the one asked for, say which and why."""
+    backend = _hf_attention_backend(arch, request)
+    if request.attention == "sdpa" and arch.model_type == "gemma2":
+        return ["Gemma-2 under --attention sdpa: transformers refuses SDPA for Gemma2ForCausalLM and runs eager "
+                "attention (its soft-capped scores need it), so the s x s scores and softmax are stored as eager's"]
+    if request.attention == "sdpa" and backend == "math":
+        why = []
+        if arch.dropout and request.mode == "train":
+            why.append("dropout is on in training")
+        if arch.uses_mla and arch.v_head_dim != arch.head_dim:
+            why.append(f"the V head dim ({arch.v_head_dim}) differs from Q/K's ({arch.head_dim}, MLA)")
+        return [f"SDPA on a CPU falls back to its math kernel here ({' and '.join(why)}: the CPU flash kernel "
+                "does not support that), which holds the s x s attention scores and softmax in fp32, as eager "
+                "attention does"]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,10 +46,6 @@ WHOLE = ("batch", "seq", "dp", "tp", "pp", "ep", "zero", "microbatches", "lora_r
 FLAGS = ("sequence_parallel", "gpu")
 CHOICES = {"mode": fitting.MODES, "recompute": acts.RECOMPUTE_MODES, "attention": acts.ATTENTION_KINDS,
            "impl": acts.IMPLEMENTATIONS}
-# What the activation figures assume under each implementation profile (tutor.theory.activations).
-IMPL_MEANING = {"hf": "transformers modules as written (fp32 norm copies, unfused SwiGLU, eager's fp32 softmax, "
-                      "fp32 loss head)",
-                "fused": "Megatron-style fused kernels (Korthikanti et al. 2022)"}
 NON_REQUEST = ("model", "params", "memory", "tokens", "device", "mfu", "m", "n", "k")
 
 
@@ -126,7 +122,7 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
     worst = estimate.worst
     lines: list[Any] = [peak_table(worst) if request.mode == "train" else component_table(worst, kind)]
     if worst.component("activations") and kind != "kv-cache":
-        lines.append(Text(f"activations assume impl {request.impl}: {IMPL_MEANING[request.impl]}", style="italic"))
+        lines.append(Text(f"activations assume impl {request.impl}: {acts.IMPLEMENTATION_MEANING[request.impl]}", style="italic"))
     if kind == "kv-cache":
         kv = worst.component("kv_cache")
         tokens = request.batch * request.seq_len
@@ -213,7 +209,7 @@ def fit_advice(arch: Any, request: fitting.FitRequest, capacity: int, fits: bool
 
 
 def device_peaks(machine: Any, device: str, dtype: str) -> tuple[float | None, float | None, str]:
-    """(peak FLOP/s, memory bytes/s, name) of 'this' machine (its first GPU, else its CPU) or of a
+    """(peak FLOP/s, memory bytes/s, name) of 'this' machine (the GPU torch calls cuda:0, else its CPU) or of a
     GPU from the datasheet table (a key such as h100-sxm)."""
     if device != "this":
         from tutor.hardware.specs import lookup_gpu_spec
@@ -224,10 +220,11 @@ def device_peaks(machine: Any, device: str, dtype: str) -> tuple[float | None, f
         spec = found[0]
         tflops = spec.peak_tflops(dtype)
         return (tflops * 1e12 if tflops else None), spec.bandwidth_gbps * 1e9, spec.name
-    target = "cuda:0" if getattr(machine, "gpus", None) else "cpu"
+    gpu = machine.gpu_for("cuda:0") if getattr(machine, "gpus", None) else None  # torch's cuda:0, not NVML's 0
+    target = "cuda:0" if gpu is not None else "cpu"
     tflops = machine.peak_tflops(target, dtype)
     gbps = machine.peak_memory_gbps(target)
-    name = machine.gpus[0].name if target != "cpu" else "this CPU"
+    name = gpu.name if gpu is not None else "this CPU"
     return (tflops * 1e12 if tflops else None), (gbps * 1e9 if gbps else None), name
 
 
