@@ -80,7 +80,7 @@ def torch_cast_bits(value: float, name: str, source: torch.dtype = torch.float32
 
 
 def test_registry_holds_exactly_the_documented_formats() -> None:
-    assert list(FORMATS) == ["fp32", "tf32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "nf4"]
+    assert list(FORMATS) == ["fp32", "tf32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "fp64", "int8", "int4", "nf4"]
     assert all(fmt.name == key and isinstance(fmt, NumberFormat) for key, fmt in FORMATS.items())
 
 
@@ -94,7 +94,7 @@ def test_format_by_name_accepts_aliases(alias: str, key: str) -> None:
     assert format_by_name(alias) is FORMATS[key]
 
 
-@pytest.mark.parametrize("name", ["uint8", "fp64", "", "fp8-e3m4", "int"])
+@pytest.mark.parametrize("name", ["uint8", "fp128", "", "fp8-e3m4", "int"])
 def test_unknown_format_raises_one_line_user_error_listing_valid_names(name: str) -> None:
     with pytest.raises(UserError) as caught:
         format_by_name(name)

@@ -14,7 +14,8 @@ from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, get_probe
 
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
-            "collective", "checkpoint-write", "fit")
+            "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "moe-alltoall",
+            "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval")
 
 
 def test_registry_holds_exactly_the_agreed_probe_names() -> None:
@@ -144,6 +145,14 @@ TINY_PARAMS = {
     "collective": {"sizes": ["4KiB"], "backend": "gloo"},
     "checkpoint-write": {"size_mb": 1},
     "fit": {"model": "gpt2", "capacity": "1GiB"},
+    "quant-error": {"rows": 16, "cols": 16, "group_size": 8, "outliers": 1},
+    "loss-scaling": {"hidden": 8, "batch": 4, "steps": 2},
+    "grad-accumulation": {"batch": 4, "micro_batches": 2, "hidden": 8, "layers": 1},
+    "fp64-cost": {"size": 16, "count": 1000},
+    "checkpoint-interval": {"model": "gpt2", "size_mb": 1, "work_hours": 1, "runs": 1},
+    "kv-cache": {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 2, "tokens": 2},
+    "prefill-decode": {"hidden": 64, "layers": 1, "prompt": 4, "budget_s": 0.1, "device": "cpu"},
+    "moe-alltoall": {"tokens": 4, "experts": 4, "top_k": 2, "ep": 2, "hidden": 8, "steps": 1},
 }
 
 

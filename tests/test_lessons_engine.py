@@ -92,7 +92,10 @@ def test_blocks_carry_line_directive_and_stable_ids() -> None:
     assert [(b.directive, b.id, b.line) for b in blocks] == [
         ("prose", "prose-1", 1), ("bits", "bits-1", 3), ("bits", "two", 6), ("prose", "prose-2", 10)]
     assert blocks[1].value == "0.1" and blocks[1].kind == "bits"
-    assert blocks[1].formats == ("fp32", "tf32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2")
+    from tutor.theory.formats import FORMATS
+
+    assert blocks[1].formats == tuple(name for name, fmt in FORMATS.items() if fmt.family == "float")
+    assert {"fp32", "bf16", "fp16", "fp8-e4m3"} <= set(blocks[1].formats)
 
 
 # ---- directive checks -------------------------------------------------------------------------
@@ -571,7 +574,8 @@ def test_lessons_command_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, c
     main(["lessons", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert data["lessons"][2] == {"id": "experts/routing", "title": "Routing tokens to experts", "track": "experts",
-                                  "minutes": 6, "completed": True}
+                                  "minutes": 6, "completed": True,
+                                  "blocks": [{"kind": "measure", "id": "route"}, {"kind": "quiz", "id": "active-fraction"}]}
     assert [(t["id"], t["completed"], t["total"]) for t in data["tracks"]] == [("precision", 0, 2), ("experts", 1, 1)]
 
 
@@ -605,3 +609,235 @@ def test_engine_and_lessons_command_import_neither_torch_nor_textual() -> None:
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'textual', 'numpy'}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+# ---- issue 8: units and powers, shuffles, draws, goals, seen vs solved, `lessons show` ---------------
+
+from tutor.lessons.goals import check_goal, goal_text  # noqa: E402
+from tutor.lessons.grading import quiz_unit  # noqa: E402
+from tutor.lessons.learner import (  # noqa: E402
+    draw_combinations,
+    learner_view,
+    personalise,
+    render_block,
+)
+from tutor.lessons.progress import lesson_complete  # noqa: E402
+
+
+def _quiz(body: str) -> Quiz:
+    return parse_blocks(directive("quiz", body))[0]
+
+
+@pytest.mark.parametrize(("typed", "unit", "expected"), [
+    ("128 KiB", "bytes", 131072.0),
+    ("912 MiB", "bytes", 912 * 2**20),
+    ("2^-24", "", 2.0**-24),
+    ("2**-7", "", 2.0**-7),
+    ("2^(-24)", "", 2.0**-24),
+    ("1.5 × 2^-7", "", 1.5 * 2.0**-7),
+    ("1.5e9 B", "GB", 1.5),
+    ("14e9 bytes", "GB", 14.0),
+    ("14 GB", "GB", 14.0),
+    ("14 GB", "GiB", 14e9 / 2**30),
+    ("3.39 × 10^38", "", 3.39e38),
+    ("65,504", "", 65504.0),
+    ("1/4", "", 0.25),
+    ("250 ms", "s", 0.25),
+    ("12.9B", "billion", 12.9),
+    ("76 GPUs", "", 76.0),
+])
+def test_number_readings_convert_units_and_powers(typed: str, unit: str, expected: float) -> None:
+    assert any(math.isclose(reading, expected, rel_tol=1e-12) for reading in number_readings(typed, unit))
+
+
+@pytest.mark.parametrize(("typed", "unit"), [("3 s", "GB"), ("12 GB", "ms"), ("banana", ""), ("2^^3", ""), ("", "")])
+def test_unreadable_or_wrong_kind_answers_have_no_reading(typed: str, unit: str) -> None:
+    assert number_readings(typed, unit) == ()
+
+
+@pytest.mark.parametrize(("question", "unit", "answer", "typed"), [
+    ("How many bytes of KV cache does one token take?", "", 131072, "128 KiB"),
+    ("How many bytes does one GPT layer keep?", "", 956301312, "912 MiB"),
+    ("How many bytes does one layer keep?", "bytes", 131072, "0.125 MiB"),
+    ("How many GB (10^9 bytes) do its weights take?", "", 14, "14e9 bytes"),
+    ("How big are the weights?", "GB", 1.5, "1.5e9 B"),
+])
+def test_the_issue_answers_are_graded_right(question: str, unit: str, answer: float, typed: str) -> None:
+    quiz = _quiz(f'id = "q"\nquestion = "{question}"\nkind = "number"\nanswer = {answer!r}\nunit = "{unit}"')
+    assert grade(quiz, typed).correct, (question, typed)
+
+
+def test_bytes_for_a_gb_question_and_powers_for_epsilons() -> None:
+    gb_quiz = _quiz('id = "q"\nquestion = "How many GB do 7 billion BF16 parameters take?"\nkind = "number"\n'
+                    'answer = 14')
+    assert quiz_unit(gb_quiz) == "GB"
+    assert grade(gb_quiz, "14e9 bytes").correct and grade(gb_quiz, "14 GB").correct and grade(gb_quiz, "14").correct
+    assert not grade(gb_quiz, "14 GiB").correct  # 15.03 GB: converted, not dropped
+    eps = _quiz('id = "e"\nquestion = "BF16 epsilon?"\nkind = "number"\nanswer_expr = "float(fmt(\'bf16\').epsilon)"')
+    assert grade(eps, "2^-7").correct and grade(eps, "2**-7").correct and not grade(eps, "2^-8").correct
+    tiny = _quiz('id = "t"\nquestion = "FP16 smallest subnormal?"\nkind = "number"\n'
+                 'answer_expr = "float(fmt(\'fp16\').min_subnormal)"')
+    assert grade(tiny, "2^-24").correct
+
+
+def test_unreadable_answer_is_not_an_attempt() -> None:
+    quiz = _quiz('id = "q"\nquestion = "How many GB?"\nkind = "number"\nanswer = 14')
+    verdict = grade(quiz, "fourteen")
+    assert not verdict.valid and not verdict.correct and verdict.message.startswith("could not read that as a number")
+    wrong_kind = grade(quiz, "3 s")
+    assert not wrong_kind.valid and "GB" in wrong_kind.message
+
+
+CHOICE = '''id = "fp16-problem"
+question = "What goes wrong in pure FP16 training?"
+kind = "choice"
+choices = ["overflow above 65,504", "small gradients underflow", "slow matmuls", "nothing"]
+answer = 1
+feedback = ["overflow is rare", "", "tensor cores run FP16 fast", "something does"]'''
+
+
+def test_choice_feedback_follows_the_pick() -> None:
+    quiz = _quiz(CHOICE)
+    verdict = grade(quiz, "0")
+    assert not verdict.correct and verdict.feedback == "overflow is rare" and "overflow is rare" in verdict.message
+    assert grade(quiz, "1").correct
+
+
+def test_choice_feedback_needs_one_text_per_choice() -> None:
+    with pytest.raises(UserError, match="one text per choice"):
+        _quiz(CHOICE.replace('"something does"]', ']'))
+
+
+def test_shuffle_is_deterministic_per_learner_and_differs_between_learners() -> None:
+    quiz = _quiz(CHOICE)
+    first = personalise(quiz, learner_id="abc", lesson_id="precision/x")
+    again = personalise(quiz, learner_id="abc", lesson_id="precision/x")
+    assert first.choices == again.choices and first.answer == again.answer
+    orders = {personalise(quiz, learner_id=f"learner-{n}", lesson_id="precision/x").choices for n in range(12)}
+    assert len(orders) > 1
+    for n in range(12):
+        mine = personalise(quiz, learner_id=f"learner-{n}", lesson_id="precision/x")
+        assert mine.choices[mine.answer] == "small gradients underflow"
+        assert sorted(mine.choices) == sorted(quiz.choices)
+        assert dict(zip(mine.choices, mine.feedback)) == dict(zip(quiz.choices, quiz.feedback))
+        assert grade(mine, str(mine.answer)).correct
+    fixed = _quiz(CHOICE + "\nshuffle = false")
+    assert personalise(fixed, learner_id="abc", lesson_id="precision/x").choices == fixed.choices
+
+
+DRAWN = '''id = "kv"
+question = "KV bytes per token of {{ draw.model }} at {{ draw['layers'] }} layers?"
+kind = "number"
+unit = "bytes"
+draw = { model = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b"], layers = [2, 4] }
+answer_expr = "kv_cache.kv_cache_bytes_per_token(layers=draw.layers, kv_heads=preset(draw.model).num_kv_heads, head_dim=preset(draw.model).head_dim)"
+explanation = "{{ draw.model }} has {{ preset(draw.model).num_kv_heads }} KV heads."'''
+
+
+def test_draws_are_per_learner_and_feed_texts_and_answers() -> None:
+    quiz = _quiz(DRAWN)
+    assert len(draw_combinations(quiz)) == 6
+    seen = set()
+    for n in range(20):
+        mine = learner_view(quiz, learner_id=f"l{n}", lesson_id="memory/x")
+        assert mine == learner_view(quiz, learner_id=f"l{n}", lesson_id="memory/x")
+        model, layers = mine.drawn["model"], mine.drawn["layers"]
+        seen.add((model, layers))
+        assert mine.question == f"KV bytes per token of {model} at {layers} layers?"
+        assert "{{" not in mine.explanation and model in mine.explanation
+        from tutor.lessons.values import preset
+
+        arch = preset(model)
+        assert expected_answer(mine) == 2 * layers * arch.num_kv_heads * arch.head_dim * 2
+        assert grade(mine, f"{expected_answer(mine) / 1024} KiB").correct
+    assert len(seen) > 2
+    assert render_block(quiz).question == "KV bytes per token of llama-3.1-8b at 2 layers?"  # unpersonalised: firsts
+
+
+def test_bad_draws_are_refused() -> None:
+    with pytest.raises(UserError, match="non-empty list"):
+        _quiz(DRAWN.replace("layers = [2, 4]", "layers = []"))
+    with pytest.raises(UserError, match="draw name"):
+        _quiz(DRAWN.replace("layers = [2, 4]", "Layers = [2, 4]"))
+
+
+GOAL = '''kind = "parallel"
+model = "llama-3.1-70b"
+mode = "train"
+seq = 4096
+fields = ["dp", "tp", "pp", "zero", "recompute", "recipe"]
+goal = { device = "h100", devices_max = 8 }
+goal_hints = ["shard over {{ 2 * 4 }} GPUs"]'''
+
+
+def test_calc_goal_checks_fit_and_device_count_with_theory() -> None:
+    calc = parse_blocks(directive("calc", GOAL))[0]
+    assert "at most 8 x H100" in goal_text(calc) and "seq 4,096" in goal_text(calc)
+    start = check_goal(calc, dict(calc.values))
+    assert not start.met and start.message.startswith("does not fit")
+    from tutor.hardware.specs import lookup_gpu_spec
+
+    assert start.capacity_bytes == lookup_gpu_spec("h100")[0].memory_bytes  # the driver-reported total
+    too_many = check_goal(calc, {"dp": 16, "zero": 3, "recompute": "full"})
+    assert not too_many.met and "at most 8" in too_many.message
+    met = check_goal(calc, {"tp": 8, "recompute": "full", "recipe": "lora"})
+    assert met.met and met.devices == 8 and met.worst_bytes <= met.capacity_bytes
+    # fixed values (not in fields) win over what the learner's values say
+    assert check_goal(calc, {"tp": 8, "recompute": "full", "recipe": "lora", "seq": 16}).worst_bytes == met.worst_bytes
+    assert render_block(calc).goal_hints == ("shard over 8 GPUs",)
+
+
+def test_calc_goal_errors() -> None:
+    with pytest.raises(UserError, match="goal device"):
+        parse_blocks(directive("calc", GOAL.replace('"h100"', '"h999-imaginary"')))
+    with pytest.raises(UserError, match="goal has no key"):
+        parse_blocks(directive("calc", GOAL.replace("devices_max", "gpus")))
+    with pytest.raises(UserError, match="belong to a calculator with a goal"):
+        parse_blocks(directive("calc", GOAL.replace('goal = { device = "h100", devices_max = 8 }\n', "")))
+
+
+def test_show_answer_marks_seen_not_solved(tmp_path: Path) -> None:
+    from tutor.lessons.model import Lesson
+
+    lesson = Lesson(info=fixture_info(), blocks=parse_blocks(directive("quiz", CHOICE)))
+    store = ProgressStore(tmp_path / "progress.json")
+    learner = store.learner_id
+    assert learner and ProgressStore(tmp_path / "progress.json").learner_id == learner  # saved, stable
+    store.record_reveal(lesson.id, "fp16-problem")
+    state = store.lesson_state(lesson.id)
+    assert "fp16-problem" in state.seen_blocks and "fp16-problem" not in state.done_blocks
+    assert not lesson_complete(lesson, state)
+    assert store.round_of(lesson.id, "fp16-problem") == 1
+    store.record_answer(lesson.id, "fp16-problem", "1", True)
+    assert lesson_complete(lesson, store.lesson_state(lesson.id))
+    assert store.lesson_state(lesson.id).seen_blocks == frozenset()
+
+
+def fixture_info():
+    from tutor.lessons.model import LessonInfo
+
+    return LessonInfo(id="precision/x", title="X", track="precision", minutes=1, prerequisites=(), summary="")
+
+
+def test_lessons_show_text_and_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture) -> None:
+    from tutor.cli import main
+
+    monkeypatch.setenv("TENSOR_TUTOR_LESSONS_DIR", str(FIXTURE))
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    main(["lessons", "show", "experts/routing"])
+    text = capsys.readouterr().out
+    assert text.startswith("Routing tokens to experts\n") and "[measure route]" in text
+    assert "[quiz active-fraction]" in text and "{{" not in text
+    main(["lessons", "show", "routing", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["id"] == "experts/routing"
+    kinds = [(block["kind"], block["id"]) for block in data["blocks"] if block["kind"] != "prose"]
+    assert kinds == [("measure", "route"), ("quiz", "active-fraction")]
+    quiz = next(block for block in data["blocks"] if block["kind"] == "quiz")
+    assert quiz["question"] and "answer" not in quiz  # the prompt, never the answer
+    with pytest.raises(SystemExit) as exit_:
+        main(["lessons", "show", "no-such-lesson"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensor-tutor: error: unknown lesson") and len(err.strip().splitlines()) == 1

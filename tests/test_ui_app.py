@@ -25,7 +25,8 @@ from tutor.ui.widgets.calc import CalcBlock  # noqa: E402
 from tutor.ui.widgets.live_pane import LivePane, Trace  # noqa: E402
 from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
 from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
-from tutor.ui.widgets.quiz import QuizBlock  # noqa: E402
+from tutor.ui.widgets.quiz import QuizBlock, attempts_before_reveal  # noqa: E402
+from textual.widgets import RadioButton, Static  # noqa: E402
 
 WIDE, SMALL = (120, 40), (80, 24)
 
@@ -129,10 +130,23 @@ def test_quiz_hints_then_right_answer_completes_and_records():
             assert "fp16-max" in services.progress.lesson_state("precision/bits").done_blocks
             assert not services.progress.lesson_state("precision/bits").completed  # the choice quiz is left
             choice = [q for q in app.screen.query(QuizBlock) if q.block.id == "bf16-range"][0]
-            choice.reveal()
+            choice.reveal()  # "Show answer" is closed before any attempt
+            await pilot.pause()
+            assert "answer:" not in text_of(choice.query_one("#feedback"))
+            assert choice.query_one("#reveal").disabled
+            wrong = next(i for i, text in enumerate(choice.block.choices) if text != "bf16")
+            for _ in range(attempts_before_reveal(len(choice.block.hints))):  # one wrong try per hint
+                list(choice.query(RadioButton))[wrong].value = True
+                await pilot.pause()
+                choice.check()
+                await pilot.pause()
+            assert not choice.query_one("#reveal").disabled
+            choice.query_one("#reveal").press()
             await pilot.pause()
             assert "answer: bf16" in text_of(choice.query_one("#feedback"))
-            assert services.progress.lesson_state("precision/bits").completed
+            assert "seen, not solved" in text_of(choice.query_one("#feedback"))
+            assert "bf16-range" not in services.progress.lesson_state("precision/bits").done_blocks
+            assert not services.progress.lesson_state("precision/bits").completed  # seen is not solved
     run(scenario())
 
 
@@ -144,11 +158,12 @@ def test_choice_quiz_by_keyboard():
             await pilot.pause()
             choice = [q for q in app.screen.query(QuizBlock) if q.block.id == "bf16-range"][0]
             choice.query_one("#choices").focus()
-            await pilot.press("down", "enter")  # move to bf16 and select it
+            position = list(choice.block.choices).index("bf16")  # the choices are shuffled per learner
+            await pilot.press(*["down"] * position, "enter")
             await pilot.pause()
             choice.check()
             await pilot.pause()
-            assert services.progress.answers[-1] == ("precision/bits", "bf16-range", "1", True)
+            assert services.progress.answers[-1] == ("precision/bits", "bf16-range", str(position), True)
     run(scenario())
 
 
@@ -580,4 +595,91 @@ def test_going_to_a_lesson_from_help_closes_the_help():
             await pilot.pause()
             assert isinstance(app.screen, LessonScreen) and app.screen.lesson_id == "memory/train"
             assert [type(s).__name__ for s in app.screen_stack[1:]] == ["HomeScreen", "LessonScreen"]
+    run(scenario())
+
+
+# ---- issue 8: quiz texts rendered, unreadable answers not counted, calculator goals ------------------
+
+def _exercise_services():
+    from ui_fakes import TRACKS, FakeCurriculum
+
+    from tutor.lessons import expected_answer, grade
+    from tutor.lessons.directives import parse_blocks
+    from tutor.lessons.model import Lesson
+    from tutor.lessons.model import LessonInfo as Info
+
+    page = '''Intro.
+
+```quiz
+id = "layers"
+question = "How many bytes per token with {{ preset('llama-3.1-8b').num_layers }} layers?"
+kind = "number"
+answer_expr = "kv_cache.kv_cache_bytes_per_token(layers=32, kv_heads=8, head_dim=128)"
+hints = ["2 x {{ 16 * 2 }} x 8 x 128 x 2"]
+```
+
+```calc
+kind = "parallel"
+model = "llama-3.1-70b"
+mode = "train"
+seq = 4096
+fields = ["tp", "recompute", "recipe"]
+goal = { device = "h100", devices_max = 8 }
+goal_hints = ["Try LoRA: {{ 2 + 6 }} GPUs hold the frozen weights."]
+```
+'''
+    lesson = Lesson(Info("precision/bits", "Exercises", "precision", 5, (), ""), parse_blocks(page))
+    others = [lesson_ for lesson_ in FakeCurriculum()._lessons.values() if lesson_.info.id != "precision/bits"]
+    return fake_services(curriculum=FakeCurriculum((lesson, *others), TRACKS), grade=grade,
+                         expected_answer=expected_answer)
+
+
+def test_quiz_texts_are_rendered_and_unreadable_answers_do_not_count():
+    async def scenario():
+        services = _exercise_services()
+        app = TutorApp(services, lesson_id="precision/bits")
+        async with app.run_test(size=WIDE) as pilot:
+            await pilot.pause()
+            quiz = app.screen.query_one(QuizBlock)
+            assert "with 32 layers?" in text_of(quiz.query(Static).first())
+            answer = quiz.query_one("#answer")
+            answer.value = "lots"
+            quiz.check()
+            await pilot.pause()
+            assert "could not read that as a number" in text_of(quiz.query_one("#feedback"))
+            assert services.progress.answers == [] and not quiz.query_one("#hints").display
+            answer.value = "64 KiB"
+            quiz.check()
+            await pilot.pause()
+            assert "hint 1/1: 2 x 32 x 8" in text_of(quiz.query_one("#hints"))
+            answer.value = "128 KiB"
+            quiz.check()
+            await pilot.pause()
+            assert "✓ right" in text_of(quiz.query_one("#feedback"))
+            assert [a[3] for a in services.progress.answers] == [False, True]
+    run(scenario())
+
+
+def test_calculator_goal_is_checked_with_hints():
+    async def scenario():
+        from textual.widgets import Input
+
+        from tutor.ui.widgets.calc import CalcBlock
+
+        services = _exercise_services()
+        app = TutorApp(services, lesson_id="precision/bits")
+        async with app.run_test(size=WIDE) as pilot:
+            await pilot.pause()
+            calc = app.screen.query_one(CalcBlock)
+            assert "at most 8 x H100" in text_of(calc.query_one("#goal"))
+            calc.check_goal()
+            await pilot.pause()
+            assert "does not fit" in text_of(calc.query_one("#goal-verdict"))
+            assert "hint 1/1: Try LoRA: 8 GPUs" in text_of(calc.query_one("#goal-hints"))
+            calc.query_one("#field-tp", Input).value = "8"
+            calc.values.update(recompute="full", recipe="lora")
+            await pilot.pause()
+            calc.check_goal()
+            await pilot.pause()
+            assert "goal met" in text_of(calc.query_one("#goal-verdict"))
     run(scenario())

@@ -361,3 +361,9 @@ def test_a_rate_above_its_peak_points_to_the_explanation() -> None:
     row = LabMeasurement("fp32 matmul", 0.313, "TFLOP/s", 0.269, note="the clock must have been at least 2.44 GHz",
                          rate=True)
     assert percent_cell(row) == "above the peak: see why"
+
+
+def test_percent_cell_equal_at_its_precision_is_not_above_theory():
+    # moe-routing's balanced share 0.25002 against k/E = 0.25 once read "100.0 % (above theory)".
+    assert percent_cell(Measurement("a", 0.25002, "fraction", 0.25)) == "100.0 %"
+    assert percent_cell(Measurement("a", 0.2502, "fraction", 0.25)) == "100.1 % (above theory)"

@@ -1,18 +1,25 @@
-"""`tensor-tutor lessons`: the curriculum, track by track, with the learner's progress."""
+"""`tensor-tutor lessons`: the curriculum, track by track, with the learner's progress;
+`tensor-tutor lessons show ID`: one lesson as plain text, for reading without the app."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 
-@click.command("lessons")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.group("lessons", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (each lesson with its blocks).")
 @click.option("--check", is_flag=True,
               help="Lint the lessons instead (for authors): every block, value, quiz answer and probe.")
-def lessons(as_json: bool, check: bool) -> None:
-    """List the lessons in order, with their track, length and whether you completed them."""
+@click.pass_context
+def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
+    """List the lessons in order, with their track, length and whether you completed them.
+
+    `tensor-tutor lessons show ID` prints one lesson as plain text."""
+    if ctx.invoked_subcommand is not None:
+        return
     if check:
         _check()
         return
@@ -30,6 +37,9 @@ def lessons(as_json: bool, check: bool) -> None:
         tracks.append({"id": track.id, "title": track.title, "summary": track.summary,
                        "lessons": list(track.lesson_ids), "completed": done, "total": total})
     if as_json:
+        for row in rows:
+            row["blocks"] = [{"kind": block.directive, "id": block.id}
+                             for block in curriculum.lesson(row["id"]).interactive_blocks]
         click.echo(json.dumps({"lessons": rows, "tracks": tracks}, indent=2))
         return
     from rich.console import Console
@@ -48,6 +58,110 @@ def lessons(as_json: bool, check: bool) -> None:
             if row["track"] == track["id"]:
                 table.add_row(row["id"], escape(row["title"]), str(row["minutes"]), "yes" if row["completed"] else "")
     Console().print(table)
+
+
+@lessons.command("show")
+@click.argument("lesson_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the lesson as one JSON object.")
+def show(lesson_id: str, as_json: bool) -> None:
+    """Print lesson ID as plain text: values computed for this machine, each block as its prompt
+    (quiz questions and choices as you would get them in the app; answers are not printed)."""
+    from tutor.hardware import detect_machine
+    from tutor.lessons import ProgressStore, load_curriculum
+
+    curriculum = load_curriculum()
+    lesson = curriculum.lesson(lesson_id)
+    progress = ProgressStore()
+    if progress.warning:
+        click.echo(f"tensor-tutor: warning: {progress.warning}", err=True)
+    blocks = shown_blocks(lesson, learner_id=progress.learner_id, device=detect_machine(), progress=progress)
+    if as_json:
+        click.echo(json.dumps({"id": lesson.id, "title": lesson.info.title, "track": lesson.info.track,
+                               "minutes": lesson.info.minutes, "blocks": blocks}, indent=2))
+        return
+    click.echo(lesson_text(lesson, blocks))
+
+
+def shown_blocks(lesson: Any, *, learner_id: str, device: Any, progress: Any = None) -> list[dict[str, Any]]:
+    """Each block of the lesson as the learner gets it: kind, id and its prompt fields, rendered."""
+    from tutor.lessons.learner import learner_view
+    from tutor.lessons.model import Bits, Calc, Measure, Predict, Prose, Quiz
+
+    result = []
+    for block in lesson.blocks:
+        round_ = progress.round_of(lesson.id, block.id) if progress is not None else 0
+        view = learner_view(block, learner_id=learner_id, lesson_id=lesson.id, device=device, round_=round_)
+        entry: dict[str, Any] = {"kind": block.directive, "id": block.id, "line": block.line}
+        if isinstance(view, Prose):
+            entry["text"] = view.text
+        elif isinstance(view, Quiz):
+            entry.update(question=view.question, answer_kind=view.kind, choices=list(view.choices),
+                         unit=_quiz_unit(view), hints=len(view.hints))
+        elif isinstance(view, Predict):
+            entry.update(question=view.question, probe=view.probe, params=view.params, metric=view.metric,
+                         unit=view.unit)
+        elif isinstance(view, Measure):
+            entry.update(probe=view.probe, params=view.params, explain=view.explain)
+        elif isinstance(view, Calc):
+            entry.update(calculator=view.kind, model=view.model, fields=list(view.fields),
+                         values={name: _plain(value) for name, value in view.values.items()})
+            if view.goal is not None:
+                entry.update(goal=view.goal_text, goal_device=view.goal.device, devices_max=view.goal.devices_max,
+                             devices_min=view.goal.devices_min)
+        elif isinstance(view, Bits):
+            entry.update(value=view.value, formats=list(view.formats))
+        result.append(entry)
+    return result
+
+
+def _quiz_unit(quiz: Any) -> str:
+    from tutor.lessons.grading import quiz_unit
+
+    return quiz_unit(quiz)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in params.items()) or "defaults"
+
+
+def lesson_text(lesson: Any, blocks: list[dict[str, Any]]) -> str:
+    """The lesson as plain text: prose as written (values computed), each block as a labelled prompt."""
+    info = lesson.info
+    lines = [info.title, f"{info.track} · {info.minutes} min" + (f" · after {', '.join(info.prerequisites)}"
+                                                               if info.prerequisites else ""), ""]
+    for block in blocks:
+        kind = block["kind"]
+        if kind == "prose":
+            lines += [block["text"], ""]
+            continue
+        lines.append(f"[{kind} {block['id']}]")
+        if kind == "quiz":
+            lines.append(block["question"])
+            lines += [f"  {chr(ord('a') + i)}) {choice}" for i, choice in enumerate(block["choices"])]
+            if block["answer_kind"] == "number":
+                lines.append(f"  answer: a number{' in ' + block['unit'] if block['unit'] else ''}")
+        elif kind == "predict":
+            lines.append(block["question"])
+            lines.append(f"  commit a guess{' in ' + block['unit'] if block['unit'] else ''}, then probe "
+                         f"{block['probe']} ({_params_text(block['params'])}) measures {block['metric']}")
+        elif kind == "measure":
+            lines.append(f"  runs probe {block['probe']} ({_params_text(block['params'])})")
+            if block["explain"]:
+                lines.append(block["explain"])
+        elif kind == "calc":
+            lines.append(f"  {block['calculator']} calculator; fields: {', '.join(block['fields'])}")
+            if block["values"]:
+                lines.append(f"  starting values: {_params_text(block['values'])}")
+            if block.get("goal"):
+                lines.append(f"  goal: {block['goal']}")
+        elif kind == "bits":
+            lines.append(f"  {block['value']} in {', '.join(block['formats'])}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def _check() -> None:

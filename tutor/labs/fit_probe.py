@@ -57,9 +57,11 @@ def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeRe
         metrics["capacity_bytes"] = float(capacity)
         metrics["fits"] = 1.0 if total <= capacity else 0.0
         metrics["total_over_capacity"] = total / capacity
-        rows.append(Measurement(f"memory available on {device}", float(capacity), "bytes", float(total),
-                                "the total needed (theory)", note=source))
         verdict = "fits" if total <= capacity else "does not fit"
+        # Free memory is not a prediction of the estimate: a percent "of theory" would read as agreement.
+        rows.append(Measurement(f"memory available on {device}", float(capacity), "bytes", note=source))
+        rows.append(Measurement("needed over available", total / capacity, "x", note=(
+            f"the total needed over the memory free now: {verdict}")))
         summary = (f"{arch.name or params['model']} ({params['mode']}, {params['dtype']}) needs {human_bytes(total)}; "
                    f"{device} has {human_bytes(capacity)} free: it {verdict}")
     else:

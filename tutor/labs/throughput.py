@@ -50,6 +50,7 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
     budget = params["budget_s"]
     metrics: dict[str, float] = {}
     peaks: dict[str, float | None] = {}
+    sweeps: dict[str, dict[tuple[int, int, int], float]] = {}
     cancelled = False
     for index, dtype in enumerate(dtypes):
         if cancel.is_set():
@@ -66,6 +67,7 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
         best = next(result for result in results if result.headline)
         metrics[f"tflops_{dtype}"] = best.tflops_median
         peaks[dtype] = best.peak_tflops
+        sweeps[dtype] = {(shape.m, shape.n, shape.k): shape.tflops_median for shape in best.sweep}
         notes = list(dict.fromkeys(note for note in (*best.notes, best.peak_note) if note))
         rows.append(Measurement(
             label=f"{dtype} matmul, {best.m}x{best.n}x{best.k} ({best.backend})", measured=best.tflops_median,
@@ -75,14 +77,25 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
             cancelled = True
             break
     measured = [dtype for dtype in dtypes if f"tflops_{dtype}" in metrics]
+    # A ratio of rates means something only at one size: each dtype's best rate may come from a
+    # different size (a slow emulated dtype stops growing early), so compare at the largest shape
+    # both sweeps timed.
+    shared_shape: dict[frozenset[str], tuple[int, int, int] | None] = {}
+    for a, b in itertools.combinations(measured, 2):
+        common = set(sweeps[a]) & set(sweeps[b])
+        shared_shape[frozenset((a, b))] = max(common, key=lambda shape: shape[0] * shape[1] * shape[2]) if common else None
     for a, b in itertools.permutations(measured, 2):
-        metrics[f"speedup_{a}_over_{b}"] = metrics[f"tflops_{a}"] / metrics[f"tflops_{b}"]
+        shape = shared_shape[frozenset((a, b))]
+        rate_a, rate_b = (sweeps[a][shape], sweeps[b][shape]) if shape else (metrics[f"tflops_{a}"], metrics[f"tflops_{b}"])
+        metrics[f"speedup_{a}_over_{b}"] = rate_a / rate_b
     for a, b in itertools.combinations(measured, 2):
         # Lower precision listed first reads naturally: "bf16 is 0.02x fp32 here".
         low, high = (b, a) if MATMUL_DTYPES.index(a) < MATMUL_DTYPES.index(b) else (a, b)
         theory = peaks[low] / peaks[high] if peaks[low] and peaks[high] else None
+        shape = shared_shape[frozenset((a, b))]
+        at = f", both at {shape[0]}x{shape[1]}x{shape[2]}" if shape else ", best rates (no size timed by both)"
         rows.append(Measurement(
-            label=f"{low} speed over {high}", measured=metrics[f"speedup_{low}_over_{high}"], unit="x",
+            label=f"{low} speed over {high}{at}", measured=metrics[f"speedup_{low}_over_{high}"], unit="x",
             theory=theory, theory_source="ratio of the two theoretical peaks" if theory else "no peak known",
             note="below 1: no native instructions for it, so the work is emulated" if
             metrics[f"speedup_{low}_over_{high}"] < 1 else ""))

@@ -21,6 +21,7 @@ from tutor.lessons.model import (
     Bits,
     Block,
     Calc,
+    Goal,
     Measure,
     Predict,
     Prose,
@@ -30,6 +31,9 @@ from tutor.lessons.model import (
 _OPENING = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 _ID = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+_DRAW_NAME = re.compile(r"[a-z][a-z0-9_]*")
+GOAL_KINDS = ("memory", "parallel", "kv-cache")
+GOAL_KEYS = ("device", "devices_max", "devices_min")
 QUIZ_KINDS = ("number", "choice", "text")
 DEFAULT_TOLERANCE = 0.02
 
@@ -192,12 +196,65 @@ def _parse_bits(fields: _Fields, block_id: str) -> Bits:
     return Bits(value=text, formats=tuple(formats), line=fields.raw.line, id=block_id)
 
 
+def _parse_draw(fields: _Fields) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """draw = { name = [value, ...], ... }: the values one of which is drawn per learner."""
+    table = fields.take("draw", "table", default={})
+    draws = []
+    for name, values in table.items():
+        if not _DRAW_NAME.fullmatch(name):
+            raise fields.error(f"draw name {name!r} must be lowercase letters, digits and '_', starting with a "
+                               "letter", "draw")
+        if not isinstance(values, list) or not values or not all(_is_kind(v, "scalar") or isinstance(v, bool)
+                                                               for v in values):
+            raise fields.error(f"draw.{name} must be a non-empty list of numbers or texts, got {_shown(values)}",
+                               "draw")
+        if len(set(map(repr, values))) != len(values):
+            raise fields.error(f"draw.{name} lists a value twice", "draw")
+        draws.append((name, tuple(values)))
+    return tuple(draws)
+
+
+def _parse_goal(fields: _Fields, kind: str) -> Goal | None:
+    table = fields.take("goal", "table")
+    if table is None:
+        return None
+    if kind not in GOAL_KINDS:
+        raise fields.error(f"a goal needs a {', '.join(GOAL_KINDS)} calculator, not {kind!r}", "goal")
+    unknown = sorted(set(table) - set(GOAL_KEYS))
+    if unknown:
+        raise fields.error(f"goal has no key {unknown[0]!r} (keys: {', '.join(GOAL_KEYS)})", "goal")
+    device = table.get("device")
+    if not isinstance(device, str) or not device.strip():
+        raise fields.error("goal needs device = a card such as \"h100\" or a size such as \"80GiB\"", "goal")
+    from tutor.hardware.memory_budget import given_budget
+
+    try:
+        given_budget(device.strip())
+    except UserError as error:
+        raise fields.error(f"goal device: {error}", "goal") from None
+    counts = {}
+    for key in ("devices_max", "devices_min"):
+        value = table.get(key)
+        if value is not None and (not _is_kind(value, "int") or value < 1):
+            raise fields.error(f"goal {key} must be a whole number from 1, got {_shown(value)}", "goal")
+        counts[key] = value
+    if counts["devices_max"] and counts["devices_min"] and counts["devices_min"] > counts["devices_max"]:
+        raise fields.error("goal devices_min is above devices_max", "goal")
+    return Goal(device=device.strip(), **counts)
+
+
 def _parse_calc(fields: _Fields, block_id: str) -> Calc:
     kind = fields.take("kind", "str", required=True)
     if kind not in CALC_KINDS:
         raise fields.error(f"kind must be one of {', '.join(CALC_KINDS)}, got {kind!r}", "kind")
     shown = fields.take("fields", "str_list")
     model = fields.take("model", "str")
+    goal = _parse_goal(fields, kind)
+    goal_hints = fields.take("goal_hints", "str_list", default=())
+    goal_text = fields.take("goal_text", "str", default="")
+    if goal is None and (goal_hints or goal_text):
+        raise fields.error("goal_hints and goal_text belong to a calculator with a goal", 
+                           "goal_hints" if goal_hints else "goal_text")
     values: dict[str, Any] = {}
     if model is not None:
         try:
@@ -207,7 +264,7 @@ def _parse_calc(fields: _Fields, block_id: str) -> Calc:
         values["model"] = model
     for key in list(fields.data):
         if key not in CALC_FIELDS:
-            allowed = ", ".join(("kind", "fields", "id") + CALC_KINDS[kind])
+            allowed = ", ".join(("kind", "fields", "id", "goal", "goal_hints", "goal_text") + CALC_KINDS[kind])
             raise fields.error(f"unknown key {key!r} (allowed: {allowed})", key)
         value = fields.data.pop(key)
         try:
@@ -222,7 +279,8 @@ def _parse_calc(fields: _Fields, block_id: str) -> Calc:
                            f"(fields: {', '.join(CALC_KINDS[kind])})", "fields")
     if len(set(shown)) != len(shown):
         raise fields.error("fields lists a field twice", "fields")
-    return Calc(kind=kind, model=model, fields=tuple(shown), values=values, line=fields.raw.line, id=block_id)
+    return Calc(kind=kind, model=model, fields=tuple(shown), values=values, line=fields.raw.line, id=block_id,
+                goal=goal, goal_hints=tuple(goal_hints), goal_text=goal_text)
 
 
 def _parse_measure(fields: _Fields, block_id: str) -> Measure:
@@ -240,9 +298,10 @@ def _parse_predict(fields: _Fields, block_id: str) -> Predict:
     metric = fields.take("metric", "str", required=True)
     unit = fields.take("unit", "str", default="")
     explain = fields.take("explain", "str", default="")
-    fields.finish(("id", "question", "probe", "params", "metric", "unit", "explain"))
+    draw = _parse_draw(fields)
+    fields.finish(("id", "question", "probe", "params", "metric", "unit", "explain", "draw"))
     return Predict(id=block_id, question=question, probe=probe, params=params, metric=metric, unit=unit,
-                   line=fields.raw.line, explain=explain)
+                   line=fields.raw.line, explain=explain, draw=draw)
 
 
 def _parse_quiz(fields: _Fields, block_id: str) -> Quiz:
@@ -257,8 +316,15 @@ def _parse_quiz(fields: _Fields, block_id: str) -> Quiz:
     hints = fields.take("hints", "str_list", default=())
     explanation = fields.take("explanation", "str", default="")
     unit = fields.take("unit", "str", default="")
+    feedback = fields.take("feedback", "str_list", default=())
+    shuffle = fields.take("shuffle", "bool", default=True)
+    draw = _parse_draw(fields)
     fields.finish(("id", "question", "kind", "choices", "answer", "answer_expr", "tolerance", "hints",
-                   "explanation", "unit"))
+                   "explanation", "unit", "feedback", "shuffle", "draw"))
+    if kind != "choice" and feedback:
+        raise fields.error(f"feedback belongs to kind = \"choice\" (one text per choice), not {kind!r}", "feedback")
+    if kind == "choice" and feedback and len(feedback) != len(choices):
+        raise fields.error(f"feedback needs one text per choice ({len(choices)}), got {len(feedback)}", "feedback")
     if (answer is None) == (answer_expr is None):
         raise fields.error("give exactly one of answer and answer_expr", "answer" if answer is not None else None)
     if kind == "choice":
@@ -291,7 +357,7 @@ def _parse_quiz(fields: _Fields, block_id: str) -> Quiz:
         answer = tuple(answer) if isinstance(answer, list) else answer
     return Quiz(id=block_id, question=question, kind=kind, choices=tuple(choices), answer=answer,
                 answer_expr=answer_expr, tolerance=tolerance, hints=tuple(hints), explanation=explanation,
-                line=fields.raw.line, unit=unit)
+                line=fields.raw.line, unit=unit, feedback=tuple(feedback), shuffle=shuffle, draw=draw)
 
 
 _PARSERS: dict[str, Callable[[_Fields, str], Block]] = {

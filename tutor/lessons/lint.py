@@ -9,15 +9,16 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tutor.errors import UserError
 from tutor.lessons.grading import expected_answer, format_expected, grade
+from tutor.lessons.learner import draw_combinations, drawn_values, render_block, resolve_params
 from tutor.lessons.loader import CURRICULUM_FILE, LESSON_MD, LESSON_TOML, Curriculum
 from tutor.lessons.model import Calc, Lesson, Measure, Predict, Prose, Quiz
-from tutor.lessons.values import DeviceFigures, render_values
+from tutor.lessons.values import DeviceFigures
 
 ALLOWLIST_FILE = "lint-allow.toml"
 
@@ -47,29 +48,54 @@ def _texts(block: Any) -> list[str]:
     if isinstance(block, Prose):
         return [block.text]
     if isinstance(block, Quiz):
-        return [block.question, block.explanation, *block.hints, *block.choices]
+        return [block.question, block.explanation, *block.hints, *block.choices, *block.feedback]
     if isinstance(block, Predict):
         return [block.question, block.explain]
     if isinstance(block, Measure):
         return [block.explain]
+    if isinstance(block, Calc):
+        return [block.goal_text, *block.goal_hints]
     return []
 
 
+def _variants(block: Any) -> list[Any]:
+    """The block once per combination of its draws (the block itself when it draws nothing)."""
+    if not getattr(block, "draw", ()):
+        return [block]
+    return [replace(block, drawn=combo) for combo in draw_combinations(block)]
+
+
+def _draw_name(block: Any) -> str:
+    drawn = getattr(block, "drawn", None)
+    return f" and draw {drawn}" if drawn else ""
+
+
 def check_values(lesson: Lesson, devices: Iterable[DeviceFigures | None] = LINT_DEVICES) -> list[str]:
-    """Every {{ }} value in every text renders with each device (and with none)."""
+    """Every {{ }} value in every text of every block renders with each device (and with none) and
+    each combination of the block's draws, and no rendered text still holds `{{` or `}}`."""
     problems = []
     devices = tuple(devices)
     for block in lesson.blocks:
-        for text in _texts(block):
-            if "{{" not in text:
-                continue
+        for variant in _variants(block):
+            failed = False
             for device in devices:
                 try:
-                    render_values(text, device=device)
+                    rendered = render_block(variant, device=device)
                 except UserError as error:
-                    problems.append(f"{_where(lesson, block.line)}: with {_device_name(device)}: {error}")
+                    problems.append(f"{_where(lesson, block.line)}: with {_device_name(device)}{_draw_name(variant)}: "
+                                    f"{error}")
+                    failed = True
                     break
-    return problems
+                left = [text for text in _texts(rendered) if "{{" in text or "}}" in text]
+                if left:
+                    shown = left[0] if len(left[0]) <= 70 else left[0][:67] + "..."
+                    problems.append(f"{_where(lesson, block.line)}: {block.directive} {block.id}: "
+                                    f"'{{{{' or '}}}}' left in rendered text: {shown!r}")
+                    failed = True
+                    break
+            if failed:
+                break
+    return list(dict.fromkeys(problems))
 
 
 def wrong_answer(quiz: Quiz, expected: str | float) -> str:
@@ -82,10 +108,12 @@ def wrong_answer(quiz: Quiz, expected: str | float) -> str:
 
 
 def check_quizzes(lesson: Lesson, devices: Iterable[DeviceFigures | None] = LINT_DEVICES) -> list[str]:
-    """Each quiz's reference answer (as computed and as displayed) passes its grader; a wrong one fails."""
+    """Each quiz's reference answer (as computed and as displayed) passes its grader and a wrong one
+    fails, for every device and every combination of its draws."""
     problems = []
-    for quiz in lesson.quizzes:
-        where = f"{_where(lesson, quiz.line)}: quiz {quiz.id}"
+    quizzes = [variant for quiz in lesson.quizzes for variant in _variants(quiz)]
+    for quiz in quizzes:
+        where = f"{_where(lesson, quiz.line)}: quiz {quiz.id}{_draw_name(quiz)}"
         for device in tuple(devices):
             try:
                 expected = expected_answer(quiz, device=device)
@@ -126,7 +154,37 @@ def check_calculators(lesson: Lesson) -> list[str]:
                 problems.append(f"{_where(lesson, block.line)}: calc {block.id}: give a model or params to start from")
         except UserError as error:
             problems.append(f"{_where(lesson, block.line)}: calc {block.id}: {error}")
+            continue
+        problems += check_goal_start(lesson, block)
     return problems
+
+
+def check_goal_start(lesson: Lesson, calc: Calc) -> list[str]:
+    """A calculator exercise must not start solved: its starting values miss the goal."""
+    if calc.goal is None:
+        return []
+    from tutor.lessons.goals import check_goal
+
+    where = f"{_where(lesson, calc.line)}: calc {calc.id}"
+    try:
+        start = check_goal(calc, dict(calc.values))
+    except UserError as error:
+        return [f"{where}: goal: {error}"]
+    if start.met:
+        return [f"{where}: its starting values already meet the goal ({start.message}): start from a layout "
+                "that does not"]
+    return []
+
+
+def check_predict_and_measure(lesson: Lesson) -> list[str]:
+    """A lesson has at least one ```predict and one ```measure block (issue 8: predict, measure,
+    explain in every lesson)."""
+    kinds = {block.directive for block in lesson.blocks}
+    missing = [kind for kind in ("predict", "measure") if kind not in kinds]
+    if not missing:
+        return []
+    return [f"{_where(lesson, 1)}: no {' and no '.join(missing)} block: every lesson has a prediction the learner "
+            "commits, then a measurement on this machine"]
 
 
 def metric_matches(metric: str, documented: Iterable[str]) -> bool:
@@ -147,9 +205,16 @@ def check_probes(lesson: Lesson, probes: Mapping[str, Any]) -> list[str]:
     a probe with `metrics_for(params)` is asked for the exact names instead.
     """
     problems = []
-    for block in lesson.blocks:
-        if not isinstance(block, (Measure, Predict)):
+    for written in lesson.blocks:
+        if not isinstance(written, (Measure, Predict)):
             continue
+        block = written
+        if isinstance(written, Predict):
+            try:
+                block = replace(written, params=resolve_params(written.params, draw=drawn_values(written)))
+            except UserError as error:
+                problems.append(f"{_where(lesson, written.line)}: predict {written.id}: params: {error}")
+                continue
         where = f"{_where(lesson, block.line)}: {block.directive} {block.id}"
         probe = probes.get(block.probe)
         if probe is None:
@@ -293,9 +358,12 @@ def check_hand_typed_numbers(lesson: Lesson, allow: Iterable[AllowEntry] = ()) -
     return problems
 
 
-def lint_curriculum(root: Path, probes: Mapping[str, Any] | None = None) -> list[str]:
+def lint_curriculum(root: Path, probes: Mapping[str, Any] | None = None, *,
+                    require_predict_and_measure: bool = True) -> list[str]:
     """Every problem the checks above find in the curriculum at `root`, lesson by lesson (a lesson that
-    does not parse is one problem, and the others are still checked). probes=None skips the probe check."""
+    does not parse is one problem, and the others are still checked). probes=None skips the probe check.
+    Every lesson must hold a prediction the learner commits and a measurement on this machine;
+    `require_predict_and_measure=False` lints a minimal curriculum (the tests' fixture) for the other rules."""
     from tutor.lessons.loader import load_curriculum
 
     try:
@@ -316,6 +384,8 @@ def lint_curriculum(root: Path, probes: Mapping[str, Any] | None = None) -> list
             continue
         problems += check_values(lesson) + check_quizzes(lesson) + check_calculators(lesson)
         problems += check_hand_typed_numbers(lesson, allow)
+        if require_predict_and_measure:
+            problems += check_predict_and_measure(lesson)
         if probes is not None:
             problems += check_probes(lesson, probes)
     return problems

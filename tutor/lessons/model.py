@@ -65,6 +65,16 @@ class Bits:
 
 
 @dataclass(frozen=True)
+class Goal:
+    """What a calculator exercise asks: the worst device fits `device` with at most `devices_max`
+    (and at least `devices_min`) devices. `device` is a card name (tutor.hardware.specs) or a size."""
+
+    device: str
+    devices_max: int | None = None
+    devices_min: int | None = None
+
+
+@dataclass(frozen=True)
 class Calc:
     """A calculator bound to tutor.theory.
 
@@ -79,6 +89,10 @@ class Calc:
     values: dict[str, Any]
     line: int = 1
     id: str = ""
+    goal: Goal | None = None
+    """An exercise: the layout the learner finds must fit `goal.device` (tutor.lessons.goals)."""
+    goal_hints: tuple[str, ...] = ()
+    goal_text: str = ""
     directive: ClassVar[str] = "calc"
 
 
@@ -107,6 +121,10 @@ class Predict:
     unit: str
     line: int = 1
     explain: str = ""
+    draw: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    """(name, values) pairs: one value of each is drawn per learner (tutor.lessons.learner)."""
+    drawn: dict[str, Any] | None = None
+    """The values drawn for this learner (None until personalised; expressions then see the first ones)."""
     directive: ClassVar[str] = "predict"
     kind: ClassVar[str] = "predict"
 
@@ -115,8 +133,10 @@ class Predict:
 class Quiz:
     """A graded question.
 
-    kind "number": `answer` (a number) or `answer_expr` (evaluated like `{{ }}`), relative `tolerance`;
-    kind "choice": `choices` and `answer`, the 0-based index of the right one;
+    kind "number": `answer` (a number) or `answer_expr` (evaluated like `{{ }}`), relative `tolerance`,
+    `unit` the unit the answer is in (answers in other units of its kind are converted);
+    kind "choice": `choices` and `answer`, the 0-based index of the right one, `feedback` one text per
+    choice (shown when it is picked), `shuffle` whether the engine shuffles them per learner;
     kind "text": `answer`, one accepted text or a tuple of them (case and spacing ignored), or `answer_expr`.
     """
 
@@ -131,6 +151,12 @@ class Quiz:
     explanation: str
     line: int = 1
     unit: str = ""
+    feedback: tuple[str, ...] = ()
+    shuffle: bool = True
+    draw: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    """(name, values) pairs: one value of each is drawn per learner (tutor.lessons.learner)."""
+    drawn: dict[str, Any] | None = None
+    """The values drawn for this learner (None until personalised; expressions then see the first ones)."""
     directive: ClassVar[str] = "quiz"
 
 

@@ -1,5 +1,11 @@
 """The learner's progress: blocks done, lessons completed, quiz answers and predictions.
 
+`done_blocks` are the blocks *solved*: a quiz answered right, a predict measured, a measure run.
+A quiz whose answer the learner had shown is only *seen* (`seen_blocks`, with how many times it was
+shown: the round a quiz is drawn and shuffled for); it does not count toward completing a lesson
+(lesson_complete). `learner_id` is a random id created with the file: the seed of each learner's
+draws and choice order (tutor.lessons.learner), so they stay the same across runs.
+
 Stored as data_dir()/progress.json; every change is written at once, atomically. Before each write
 the file is read again and merged (done blocks and completions are unions), so two app instances
 (the terminal and `tensor-tutor serve`) do not erase each other's progress. When the folder cannot
@@ -8,13 +14,14 @@ be written the store keeps working in memory and says so in `warning`.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tutor.lessons.model import Track
+from tutor.lessons.model import Lesson, Track
 from tutor.storage import data_dir, read_json, write_json_atomic
 
 PROGRESS_FILE = "progress.json"
@@ -27,6 +34,8 @@ class LessonProgress:
 
     done_blocks: frozenset[str]
     completed: bool
+    seen_blocks: frozenset[str] = frozenset()
+    """Quizzes whose answer was shown (and not solved since)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,20 @@ def _now() -> str:
 
 
 def _empty() -> dict[str, Any]:
-    return {"version": FORMAT_VERSION, "last_lesson": None, "lessons": {}}
+    return {"version": FORMAT_VERSION, "last_lesson": None, "learner_id": None, "lessons": {}}
+
+
+REQUIRED_TO_COMPLETE = ("quiz", "predict", "measure")
+
+
+def required_blocks(lesson: Lesson) -> set[str]:
+    """The blocks a lesson is completed by: every quiz (solved), predict and measure."""
+    return {block.id for block in lesson.blocks if block.directive in REQUIRED_TO_COMPLETE}
+
+
+def lesson_complete(lesson: Lesson, state: LessonProgress) -> bool:
+    """Whether every required block is solved (a quiz only seen does not count)."""
+    return required_blocks(lesson) <= set(state.done_blocks)
 
 
 def _clean_lesson(entry: Any) -> dict[str, Any] | None:
@@ -68,11 +90,14 @@ def _clean_lesson(entry: Any) -> dict[str, Any] | None:
     if not isinstance(entry, dict):
         return None
     done = entry.get("done_blocks", [])
+    seen = entry.get("seen_blocks", {})
     answers = entry.get("answers", {})
     predictions = entry.get("predictions", {})
     return {
         "done_blocks": sorted({item for item in done if isinstance(item, str)}) if isinstance(done, list) else [],
         "completed": entry.get("completed") is True,
+        "seen_blocks": {key: value for key, value in seen.items() if isinstance(key, str) and isinstance(value, int)
+                        and not isinstance(value, bool) and value > 0} if isinstance(seen, dict) else {},
         "answers": {key: value for key, value in answers.items()
                     if isinstance(value, dict) and isinstance(value.get("answer"), str)
                     and isinstance(value.get("correct"), bool)} if isinstance(answers, dict) else {},
@@ -87,6 +112,8 @@ def clean_progress(data: dict[str, Any]) -> dict[str, Any]:
     clean = _empty()
     if isinstance(data.get("last_lesson"), str):
         clean["last_lesson"] = data["last_lesson"]
+    if isinstance(data.get("learner_id"), str) and data["learner_id"]:
+        clean["learner_id"] = data["learner_id"]
     lessons = data.get("lessons")
     if isinstance(lessons, dict):
         for lesson_id, entry in lessons.items():
@@ -100,10 +127,13 @@ def merge_progress(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, An
     """Both instances' progress: done blocks and completions united; our answers win on a clash."""
     merged = clean_progress(theirs)
     merged["last_lesson"] = ours.get("last_lesson") or merged["last_lesson"]
+    merged["learner_id"] = merged["learner_id"] or ours.get("learner_id")  # the first one written stays
     for lesson_id, entry in ours["lessons"].items():
         other = merged["lessons"].setdefault(lesson_id, _clean_lesson({}))
         other["done_blocks"] = sorted(set(other["done_blocks"]) | set(entry["done_blocks"]))
         other["completed"] = other["completed"] or entry["completed"]
+        other["seen_blocks"] = {key: max(other["seen_blocks"].get(key, 0), entry["seen_blocks"].get(key, 0))
+                                for key in set(other["seen_blocks"]) | set(entry["seen_blocks"])}
         other["answers"] = {**other["answers"], **entry["answers"]}
         other["predictions"] = {**other["predictions"], **entry["predictions"]}
     return merged
@@ -131,7 +161,26 @@ class ProgressStore:
 
     def lesson_state(self, lesson_id: str) -> LessonProgress:
         entry = self._lesson(lesson_id)
-        return LessonProgress(done_blocks=frozenset(entry["done_blocks"]), completed=entry["completed"])
+        return LessonProgress(done_blocks=frozenset(entry["done_blocks"]), completed=entry["completed"],
+                              seen_blocks=frozenset(key for key in entry["seen_blocks"]
+                                                    if key not in entry["done_blocks"]))
+
+    @property
+    def learner_id(self) -> str:
+        """This progress file's random id (created and saved on first use): the seed of the learner's
+        draws and choice order."""
+        if not self._data.get("learner_id"):
+            new_id = secrets.token_hex(8)
+            self._change(None, lambda data: data.__setitem__("learner_id", data.get("learner_id") or new_id))
+        return self._data["learner_id"]
+
+    def round_of(self, lesson_id: str, block_id: str) -> int:
+        """How many times the learner had this block's answer shown: the round it is drawn for."""
+        return int(self._lesson(lesson_id)["seen_blocks"].get(block_id, 0))
+
+    def attempts(self, lesson_id: str, block_id: str) -> int:
+        """Answers counted for a quiz (unreadable ones are not recorded)."""
+        return int(self._lesson(lesson_id)["answers"].get(block_id, {}).get("attempts", 0))
 
     def is_completed(self, lesson_id: str) -> bool:
         return self._lesson(lesson_id)["completed"]
@@ -194,6 +243,13 @@ class ProgressStore:
     def mark_block(self, lesson_id: str, block_id: str) -> None:
         def update(entry: dict[str, Any]) -> None:
             entry["done_blocks"] = sorted(set(entry["done_blocks"]) | {block_id})
+
+        self._change(lesson_id, update)
+
+    def record_reveal(self, lesson_id: str, block_id: str) -> None:
+        """The learner had the answer shown: the quiz is seen, not solved (the next visit is a new round)."""
+        def update(entry: dict[str, Any]) -> None:
+            entry["seen_blocks"][block_id] = int(entry["seen_blocks"].get(block_id, 0)) + 1
 
         self._change(lesson_id, update)
 

@@ -214,6 +214,7 @@ def _base_namespace() -> MappingProxyType:
         moe,
         parallel,
         peaks,
+        reliability,
         roofline,
         units,
     )
@@ -221,7 +222,7 @@ def _base_namespace() -> MappingProxyType:
     theory = {"formats": formats, "models": models, "memory": memory, "kv_cache": kv_cache,
               "activations": activations, "parallel": parallel, "flops": flops, "roofline": roofline,
               "moe": moe, "units": units, "fit": fit, "peaks": peaks, "lora": lora,
-              "interconnect": interconnect}
+              "interconnect": interconnect, "reliability": reliability}
     return MappingProxyType({
         **{name: _public_view(module) for name, module in theory.items()},
         "math": _public_view(math, own_only=False),
@@ -231,7 +232,27 @@ def _base_namespace() -> MappingProxyType:
 
 def namespace_names() -> tuple[str, ...]:
     """Every name an expression may use (besides the safe builtins)."""
-    return tuple(_base_namespace()) + ("device", "reference_gpu")
+    return tuple(_base_namespace()) + ("device", "reference_gpu", "draw")
+
+
+class Draw:
+    """The values drawn for one learner in one block: `draw.model` and `draw["model"]` both work."""
+
+    def __init__(self, values: Any = None) -> None:
+        object.__setattr__(self, "_drawn", dict(values or {}))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._drawn[name]
+        except KeyError:
+            raise UserError(f"no draw named {name!r} (this block draws: {', '.join(self._drawn) or 'nothing'})") \
+                from None
+
+    def __getitem__(self, name: str) -> Any:
+        return self.__getattr__(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("draws are read-only")
 
 
 # ---- evaluation ---------------------------------------------------------------------------------
@@ -279,12 +300,14 @@ def _as_device(device: Any) -> DeviceFigures | None:
     raise UserError(f"device must be DeviceFigures, a Machine or None, got {type(device).__name__}")
 
 
-def evaluate(expr: str, *, device: DeviceFigures | Machine | None = None) -> Any:
-    """The value of one lesson expression; any failure is a UserError naming the expression."""
+def evaluate(expr: str, *, device: DeviceFigures | Machine | None = None, draw: Any = None) -> Any:
+    """The value of one lesson expression; any failure is a UserError naming the expression.
+    `draw`: the block's drawn values (name -> value), seen as `draw.name` / `draw["name"]`."""
     code = _compile(expr)
     scope = dict(_base_namespace())
     scope["device"] = _as_device(device)
     scope["reference_gpu"] = reference_gpu()
+    scope["draw"] = Draw(draw)
     try:
         return eval(code, {"__builtins__": dict(SAFE_BUILTINS)}, scope)
     except UserError as error:
@@ -306,11 +329,11 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def render_values(text: str, *, device: DeviceFigures | Machine | None = None) -> str:
+def render_values(text: str, *, device: DeviceFigures | Machine | None = None, draw: Any = None) -> str:
     """`text` with every {{ expr }} replaced by its formatted value (format_value)."""
 
     def substitute(match: re.Match[str]) -> str:
-        value = evaluate(match.group(1), device=device)
+        value = evaluate(match.group(1), device=device, draw=draw)
         try:
             return format_value(value)
         except UserError as error:

@@ -217,6 +217,9 @@ FORMATS: dict[str, NumberFormat] = {
     "fp8-e5m2": _float_format(
         "fp8-e5m2", 8, 5, 2, "ieee", "FP8 E5M2: IEEE-like with inf and NaN, max 57344.",
         "Micikevicius et al., 'FP8 Formats for Deep Learning', arXiv 2209.05433 Table 1; OCP OFP8 v1.0"),
+    "fp64": _float_format(
+        "fp64", 64, 11, 52, "ieee", "IEEE double precision: 11-bit exponent, 52-bit mantissa; NumPy's default.",
+        "IEEE 754-2019 §3.6 Table 3.5 (binary64)"),
     "int8": NumberFormat(
         name="int8", family="int", storage_bits=8,
         summary="8-bit two's complement integer; symmetric quantization uses -127..127.",

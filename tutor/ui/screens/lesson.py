@@ -122,9 +122,19 @@ The lesson is completed when every quiz, prediction and measurement in it is don
                 widgets.append(Static(f"(unknown block {kind!r} at line {getattr(block, 'line', '?')})",
                                       classes="error"))
                 continue
+            if kind == "measure":  # quiz, predict and calc render their own texts (with the learner's draws)
+                block = self._render_block(block)
             widgets.append(widget_class(block, lesson_id=self.lesson_id, services=self.services,
                                         done=block_id(block) in state.done_blocks))
         return widgets
+
+    def _render_block(self, block: Any) -> Any:
+        from tutor.lessons.learner import render_block
+
+        try:
+            return render_block(block, device=self.services.machine)
+        except ValueError:  # a broken {{ }}: the block shows its text as written; the lint names it
+            return block
 
     def _render_prose(self, text: str) -> str:
         try:

@@ -15,7 +15,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Grid
-from textual.widgets import Input, Label, Select, Static
+from textual.widgets import Button, Input, Label, Select, Static
 
 from tutor.errors import UserError
 from tutor.theory import activations as acts
@@ -368,6 +368,18 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
             values.setdefault("model", block.model)
         self.values: dict[str, Any] = {**{name: DEFAULTS[name] for name in self.fields if name in DEFAULTS}, **values}
         self.border_title = f"Calculator: {self.calc_kind}"
+        self.goal = getattr(block, "goal", None)
+        self.goal_tries = 0
+        if self.goal is not None:
+            self.border_title = f"Exercise: {self.calc_kind} calculator"
+            from tutor.lessons.learner import render_block
+
+            try:
+                self.block = render_block(block, device=self.services.machine)
+            except ValueError as error:  # a broken {{ }} in the goal text: shown as written, with the reason
+                self.goal_error = str(error)
+            else:
+                self.goal_error = None
 
     @staticmethod
     def _calc_kind(block: Any) -> str:
@@ -376,6 +388,8 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
         return kind if kind in KINDS else str(dict(getattr(block, "values", {}) or {}).get("kind", "memory"))
 
     def compose(self) -> ComposeResult:
+        if self.goal is not None:
+            yield Static(Text(getattr(self.block, "goal_text", "") or "Meet the goal.", style="bold"), id="goal")
         with Grid():
             for name in self.fields:
                 yield Label(name.replace("_", " "))
@@ -391,7 +405,36 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
                                  allow_blank=False, compact=True, id=f"field-{name}")
                 else:
                     yield Input(value=shown(value), compact=True, id=f"field-{name}")
+        if self.goal is not None:
+            yield Button("Check", id="check-goal", variant="primary")
+            yield Static(id="goal-verdict", classes="status")
+            yield Static(id="goal-hints", classes="status")
         yield Static(id="output")
+
+    @on(Button.Pressed, "#check-goal")
+    def check_goal(self, event: Any = None) -> None:
+        """Check the learner's layout against the goal with tutor.theory; a hint on a wrong try."""
+        if event is not None:
+            event.stop()
+        from tutor.lessons.goals import check_goal
+
+        verdict = self.query_one("#goal-verdict", Static)
+        try:
+            result = check_goal(self.block, dict(self.values))
+        except ValueError as error:  # UserError: the layout makes no sense (tp not dividing heads, ...)
+            verdict.update(Text(f"✗ {error}", style="yellow"))
+            return
+        if result.met:
+            verdict.update(Text.assemble(("✓ ", "bold green"), result.message))
+            self.complete()
+            return
+        self.goal_tries += 1
+        verdict.update(Text.assemble(("✗ not yet: ", "bold red"), result.message))
+        hints = tuple(getattr(self.block, "goal_hints", ()))
+        if hints:
+            shown_hints = hints[: min(self.goal_tries, len(hints))]
+            self.query_one("#goal-hints", Static).update(
+                "\n".join(f"hint {i + 1}/{len(hints)}: {hint}" for i, hint in enumerate(shown_hints)))
 
     def on_mount(self) -> None:
         self.recompute()

@@ -47,7 +47,7 @@ def percent_cell(row: Any) -> str:
     if measured is None or theory is None or theory == 0:
         return "-"
     ratio = measured / theory
-    if ratio <= 1.0:
+    if ratio <= 1.0 or f"{ratio * 100:.1f}" == "100.0":  # equal at the shown precision: not "above"
         return f"{ratio * 100:.1f} %"
     if getattr(row, "rate", False) or "/s" in row.unit:
         if row.note:

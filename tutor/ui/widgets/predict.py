@@ -15,8 +15,14 @@ from tutor.ui.widgets.block import say
 from tutor.ui.widgets.measure import ProbeRunner, ResultView, format_value
 
 
-def parse_guess(text: str) -> float:
-    """A guess as a number: '3', '3.5x', '2e9', '1,200' (a trailing unit word is ignored)."""
+def parse_guess(text: str, unit: str = "") -> float:
+    """A guess as a number: '3', '3.5x', '2e9', '1,200', '2^-7', '128 KiB' (converted to `unit` when it
+    is a unit of the same kind; another trailing word is ignored)."""
+    from tutor.lessons.grading import number_readings
+
+    readings = number_readings(text, unit)
+    if readings:
+        return readings[-1] if unit else readings[0]
     cleaned = text.strip().replace(",", "").replace("×", "").replace("_", "")
     while cleaned and not (cleaned[-1].isdigit() or cleaned[-1] == "."):
         cleaned = cleaned[:-1].rstrip()
@@ -55,6 +61,15 @@ The probe then runs on this machine (Escape cancels) and the block compares your
 the measured value as a ratio ("2.1x too high"). Your predictions are saved with your progress.
 """
 
+    def __init__(self, block: Any, **kwargs: Any) -> None:
+        super().__init__(block, **kwargs)
+        from tutor.lessons.learner import safe_learner_view
+
+        self.written = block
+        self.block, self.render_error = safe_learner_view(
+            block, learner_id=str(getattr(self.services.progress, "learner_id", "") or ""),
+            lesson_id=self.lesson_id, device=self.services.machine)
+
     def compose(self) -> ComposeResult:
         unit = getattr(self.block, "unit", "")
         yield Static(Text(self.block.question, style="bold"))
@@ -80,7 +95,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
             return
         text = self.query_one("#guess", Input).value
         try:
-            self.predicted = parse_guess(text)
+            self.predicted = parse_guess(text, getattr(self.block, "unit", ""))
         except ValueError as error:
             self._show_error(str(error))
             return

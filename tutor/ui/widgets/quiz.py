@@ -1,4 +1,9 @@
-"""The quiz block: graded by tutor.lessons.grade, a hint after each wrong answer, progress recorded."""
+"""The quiz block: graded by tutor.lessons.grade, a hint after each wrong answer, progress recorded.
+
+The block shown is the learner's own (tutor.lessons.learner): numbers drawn and choices shuffled
+for this progress file, every text rendered. An answer that cannot be read is not an attempt.
+"Show answer" opens after a few attempts and marks the quiz seen, not solved.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,14 @@ from textual.widgets import Button, Input, RadioButton, RadioSet, Static
 
 from tutor.ui.widgets.block import LessonBlock, say
 
+ATTEMPTS_BEFORE_REVEAL = 3
+"""Wrong answers before "Show answer" opens (fewer when the quiz has fewer hints; at least one)."""
+
+
+def attempts_before_reveal(hints: int) -> int:
+    """How many counted attempts open "Show answer": one per hint, at least 1, at most 3."""
+    return max(1, min(ATTEMPTS_BEFORE_REVEAL, hints))
+
 
 class QuizBlock(LessonBlock):
     """```quiz: a number, a choice or a short text, checked against the lesson's own answer."""
@@ -22,15 +35,33 @@ class QuizBlock(LessonBlock):
 
 Type your answer (or pick a choice) and press **Enter** or *Check*.
 
-- Numbers may carry a unit or an exponent (`3.4e38`); close enough (the quiz's tolerance) is right.
-- Each wrong answer reveals the next **hint**.
-- *Show answer* gives up: it shows the answer and the explanation.
+- Numbers may carry a unit or a power (`3.4e38`, `2^-24`, `128 KiB`, `14 GB`): units are converted;
+  close enough (the quiz's tolerance) is right. An answer that cannot be read does not count.
+- Each wrong answer reveals the next **hint**, and a wrong choice says why it is wrong.
+- *Show answer* opens after a few tries: it shows the answer and the explanation, and the quiz
+  counts as seen, not solved (next visit: a fresh draw to solve).
 Answers are saved with your progress.
 """
+
+    def __init__(self, block: Any, **kwargs: Any) -> None:
+        super().__init__(block, **kwargs)
+        from tutor.lessons.learner import safe_learner_view
+
+        progress = self.services.progress
+        round_of = getattr(progress, "round_of", None)
+        self.written = block
+        self.block, self.render_error = safe_learner_view(
+            block, learner_id=str(getattr(progress, "learner_id", "") or ""), lesson_id=self.lesson_id,
+            device=self.services.machine, round_=round_of(self.lesson_id, block.id) if callable(round_of) else 0)
+        attempts = getattr(progress, "attempts", None)
+        self.attempts = attempts(self.lesson_id, block.id) if callable(attempts) else 0
+        self.revealed = False
 
     def compose(self) -> ComposeResult:
         quiz = self.block
         yield Static(Text(quiz.question, style="bold"))
+        if self.render_error:
+            yield Static(Text(f"could not compute a value: {self.render_error}"), classes="error")
         if quiz.kind == "choice":
             with RadioSet(id="choices"):
                 for choice in quiz.choices:
@@ -40,10 +71,14 @@ Answers are saved with your progress.
                 unit = getattr(quiz, "unit", "")
                 yield Input(placeholder=f"your answer{f' ({unit})' if unit else ''}", id="answer")
             yield Button("Check", id="check", variant="primary")
-            yield Button("Show answer", id="reveal")
+            yield Button("Show answer", id="reveal", disabled=not self.can_reveal)
         yield Static(id="feedback", classes="status")
         yield Static(id="hints", classes="status")
         yield Static(id="explanation", classes="status")
+
+    @property
+    def can_reveal(self) -> bool:
+        return self.attempts >= attempts_before_reveal(len(self.block.hints))
 
     def on_mount(self) -> None:
         self.hints_shown = 0
@@ -71,10 +106,16 @@ Answers are saved with your progress.
             say(feedback, Text("type an answer first" if self.block.kind != "choice" else "pick a choice first",
                                  style="yellow"))
             return
+        if self.revealed:
+            say(feedback, Text("the answer was shown: come back to this lesson for a fresh try", style="yellow"))
+            return
         try:
             grade = self.services.grade(self.block, answer, device=self.services.machine)
-        except ValueError as error:  # UserError: an answer the grader cannot read
+        except ValueError as error:  # UserError: a broken quiz (content), shown in place
             say(feedback, Text(str(error), style="yellow"))
+            return
+        if not getattr(grade, "valid", True):  # unreadable: not an attempt, no hint given away
+            say(feedback, Text(grade.message, style="yellow"))
             return
         self._record(answer, grade.correct)
         if grade.correct:
@@ -82,8 +123,10 @@ Answers are saved with your progress.
             self._explain()
             self.complete()
             return
+        self.attempts += 1
         say(feedback, Text.assemble(("✗ not yet. ", "bold red"), grade.message or ""))
         self._next_hint()
+        self.query_one("#reveal", Button).disabled = not self.can_reveal
 
     def _record(self, answer: str, correct: bool) -> None:
         try:
@@ -107,14 +150,30 @@ Answers are saved with your progress.
 
     @on(Button.Pressed, "#reveal")
     def reveal(self, event: Any = None) -> None:
+        """Give up: show the answer and the explanation; the quiz is seen, not solved."""
         if event is not None:
             event.stop()
+        if not self.can_reveal or self.done:
+            return
         try:
             expected = self.services.expected_answer(self.block, device=self.services.machine)
         except ValueError as error:
             expected = f"(cannot compute: {error})"
         if self.block.kind == "choice" and isinstance(expected, int) and 0 <= expected < len(self.block.choices):
             expected = self.block.choices[expected]
-        say(self.query_one("#feedback", Static), Text.assemble(("answer: ", "bold"), str(expected)))
+        if self.block.kind == "number" and isinstance(expected, (int, float)):
+            from tutor.lessons.grading import format_expected
+
+            expected = format_expected(self.block, expected)
+        say(self.query_one("#feedback", Static), Text.assemble(("answer: ", "bold"), str(expected),
+                                                               (" (seen, not solved)", "dim")))
         self._explain()
-        self.complete()
+        self.revealed = True
+        self.query_one("#check", Button).disabled = True
+        self.query_one("#reveal", Button).disabled = True
+        record = getattr(self.services.progress, "record_reveal", None)
+        if callable(record):
+            try:
+                record(self.lesson_id, self.block_id)
+            except Exception as error:  # progress is a convenience: a full disk must not break the lesson
+                self.notify(f"not saved: {error}", severity="warning")
