@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import struct
 from pathlib import Path
@@ -12,19 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tutor.cli import main
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """Run the CLI in-process: (exit code, stdout, stderr). Any exception other than SystemExit fails."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    return code, out.getvalue(), err.getvalue()
+from cli_runner import run
 
 
 def assert_one_line_error(argv: list[str], fragment: str = "") -> str:

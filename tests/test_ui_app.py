@@ -564,9 +564,8 @@ def test_serve_validates_and_serves_on_localhost(monkeypatch, capsys):
         def serve(self):
             calls.append("served")
 
-    textual_serve = pytest.importorskip("textual_serve.server")
-
-    monkeypatch.setattr(textual_serve, "Server", FakeServer)
+    monkeypatch.setattr(serve, "guarded_server_class", lambda: FakeServer)
+    monkeypatch.setattr(serve, "check_can_listen", lambda host, port: None)  # 8123 may be taken here
     cli.main(["serve", "--port", "8123"])
     assert calls == [(serve.app_command(), "127.0.0.1", 8123), "served"]
     assert serve.app_command().endswith("-m tutor learn")

@@ -1,7 +1,7 @@
 """The learner's settings (theme, live-pane sample rate, measuring device), kept in settings.json.
 
-Unknown keys are ignored (a newer version may have written them); a known key with a bad value
-falls back to its default with a warning, so one typo never resets the others.
+Unknown keys are ignored, and kept when the file is saved (a newer version may have written them); a
+known key with a bad value falls back to its default with a warning, so one typo never resets the others.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tutor.file_lock import locked
 from tutor.storage import data_dir, read_json, write_json_atomic
 
 SETTINGS_FILE = "settings.json"
@@ -81,7 +82,8 @@ def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> str | None:
-    """Write settings.json atomically; returns a warning line instead of raising when it cannot."""
+    """Write settings.json atomically, keeping keys it does not know; returns a warning line instead of
+    raising when it cannot."""
     for field in dataclasses.fields(Settings):
         value = getattr(settings, field.name)
         if not _VALIDATORS[field.name](value):
@@ -90,7 +92,10 @@ def save_settings(settings: Settings, path: Path | None = None) -> str | None:
             raise UserError(f"setting {field.name} = {value!r} is not {_EXPECTED[field.name]}")
     path = settings_path() if path is None else Path(path)
     try:
-        write_json_atomic(path, dataclasses.asdict(settings))
+        with locked(path):
+            on_disk, _ = read_json(path, {})
+            # Keys this version does not know (a newer version wrote them) are kept, not dropped.
+            write_json_atomic(path, {**on_disk, **dataclasses.asdict(settings)})
     except OSError as error:
         return f"could not save settings to {path} ({error.strerror or error}); they last until you quit"
     return None

@@ -33,14 +33,19 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 
-def _corrupt_name(path: Path) -> Path:
+def side_file_name(path: Path, tag: str = "corrupt") -> Path:
+    """A free name `<name>.<tag>-<UTC timestamp>[-n]` beside `path`, for content set aside."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    candidate = path.with_name(f"{path.name}.corrupt-{stamp}")
+    candidate = path.with_name(f"{path.name}.{tag}-{stamp}")
     counter = 1
     while candidate.exists():
-        candidate = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
+        candidate = path.with_name(f"{path.name}.{tag}-{stamp}-{counter}")
         counter += 1
     return candidate
+
+
+def _corrupt_name(path: Path) -> Path:
+    return side_file_name(path, "corrupt")
 
 
 def set_aside(path: Path, why: str) -> str:

@@ -2,8 +2,11 @@
 
 Each line is {"notebook_version", "header": {...environment...}, "results": [...]}; lines are
 appended whole with one os.write on an O_APPEND descriptor and fsync'd, so concurrent runs never
-interleave and a crash leaves at most one torn last line. Reading skips lines that do not parse
-and counts them. A notebook that cannot be written costs a warning, never the run.
+interleave and a crash leaves at most one torn last line. Before appending, a torn last line (no
+final newline, or one that does not parse) is moved to a side file `results.jsonl.torn-<UTC time>`
+and cut off, so the new run starts on a line of its own and is never swallowed by the torn one.
+Reading skips lines that do not parse and counts them. A notebook that cannot be written costs a
+warning, never the run.
 """
 
 from __future__ import annotations
@@ -18,40 +21,113 @@ from typing import Any
 
 NOTEBOOK_FILE = "results.jsonl"
 NOTEBOOK_VERSION = 1
-DATA_DIR_ENV = "TENSOR_TUTOR_DATA_DIR"
+TORN_TAG = "torn"
+_TAIL_BLOCK = 1 << 16
 
 
 def notebook_path() -> Path:
-    """$TENSOR_TUTOR_DATA_DIR/results.jsonl, else platformdirs' user data dir for tensor-tutor."""
-    override = os.environ.get(DATA_DIR_ENV)
-    if override:
-        return Path(override) / NOTEBOOK_FILE
-    import platformdirs
+    """results.jsonl in tutor.storage.data_dir() (the one place the learner's files live)."""
+    from tutor.storage import data_dir
 
-    return Path(platformdirs.user_data_dir("tensor-tutor")) / NOTEBOOK_FILE
+    return data_dir() / NOTEBOOK_FILE
+
+
+def _read_at(fd: int, count: int, offset: int) -> bytes:
+    """os.pread where it exists; seek + read elsewhere (Windows). Writes ignore the position:
+    the descriptor is O_APPEND."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, count, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, count)
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """Offset of the first byte of the file's last line (the byte after the last newline that is
+    not the file's final byte). Reads backwards in blocks: a notebook can hold thousands of runs."""
+    end = size - 1  # a final newline belongs to the last line
+    while end > 0:
+        start = max(0, end - _TAIL_BLOCK)
+        block = _read_at(fd, end - start, start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def _parses(data: bytes) -> bool:
+    """Whether a line is whole JSON. Valid JSON that is not a run is left in place (read_notebook
+    counts it): only a line cut short by a torn write is moved aside."""
+    try:
+        json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def _set_aside_torn_tail(fd: int, target: Path) -> str | None:
+    """Move a torn last line (no final newline, or unparsable) to a side file and cut it off.
+    Returns a one-line note naming the side file, or None when the tail is whole."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return None
+    start = _last_line_start(fd, size)
+    tail = _read_at(fd, size - start, start)
+    whole = tail.endswith(b"\n")
+    if whole and (not tail.strip() or _parses(tail)):
+        return None
+    from tutor.storage import side_file_name
+
+    side = side_file_name(target, TORN_TAG)
+    with open(side, "xb") as handle:
+        handle.write(tail)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.ftruncate(fd, start)
+    why = "did not parse" if whole else "had no final newline"
+    return f"the notebook's last line {why} (a torn write); moved its {len(tail):,} bytes to {side.name}"
+
+
+def _lock(fd: int) -> None:
+    """An exclusive advisory lock while the tail is checked and the run appended (POSIX only:
+    elsewhere O_APPEND alone keeps whole lines apart, and a torn tail is still set aside)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def append_run(header: dict[str, Any], results: Sequence[dict[str, Any]], path: Path | None = None) -> str | None:
-    """Append one run as one line. Returns None on success, else a one-line warning."""
+    """Append one run as one line. Returns None on success, else a one-line warning (which also
+    reports a torn last line that was set aside before this run was saved)."""
     target = path or notebook_path()
     record = {"notebook_version": NOTEBOOK_VERSION, "header": header, "results": list(results)}
     try:
         line = (json.dumps(record, separators=(",", ":"), allow_nan=False, default=str) + "\n").encode()
     except ValueError as error:
         return f"results not saved: {error}"
+    note = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            _lock(fd)
+            note = _set_aside_torn_tail(fd, target)
             written = os.write(fd, line)
             os.fsync(fd)
         finally:
-            os.close(fd)
+            os.close(fd)  # also releases the lock
     except OSError as error:
         return f"results not saved to {target}: {error.strerror or error}"
     if written != len(line):
         return f"results only partly saved to {target} ({written} of {len(line)} bytes)"
-    return None
+    return f"{note}; this run is saved after it" if note else None
+
+
+def _is_run_record(record: Any) -> bool:
+    return (isinstance(record, dict) and isinstance(record.get("header"), dict)
+            and isinstance(record.get("results"), list) and all(isinstance(r, dict) for r in record["results"]))
 
 
 @dataclass(frozen=True)
@@ -67,6 +143,11 @@ class Run:
         return str(self.header.get("date", "?"))
 
     @property
+    def cancelled(self) -> bool:
+        """True when the run was stopped (Ctrl-C, Esc) before its budget was spent."""
+        return self.header.get("cancelled") is True
+
+    @property
     def device(self) -> str:
         devices = sorted({str(r.get("device")) for r in self.results if r.get("device")})
         return ",".join(devices) or "?"
@@ -77,17 +158,30 @@ class Notebook:
     runs: tuple[Run, ...]
     corrupt_lines: int
     warning: str = ""  # "" when the file read cleanly (or does not exist yet)
+    set_aside: tuple[Path, ...] = ()  # side files holding torn lines cut off before an append
+
+
+def torn_side_files(target: Path) -> tuple[Path, ...]:
+    """The side files that torn last lines of `target` were moved to, oldest first."""
+    try:
+        return tuple(sorted(target.parent.glob(f"{target.name}.{TORN_TAG}-*")))
+    except OSError:
+        return ()
 
 
 def read_notebook(path: Path | None = None) -> Notebook:
     """Every run that parses; lines that do not are counted in `corrupt_lines`."""
     target = path or notebook_path()
+    aside = torn_side_files(target)
+    aside_note = (f"{len(aside)} torn line(s) were set aside earlier: {', '.join(p.name for p in aside)}"
+                  if aside else "")
     try:
         text = target.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return Notebook(runs=(), corrupt_lines=0)
+        return Notebook(runs=(), corrupt_lines=0, warning=aside_note, set_aside=aside)
     except OSError as error:
-        return Notebook(runs=(), corrupt_lines=0, warning=f"cannot read {target}: {error.strerror or error}")
+        return Notebook(runs=(), corrupt_lines=0, warning=f"cannot read {target}: {error.strerror or error}",
+                        set_aside=aside)
     runs: list[Run] = []
     corrupt = 0
     for line in text.splitlines():
@@ -98,14 +192,14 @@ def read_notebook(path: Path | None = None) -> Notebook:
         except json.JSONDecodeError:
             corrupt += 1
             continue
-        if not (isinstance(record, dict) and isinstance(record.get("header"), dict)
-                and isinstance(record.get("results"), list)
-                and all(isinstance(r, dict) for r in record["results"])):
+        if not _is_run_record(record):
             corrupt += 1
             continue
         runs.append(Run(number=len(runs) + 1, header=record["header"], results=tuple(record["results"])))
-    warning = f"skipped {corrupt} corrupt line(s) in {target}" if corrupt else ""
-    return Notebook(runs=tuple(runs), corrupt_lines=corrupt, warning=warning)
+    notes = [f"skipped {corrupt} corrupt line(s) in {target}"] if corrupt else []
+    if aside_note:
+        notes.append(f"{aside_note} (in {target.parent})")
+    return Notebook(runs=tuple(runs), corrupt_lines=corrupt, warning="; ".join(notes), set_aside=aside)
 
 
 def case_key(result: dict[str, Any]) -> tuple[str, ...] | None:

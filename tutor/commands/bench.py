@@ -15,6 +15,7 @@ appended to the results notebook (see tutor.bench.notebook).
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -89,10 +90,14 @@ def collective(ctx: click.Context, **options: Any) -> None:
 @bench.command()
 @click.option("--compare", nargs=2, type=int, default=None, metavar="A B", help="Ratios B/A per matching case.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
-def history(compare: tuple[int, int] | None, as_json: bool) -> None:
+@click.pass_context
+def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) -> None:
     """List stored runs, or compare two of them."""
+    from rich.markup import escape
+
     from tutor.bench.notebook import compare_runs, notebook_path, read_notebook, run_headlines
 
+    as_json = as_json or bool(_merged(ctx, {"as_json": None}).get("as_json"))
     notebook = read_notebook()
     if notebook.warning:
         click.echo(f"tensor-tutor: warning: {notebook.warning}", err=True)
@@ -113,34 +118,40 @@ def history(compare: tuple[int, int] | None, as_json: bool) -> None:
         for column in ("case", "figure", f"run {compare[0]}", f"run {compare[1]}", "ratio"):
             table.add_column(column, justify="right" if column not in ("case", "figure") else "left")
         for row in rows:
-            table.add_row(row.case, row.figure, f"{row.before:.4g}", f"{row.after:.4g}", f"{row.ratio:.2f}x")
+            table.add_row(escape(row.case), escape(row.figure), f"{row.before:.4g}", f"{row.after:.4g}",
+                          f"{row.ratio:.2f}x")
         Console().print(table if rows else "no case appears in both runs")
         return
     if as_json:
         click.echo(json.dumps({"notebook": str(notebook_path()), "corrupt_lines": notebook.corrupt_lines,
+                               "set_aside": [str(path) for path in notebook.set_aside],
                                "runs": [{"number": run.number, "date": run.date, "device": run.device,
-                                         "headlines": run_headlines(run)} for run in notebook.runs]}))
+                                         "cancelled": run.cancelled, "headlines": run_headlines(run)}
+                                        for run in notebook.runs]}))
         return
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     if not notebook.runs:
-        console.print(f"no runs stored yet in {notebook_path()} (run `tensor-tutor bench --quick`)")
+        console.print(f"no runs stored yet in {escape(str(notebook_path()))} (run `tensor-tutor bench --quick`)")
         return
-    table = Table(title=f"runs in {notebook_path()}")
+    table = Table(title=f"runs in {escape(str(notebook_path()))}")
     for column in ("#", "date", "device", "headline figures"):
         table.add_column(column)
     for run in notebook.runs:
         figures = ", ".join(f"{label} {value:.4g}" for label, value in run_headlines(run).items())
-        table.add_row(str(run.number), run.date, run.device, figures)
+        if run.cancelled:
+            figures = f"cancelled: partial; {figures}" if figures else "cancelled before any result"
+        table.add_row(f"{run.number}{' (cancelled)' if run.cancelled else ''}", escape(run.date),
+                      escape(run.device), escape(figures))
     console.print(table)
 
 
 def _validate(options: dict[str, Any]) -> None:
     budget, ranks = options.get("budget"), options.get("ranks")
-    if budget is not None and not budget > 0:
-        raise UserError(f"--budget must be a positive number of seconds, got {budget:g}")
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise UserError(f"--budget must be a positive number of seconds (finite), got {budget:g}")
     if ranks is not None and ranks < 1:
         raise UserError(f"--ranks must be at least 1, got {ranks}")
 
@@ -148,32 +159,29 @@ def _validate(options: dict[str, Any]) -> None:
 def _run(ctx: click.Context, kinds: tuple[str, ...] | None, options: dict[str, Any]) -> None:
     _validate(options)
     quick, as_json = bool(options.get("quick")), bool(options.get("as_json"))
-    from tutor.bench import suite
-    from tutor.bench.environment import environment_header, load_machine, resolve_device
-    from tutor.bench.matmul import parse_dtypes
-
-    device = resolve_device(options.get("device"))
-    dtype_text = options.get("dtype")
-    if quick and dtype_text is None:
-        dtype_text = ",".join(d for d in ("fp32", "bf16", "fp16") if d in parse_dtypes(None, device))
-    dtypes = parse_dtypes(dtype_text, device)
-    if kinds is None:
-        kinds = ("matmul", "bandwidth") if quick else suite.default_kinds(device, ranks=options.get("ranks"))
-    if "transfer" in kinds and not device.startswith("cuda"):
-        raise UserError("host<->device transfers need a CUDA device (this run is on cpu)")
-    budget = options.get("budget") or (suite.QUICK_BUDGET_S if quick else suite.DEFAULT_BUDGET_S)
-    machine = load_machine()
-    cases = suite.plan_suite(kinds, device=device, machine=machine, dtypes=dtypes, ranks=options.get("ranks"),
-                             quick=quick)
+    command = "tensor-tutor bench " + " ".join(sys.argv[2:])
+    try:
+        device, machine, cases, budget = _plan(kinds, options, quick)
+    except KeyboardInterrupt:
+        # Ctrl-C while torch loads: nothing finished, but a --json caller still gets JSON.
+        if as_json:
+            click.echo(json.dumps({"device": _bare_header(command, options), "results": []}))
+        click.echo("tensor-tutor: cancelled before any measurement finished", err=True)
+        sys.exit(130)
     outcome, interrupted = _run_with_progress(cases, budget)
+    from tutor.bench.environment import environment_header
     from tutor.bench.memory import memory_accounting
 
-    header = environment_header(machine, command="tensor-tutor bench " + " ".join(sys.argv[2:]))
+    try:
+        header = environment_header(machine, command=command)
+        header["memory"] = memory_accounting(device).to_json()
+    except KeyboardInterrupt:  # a second Ctrl-C must not cost what finished
+        interrupted = True
+        header = _bare_header(command, options)
     header["device_under_test"] = device
     header["budget_s"] = budget
     header["elapsed_s"] = round(outcome.elapsed_s, 3)
-    header["cancelled"] = outcome.cancelled
-    header["memory"] = memory_accounting(device).to_json()
+    header["cancelled"] = outcome.cancelled or interrupted
     results = outcome.to_json()
     from tutor.bench.notebook import append_run
 
@@ -195,6 +203,36 @@ def _run(ctx: click.Context, kinds: tuple[str, ...] | None, options: dict[str, A
         sys.exit(130)
     if outcome.failures and not outcome.results:
         sys.exit(1)
+
+
+def _plan(kinds: tuple[str, ...] | None, options: dict[str, Any], quick: bool) -> tuple[str, Any, list[Any], float]:
+    """The device, machine, cases and budget of a run (this is where torch is imported)."""
+    from tutor.bench import suite
+    from tutor.bench.environment import load_machine, resolve_device
+    from tutor.bench.matmul import parse_dtypes
+
+    device = resolve_device(options.get("device"))
+    dtype_text = options.get("dtype")
+    if quick and dtype_text is None:
+        dtype_text = ",".join(d for d in ("fp32", "bf16", "fp16") if d in parse_dtypes(None, device))
+    dtypes = parse_dtypes(dtype_text, device)
+    if kinds is None:
+        kinds = ("matmul", "bandwidth") if quick else suite.default_kinds(device, ranks=options.get("ranks"))
+    if "transfer" in kinds and not device.startswith("cuda"):
+        raise UserError("host<->device transfers need a CUDA device (this run is on cpu)")
+    budget = options.get("budget") or (suite.QUICK_BUDGET_S if quick else suite.DEFAULT_BUDGET_S)
+    machine = load_machine()
+    cases = suite.plan_suite(kinds, device=device, machine=machine, dtypes=dtypes, ranks=options.get("ranks"),
+                             quick=quick)
+    return device, machine, cases, budget
+
+
+def _bare_header(command: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The header of a run cancelled before the environment could be described."""
+    import datetime as _dt
+
+    return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": command,
+            "device_under_test": options.get("device"), "cancelled": True}
 
 
 def _run_with_progress(cases: list[Any], budget: float) -> tuple[Any, bool]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from tutor.commands.safe_text import as_text, markup_safe
 from tutor.hardware import Machine, detect_machine
 from tutor.hardware.machine import CPU_MEMORY_PEAK_NOTE, DTYPES, UNKNOWN_GPU
 from tutor.theory.units import human_bytes
@@ -44,9 +45,9 @@ def _render(machine: Machine, torch_view: Any | None) -> None:
     info = Table.grid(padding=(0, 2))
     info.add_column(style="bold")
     info.add_column()
-    info.add_row("model", f"{cpu.model_name} ({cpu.vendor or 'unknown vendor'}, {cpu.arch})")
+    info.add_row("model", as_text(f"{cpu.model_name} ({cpu.vendor or 'unknown vendor'}, {cpu.arch})"))
     info.add_row("cores", f"{_na(cpu.physical_cores)} physical, {_na(cpu.logical_cores)} logical")
-    info.add_row("ISA", " ".join(cpu.flags) or "unknown")
+    info.add_row("ISA", as_text(" ".join(cpu.flags) or "unknown"))
     caches = ", ".join(f"L{c.level}{'d' if c.kind == 'Data' else 'i' if c.kind == 'Instruction' else ''} "
                        f"{human_bytes(c.size_bytes)}" for c in cpu.caches)
     info.add_row("caches", caches or "unknown")
@@ -67,7 +68,7 @@ def _render(machine: Machine, torch_view: Any | None) -> None:
         if peak.note:
             detail = f"{detail}: {peak.note}" if detail else peak.note
         peaks.add_row(dtype, _rate(peak.flops / 1e12 if peak.flops else None, unit), per_cycle, detail)
-    notes = [f"[yellow]note:[/] {note}" for note in cpu.notes]
+    notes = [f"[yellow]note:[/] {markup_safe(note)}" for note in cpu.notes]
     console.print(Panel(Group(info, peaks, *notes), title="CPU", title_align="left"))
 
     ram = Table.grid(padding=(0, 2))
@@ -80,13 +81,14 @@ def _render(machine: Machine, torch_view: Any | None) -> None:
 
     nvml = machine.nvml
     if not machine.gpus:
-        console.print(Panel(f"{nvml.reason or 'no NVIDIA GPU found'}\nThe CPU is measured alone; "
+        console.print(Panel(f"{markup_safe(nvml.reason or 'no NVIDIA GPU found')}\nThe CPU is measured alone; "
                             "GPU lessons show their theory without a measurement.",
                             title="NVIDIA GPUs", title_align="left"))
     for gpu in machine.gpus:
         console.print(_gpu_panel(machine, gpu))
     if machine.gpus:
-        console.print(f"driver {nvml.driver_version or 'N/A'}, CUDA driver API {nvml.cuda_driver_version or 'N/A'}")
+        console.print(markup_safe(f"driver {nvml.driver_version or 'N/A'}, "
+                                  f"CUDA driver API {nvml.cuda_driver_version or 'N/A'}"))
     if torch_view is not None:
         console.print(_torch_panel(torch_view))
         from tutor.hardware.torch_devices import accelerator_agreement
@@ -95,7 +97,7 @@ def _render(machine: Machine, torch_view: Any | None) -> None:
         if disagreement:
             console.print(f"[yellow]{disagreement}[/]")
     versions = ", ".join(f"{k} {v}" for k, v in machine.versions.items() if v)
-    console.print(f"[dim]{versions}[/]")
+    console.print(f"[dim]{markup_safe(versions)}[/]")
 
 
 def _gpu_panel(machine: Machine, gpu: Any) -> Any:
@@ -147,7 +149,7 @@ def _gpu_panel(machine: Machine, gpu: Any) -> Any:
     device = f"cuda:{gpu.index}"
     parts: list[Any] = [grid]
     if spec is None:
-        parts.append(f"[yellow]{UNKNOWN_GPU}[/] (no datasheet entry for {gpu.name!r})")
+        parts.append(f"[yellow]{UNKNOWN_GPU}[/] (no datasheet entry for {markup_safe(repr(gpu.name))})")
     else:
         table = Table(title=f"dense datasheet peaks of {spec.name}, TFLOP/s (int8: TOP/s)", title_justify="left")
         for dtype in DTYPES:
@@ -165,7 +167,7 @@ def _gpu_panel(machine: Machine, gpu: Any) -> Any:
             parts.append(f"[dim]note: {spec.notes}[/]")
         if spec.confidence != "datasheet":
             parts.append(f"[yellow]confidence {spec.confidence}[/]")
-    title = f"GPU {gpu.index}: {gpu.name} ({device} when CUDA_VISIBLE_DEVICES is unset)"
+    title = f"GPU {gpu.index}: {markup_safe(gpu.name)} ({device} when CUDA_VISIBLE_DEVICES is unset)"
     return Panel(Group(*parts), title=title, title_align="left")
 
 
@@ -174,20 +176,20 @@ def _torch_panel(view: Any) -> Any:
     from rich.table import Table
 
     if view.torch_version is None:
-        return Panel(view.error or "torch unavailable", title="torch", title_align="left")
+        return Panel(as_text(view.error or "torch unavailable"), title="torch", title_align="left")
     build = f"torch {view.torch_version}, CUDA {view.cuda_version or '-'}, HIP {view.hip_version or '-'}, " \
             f"CPU kernels {view.cpu_capability or '-'}"
     table = Table(title=build, title_justify="left")
     for column in ("device", "backend", "name", "memory", "SMs", "capability", "check"):
         table.add_column(column)
     for device in view.devices:
-        table.add_row(device.device, device.backend, device.name,
+        table.add_row(device.device, device.backend, as_text(device.name),
                       human_bytes(device.total_memory_bytes) if device.total_memory_bytes else "-",
                       str(device.sm_count or "-"),
                       ".".join(map(str, device.compute_capability)) if device.compute_capability else "-",
                       device.spec_check or "")
     if view.error:
-        table.caption = view.error
+        table.caption = markup_safe(view.error)
     return Panel(table, title="torch devices", title_align="left")
 
 

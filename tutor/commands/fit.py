@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import click
 
+from tutor.commands.safe_text import markup_safe, plain
 from tutor.errors import UserError
 from tutor.hardware.memory_budget import DeviceBudget, device_budget
 from tutor.theory import fit as fitting
@@ -138,7 +139,8 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
     estimate = fitting.estimate(arch, request) if arch is not None else fitting.estimate_from_count(count, request)
     capacity = budget.capacity
     fits = None if capacity is None else estimate.worst.total <= capacity
-    searches = {"largest_batch": None, "largest_seq_len": None, "suggestions": []}
+    searches = {"largest_batch": None, "largest_seq_len": None, "suggestions": [],
+                "flag_notes": _flags_that_do_not_apply(mode, recipe)}
     if arch is not None and capacity is not None:
         searches["largest_batch"] = fitting.largest_batch(arch, request, capacity)
         searches["largest_seq_len"] = fitting.largest_seq_len(arch, request, capacity)
@@ -160,11 +162,40 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
         return
     _render(estimate, name, source, budget, fits, searches)
     if checkpoint is not None:
-        click.echo(_checkpoint_line(checkpoint, estimate.total_params))
+        click.echo(plain(_checkpoint_line(checkpoint, estimate.total_params)))  # dtype names come from the file
     if traced is not None:
         from tutor.commands.fit_trace import render_trace
 
         render_trace(traced, estimate)
+
+
+# Flags that only mean something in one mode (or with an adapter recipe): given on the command
+# line where they do not apply, they are named in a note rather than silently ignored.
+_TRAIN_ONLY = ("recipe", "optimizer", "zero", "recompute", "microbatches", "lora_rank", "lora_targets")
+_INFERENCE_ONLY = ("kv_dtype",)
+_ADAPTER_ONLY = ("lora_rank", "lora_targets")
+
+
+def _flags_that_do_not_apply(mode: str, recipe: str) -> list[str]:
+    """Notes naming each flag the user typed that this mode (or recipe) ignores."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = [name for name in ctx.params if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    flag = {name: "--" + name.replace("_", "-") for name in given}
+    flag.update({"seq_len": "--seq", "as_json": "--json"})
+    if mode == "inference":
+        groups = [(_TRAIN_ONLY, "only apply to training (--mode train)")]
+    else:
+        groups = [(_INFERENCE_ONLY, "only apply to inference: training keeps no KV cache")]
+        if recipe not in ("lora", "qlora"):
+            groups.append((_ADAPTER_ONLY, "only apply to --recipe lora or qlora"))
+    notes = []
+    for names, why in groups:
+        ignored = [flag[n] for n in given if n in names]
+        if ignored:
+            notes.append(f"{', '.join(ignored)}: ignored here; these flags {why}")
+    return notes
 
 
 def _checkpoint_json(checkpoint, params_total: int) -> dict | None:
@@ -214,8 +245,12 @@ def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: 
         "fits": fits,
         "largest_batch": searches["largest_batch"],
         "largest_seq_len": searches["largest_seq_len"],
+        # True: the search stopped at its bound (fitting.BATCH_SEARCH_BOUND, SEQ_SEARCH_BOUND), so
+        # the figure is "at least", not the largest that fits.
+        "largest_batch_at_search_bound": searches["largest_batch"] == fitting.BATCH_SEARCH_BOUND,
+        "largest_seq_len_at_search_bound": searches["largest_seq_len"] == fitting.SEQ_SEARCH_BOUND,
         "suggestions": [{"change": s.change, "total_bytes": s.total} for s in searches["suggestions"]],
-        "notes": list(estimate.notes),
+        "notes": list(estimate.notes) + searches["flag_notes"],
     }
 
 
@@ -258,7 +293,7 @@ def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: Devic
         params_line += f", {human_count(estimate.params.active)} active per token"
     if request.mode == "train" and request.adapter:
         params_line += f", {estimate.trainable_params:,} trainable ({request.recipe})"
-    console.print(f"[bold]{name}[/bold]  {params_line}\n[dim]{source}[/dim]")
+    console.print(f"[bold]{markup_safe(name)}[/bold]  {params_line}\n[dim]{markup_safe(source)}[/dim]")
     layout = f"dp {request.dp} x tp {request.tp} x pp {request.pp}" + (f", ep {request.ep}" if request.ep > 1 else "")
     what = (f"inference, {request.dtype} weights, batch {request.batch} x {request.seq_len:,} tokens"
             if request.mode == "inference" else
@@ -290,27 +325,31 @@ def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: Devic
                       Text(f"the peak ({_phase_words(stage.peak.phase)}) + overhead", style="dim"))
         console.print(table)
         console.print(_peak_line(stage, request.mode))
-    for note in estimate.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+    for note in (*estimate.notes, *searches["flag_notes"]):
+        console.print(f"[yellow]note:[/yellow] {markup_safe(note)}")
     if budget.capacity is None:
-        console.print(f"\n[yellow]No verdict:[/yellow] the memory of {budget.name} is unknown ({budget.source}); "
+        console.print(f"\n[yellow]No verdict:[/yellow] the memory of {markup_safe(budget.name)} is unknown "
+                      f"({markup_safe(budget.source)}); "
                       "pass --device 24GiB to check against a size.")
         return
     worst = estimate.worst.total
     verdict = "[bold green]FITS[/bold green]" if fits else "[bold red]DOES NOT FIT[/bold red]"
-    console.print(f"\n{verdict}: needs {_size(worst)} GiB per device (peak + overhead); {budget.name} has "
-                  f"{_size(budget.capacity)} GiB ({budget.source}), "
+    console.print(f"\n{verdict}: needs {_size(worst)} GiB per device (peak + overhead); "
+                  f"{markup_safe(budget.name)} has {_size(budget.capacity)} GiB ({markup_safe(budget.source)}), "
                   + (f"{_size(budget.capacity - worst)} GiB to spare." if fits else f"{_size(worst - budget.capacity)} GiB short."))
     if searches["largest_batch"] is not None:
         batch, seq = searches["largest_batch"], searches["largest_seq_len"]
-        console.print(f"Largest batch at {request.seq_len:,} tokens: {batch:,}" if batch else
-                      f"No batch fits at {request.seq_len:,} tokens.")
-        console.print(f"Longest sequence at batch {request.batch}: {seq:,} tokens" if seq else
-                      f"No sequence length fits at batch {request.batch}.")
+        beyond = "the search stops there; memory does not limit it sooner"
+        console.print(f"Largest batch at {request.seq_len:,} tokens: "
+                      + (f"more than {batch:,} ({beyond})" if batch == fitting.BATCH_SEARCH_BOUND else f"{batch:,}")
+                      if batch else f"No batch fits at {request.seq_len:,} tokens.")
+        console.print(f"Longest sequence at batch {request.batch}: "
+                      + (f"more than {seq:,} tokens ({beyond})" if seq == fitting.SEQ_SEARCH_BOUND else f"{seq:,} tokens")
+                      if seq else f"No sequence length fits at batch {request.batch}.")
     if searches["suggestions"]:
         console.print("\nWhat would make it fit:")
         for suggestion in searches["suggestions"]:
-            console.print(f"  {suggestion.change}: {_size(suggestion.total)} GiB per device")
+            console.print(f"  {markup_safe(suggestion.change)}: {_size(suggestion.total)} GiB per device")
     elif fits is False:
         console.print("\nNo single change tried here makes it fit; combine them (e.g. --zero 3 with --recompute full) "
                       "or use a larger device.")

@@ -9,6 +9,7 @@ import tomllib
 
 import click
 
+from tutor.commands.safe_text import as_text, markup_safe, plain
 from tutor.errors import UserError
 
 
@@ -24,6 +25,37 @@ def _params(pairs: tuple[str, ...]) -> dict:
         except tomllib.TOMLDecodeError:
             params[key.strip()] = value
     return params
+
+
+CANCEL_GRACE_S = 2.0
+
+
+def _run_interruptible(probe, values: dict, progress, cancel: threading.Event):
+    """probe.run in a worker thread, so that Ctrl-C reaches this thread at once even while torch
+    is inside one long kernel: it sets `cancel`, gives the probe CANCEL_GRACE_S to stop at its next
+    check, and re-raises KeyboardInterrupt (the daemon worker ends with the process)."""
+    outcome: dict = {}
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome["result"] = probe.run(values, progress, cancel)
+        except BaseException as error:  # handed to the main thread
+            outcome["error"] = error
+        finally:
+            finished.set()
+
+    threading.Thread(target=work, name=f"tensor-tutor-lab-{probe.name}", daemon=True).start()
+    try:
+        while not finished.wait(0.1):  # an Event, not Thread.join: see CPython gh-90882
+            pass
+    except KeyboardInterrupt:
+        cancel.set()
+        finished.wait(CANCEL_GRACE_S)
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 @click.command("lab")
@@ -48,10 +80,13 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
     cancel = threading.Event()
 
     def progress(fraction: float, message: str) -> None:
-        click.echo(f"\r[{fraction:4.0%}] {message[:70]:<70}", err=True, nl=False)
+        click.echo(f"\r[{fraction:4.0%}] {plain(message)[:70]:<70}", err=True, nl=False)
 
     try:
-        result = probe.run(values, progress, cancel)
+        result = _run_interruptible(probe, values, progress, cancel)
+    except UserError:
+        click.echo("\r" + " " * 78 + "\r", err=True, nl=False)  # the error line replaces the progress line
+        raise
     except KeyboardInterrupt:
         cancel.set()
         click.echo("\ncancelled", err=True)
@@ -63,13 +98,13 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{probe.title} ({result.device})", title_justify="left")
+    table = Table(title=markup_safe(f"{probe.title} ({result.device})"), title_justify="left")
     for column in ("measurement", "measured", "theory", "comparison", "note"):
         table.add_column(column, overflow="fold")
     for row in result.rows:
         measured = "-" if row.measured is None else f"{row.measured:,.4g} {row.unit}"
         theory = "-" if row.theory is None else f"{row.theory:,.4g} {row.unit}"
-        table.add_row(row.label, measured, theory, row.comparison, row.note)
+        table.add_row(as_text(row.label), measured, theory, as_text(row.comparison), as_text(row.note))
     console = Console()
     console.print(table)
-    console.print(result.summary)
+    console.print(as_text(result.summary))  # results quote parameters as typed (dir=...)

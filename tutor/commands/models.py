@@ -36,6 +36,7 @@ def models(devices: bool, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tutor.commands.safe_text import as_text
     from tutor.theory.units import human_count
 
     table = Table(title=f"{len(rows)} model presets (offline; `tensor-tutor fit NAME`)", title_justify="left")
@@ -49,7 +50,8 @@ def models(devices: bool, as_json: bool) -> None:
             # A published total may sum checkpoint tensors (parameters + persistent buffers).
             matched = {row["checkpoint_tensors"]: "exact (checkpoint tensors)", row["params_total"]: "exact"}
             published = matched.get(int(published), f"{int(published):,}")
-        table.add_row(row["name"], row["display_name"], row["model_type"], human_count(row["params_total"]),
+        table.add_row(as_text(row["name"]), as_text(row["display_name"]), as_text(row["model_type"]),
+                      human_count(row["params_total"]),
                       active, published)
     Console().print(table)
 

@@ -2,18 +2,31 @@
 
 Each browser tab starts its own `python -m tutor learn` process on this machine, so every tab's
 measurements run on this machine's hardware. Bound to localhost unless --host says otherwise.
+
+A WebSocket is a session that runs the tutor here, so it is guarded: browsers let any web page open a
+WebSocket to localhost, so one whose Origin is not the served address is refused (403), and at most
+MAX_SESSIONS sessions run at once (503 beyond), since each is a process that can run benchmarks.
 """
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import shlex
+import socket
 import sys
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
 from tutor.errors import UserError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+MAX_SESSIONS = 4
+"""Browser sessions at once: each runs its own tutor process (and may run benchmarks) on this machine."""
 
 
 def app_command(lesson_id: str | None = None) -> str:
@@ -22,12 +35,130 @@ def app_command(lesson_id: str | None = None) -> str:
     return shlex.join(parts)
 
 
-@click.command("serve")
+def public_url(host: str, port: int) -> str:
+    """The address the browser opens (IPv6 literals in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _host_and_port(netloc_or_url: str) -> tuple[str, int | None] | None:
+    """(hostname, port) of an Origin ("http://host:port") or a Host header ("host:port"); None if malformed."""
+    try:
+        parts = urlsplit(netloc_or_url if "//" in netloc_or_url else f"//{netloc_or_url}")
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.hostname is None:
+        return None
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.hostname.lower(), port if port is not None else default
+
+
+def _is_ip_literal(hostname: str) -> bool:
+    try:
+        ipaddress.ip_address(hostname)
+    except ValueError:
+        return False
+    return True
+
+
+def origin_allowed(origin: str | None, host: str, port: int, request_host: str | None) -> bool:
+    """Whether a WebSocket's Origin header is the served address.
+
+    Served on localhost: any local name of it (localhost, 127.0.0.1, [::1]) on this port. Served on a
+    named address: that address on this port. Served on every interface (0.0.0.0, ::): the address the
+    browser used (the Host header), if it is an IP literal or localhost, since a DNS name could be
+    rebound to this machine by a foreign site. A missing or opaque ("null") Origin is refused.
+    """
+    if not origin or origin == "null":
+        return False
+    parsed = _host_and_port(origin)
+    if parsed is None or urlsplit(origin).scheme not in ("http", "https"):
+        return False
+    hostname, origin_port = parsed
+    if origin_port != port:
+        return False
+    if host in LOCAL_HOSTS:
+        return hostname in LOCAL_HOSTS
+    if host in WILDCARD_HOSTS:
+        requested = _host_and_port(request_host or "")
+        return (requested == (hostname, origin_port) or requested == (hostname, None)) and (
+            _is_ip_literal(hostname) or hostname == "localhost")
+    return hostname == host.lower().strip("[]")
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Refuse, in one line, a host that is not an address here or a port already in use (the server
+    would otherwise fail with a traceback deep inside asyncio)."""
+    if not host or host != host.strip():
+        raise UserError(f"--host {host!r}: give an address such as 127.0.0.1, or 0.0.0.0 for every interface")
+    try:
+        candidates = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as error:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise UserError(f"--host {host}: not an address this machine can listen on ({why})") from None
+    for family, kind, protocol, _, address in candidates:
+        with socket.socket(family, kind, protocol) as probe:
+            if hasattr(socket, "SO_REUSEADDR") and sys.platform != "win32":
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds on POSIX
+            try:
+                probe.bind(address)
+            except OSError as error:
+                raise _listen_error(host, port, error) from None
+
+
+def _listen_error(host: str, port: int, error: OSError) -> UserError:
+    if error.errno in (errno.EADDRINUSE, getattr(errno, "WSAEADDRINUSE", None)):
+        return UserError(f"port {port} is already in use on {host}: choose another with --port "
+                         f"(e.g. --port {port + 1 if port < 65535 else 8080})")
+    if error.errno == errno.EADDRNOTAVAIL:
+        return UserError(f"--host {host}: not an address of this machine")
+    if error.errno == errno.EACCES:
+        return UserError(f"not allowed to listen on port {port} (ports below 1024 need privileges): "
+                         "choose another with --port")
+    return UserError(f"cannot listen on {host}:{port} ({error.strerror or error})")
+
+
+@lru_cache(maxsize=1)
+def guarded_server_class() -> type:
+    """textual-serve's Server with the Origin check and the session cap (imported on first use)."""
+    from aiohttp import web
+    from textual_serve.server import Server
+
+    class GuardedServer(Server):
+        def __init__(self, command: str, *, host: str, port: int, max_sessions: int = MAX_SESSIONS,
+                     **options: Any) -> None:
+            super().__init__(command, host=host, port=port, public_url=public_url(host, port), **options)
+            self.max_sessions = max_sessions
+            self.sessions = 0
+
+        async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
+            origin = request.headers.get("Origin")
+            if not origin_allowed(origin, self.host, self.port, request.headers.get("Host")):
+                click.echo(f"tensor-tutor: refused a session from origin {origin!r} (not {self.public_url})",
+                           err=True)
+                raise web.HTTPForbidden(text=f"tensor-tutor: sessions are only accepted from {self.public_url}")
+            if self.sessions >= self.max_sessions:
+                raise web.HTTPServiceUnavailable(
+                    text=f"tensor-tutor: {self.max_sessions} sessions are open already (the most at once); "
+                         "close one and reload")
+            self.sessions += 1  # one event loop: no lock needed
+            try:
+                return await super().handle_websocket(request)
+            finally:
+                self.sessions -= 1
+
+    return GuardedServer
+
+
+@click.command("serve", help=f"""Run the tutor app in a browser: open http://HOST:PORT.
+
+Each browser tab is a session that runs its own tutor process on this machine: at most
+{MAX_SESSIONS} at once. Sessions are accepted only from pages served at this address (a WebSocket
+from any other web site is refused).""")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (localhost only by default).")
 @click.option("--port", default=8000, show_default=True, type=int, help="TCP port.")
 @click.argument("lesson_id", required=False)
 def serve(host: str, port: int, lesson_id: str | None) -> None:
-    """Run the tutor app in a browser: open http://HOST:PORT."""
     if not 1 <= port <= 65535:
         raise UserError(f"--port must be from 1 to 65535, got {port}")
     if lesson_id is not None:
@@ -35,11 +166,16 @@ def serve(host: str, port: int, lesson_id: str | None) -> None:
 
         lesson_id = load_curriculum().lesson(lesson_id).info.id
     try:
-        from textual_serve.server import Server
+        server_class = guarded_server_class()
     except ImportError:
         raise UserError("serving in a browser needs textual-serve: pip install textual-serve") from None
+    check_can_listen(host, port)
     if host not in LOCAL_HOSTS:
         click.echo(f"tensor-tutor: warning: listening on {host}: anyone who can reach it can run "
                    "benchmarks on this machine", err=True)
-    click.echo(f"tensor-tutor: serving the app at http://{host}:{port} (Ctrl-C stops)", err=True)
-    Server(app_command(lesson_id), host=host, port=port, title="tensor-tutor").serve()
+    click.echo(f"tensor-tutor: serving the app at {public_url(host, port)} (at most {MAX_SESSIONS} sessions; "
+               "Ctrl-C stops)", err=True)
+    try:
+        server_class(app_command(lesson_id), host=host, port=port, title="tensor-tutor").serve()
+    except OSError as error:  # taken between the check and the bind
+        raise _listen_error(host, port, error) from None

@@ -74,6 +74,31 @@ def resolve_shape(params: dict) -> dict:
             "attention": params["attention"], "dropout": dropout}
 
 
+def block_params(geometry: dict) -> int:
+    """Weights of one block: Q and O (h x h), K and V (h x kv_heads x head_dim), the MLP's 3 (gated)
+    or 2 matrices of h x ffn; norms and biases are too small to matter here."""
+    hidden, head_dim = geometry["hidden"], geometry["hidden"] // geometry["heads"]
+    mlp_matrices = 3 if geometry["style"] == "llama" else 2
+    return 2 * hidden * hidden + 2 * hidden * geometry["kv_heads"] * head_dim + mlp_matrices * hidden * geometry["ffn"]
+
+
+def _check_machine(params: dict, geometry: dict, activations: int, value_bytes: int, fix: str) -> None:
+    """Memory (fp32 init, the dtype copy, its gradient, the activations) and FLOPs (PaLM's
+    6N + 12·L·H·Q·T per token) against this machine (tutor.labs.limits)."""
+    from tutor.labs.limits import check_lab_fits
+    from tutor.theory.flops import training_flops_per_token
+
+    weights = params["layers"] * block_params(geometry)
+    memory = activations + weights * (4 + 2 * value_bytes)
+    flops = params["batch"] * params["seq"] * training_flops_per_token(
+        params=weights, layers=params["layers"], heads=geometry["heads"],
+        head_dim=geometry["hidden"] // geometry["heads"], seq_len=params["seq"])
+    check_lab_fits("activation-memory", memory_bytes=memory, device=resolve_device(params["device"]),
+                   memory_what=f"{weights:,} weights in fp32 then {params['dtype']} with gradients, "
+                               f"{activations:,} B of activations",
+                   flops=flops, dtype=params["dtype"], fix=fix)
+
+
 def _activation_memory(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     geometry = resolve_shape(params)
     value_bytes = {"fp32": 4, "bf16": 2, "fp16": 2}[params["dtype"]]
@@ -84,9 +109,11 @@ def _activation_memory(params: dict, progress: ProgressFn, cancel: threading.Eve
         kv_heads=geometry["kv_heads"], head_dim=geometry["hidden"] // geometry["heads"], ffn=geometry["ffn"],
         gated_mlp=geometry["style"] == "llama", dropout=geometry["dropout"] > 0, attention="eager",
         bytes_per_value=value_bytes)
+    fix = "lower seq, batch, hidden or layers"
     if estimate > MAX_THEORY_BYTES:
-        raise UserError(f"activation-memory: this shape keeps about {estimate / 2**20:.0f} MiB; "
-                        f"the lab allows {MAX_THEORY_BYTES // 2**20} MiB (lower seq, batch, hidden or layers)")
+        raise UserError(f"activation-memory: this shape keeps {estimate:,} B of activations; the lab allows at "
+                        f"most {MAX_THEORY_BYTES:,} B ({MAX_THEORY_BYTES // 2**20} MiB); {fix}")
+    _check_machine(params, geometry, estimate, value_bytes, fix)
     progress(0.0, "loading torch")
     import torch
 

@@ -9,13 +9,16 @@ reads it back with torch.load, and times both with tutor.bench's timing core.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import shutil
 import tempfile
 import threading
 import time
 from fractions import Fraction
 
+from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 
@@ -48,6 +51,46 @@ def _filesystem(path: str) -> str:
     return fstype
 
 
+CHECKPOINT_SLACK_BYTES = 2**20
+"""Room for torch.save's pickle and zip records beside the tensors' bytes (measured: well under 1 MiB here)."""
+
+
+def checkpoint_folder(folder: str | None, needed_bytes: int) -> str:
+    """Where the checkpoint goes (dir=, else the system temp dir), refused in one line before anything is
+    built when it is missing, a file, not writable, or has less room than the checkpoint needs."""
+    if folder is not None and not folder.strip():
+        raise UserError("dir= needs a directory (or leave it out for the system temp dir)")
+    named = f"dir={folder}" if folder is not None else f"the temp dir {tempfile.gettempdir()}"
+    path = os.path.expanduser(folder) if folder is not None else tempfile.gettempdir()
+    if not os.path.exists(path):
+        raise UserError(f"{named}: no such directory")
+    if not os.path.isdir(path):
+        raise UserError(f"{named}: is a file, not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{named}: not writable by this user")
+    free = shutil.disk_usage(path).free
+    if free < needed_bytes:
+        from tutor.theory.units import human_bytes
+
+        raise UserError(f"{named}: {human_bytes(free)} free, the checkpoint needs about {human_bytes(needed_bytes)}; "
+                        "choose another dir= or a smaller size_mb=")
+    return path
+
+
+def _write_failed(named: str, folder: str, error: Exception) -> UserError:
+    """One line for a write that failed. torch.save reports a full disk as a RuntimeError ("unexpected pos"),
+    so the room left decides whether the disk was full."""
+    try:
+        full = shutil.disk_usage(folder).free < CHECKPOINT_SLACK_BYTES
+    except OSError:
+        full = False
+    if full or (isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)):
+        why = "the disk is full"
+    else:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else f"{type(error).__name__}: {error}"
+    return UserError(f"writing the checkpoint in {named} failed: {why}")
+
+
 def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     start = time.perf_counter()
     per_param = checkpoint_bytes_per_param()
@@ -58,12 +101,14 @@ def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Even
         arch, _source = resolve_model(params["model"])
         model_params = count_parameters(arch).total
         model_bytes = math.ceil(model_params * per_param)
+    n_params = max(TENSOR_PARAMS, int(params["size_mb"] * 2**20 / per_param)) // TENSOR_PARAMS * TENSOR_PARAMS
+    target = checkpoint_folder(params["dir"], math.ceil(n_params * per_param) + CHECKPOINT_SLACK_BYTES)
+    named = f"dir={params['dir']}" if params["dir"] is not None else target
     progress(0.0, "loading torch")
     import torch
 
     from tutor.bench.timing import BenchCancelled, time_case
 
-    n_params = max(TENSOR_PARAMS, int(params["size_mb"] * 2**20 / per_param)) // TENSOR_PARAMS * TENSOR_PARAMS
     generator = torch.Generator().manual_seed(0)
     progress(0.05, f"building a checkpoint of {n_params:,} parameters")
     model, master, states = {}, {}, {}
@@ -81,33 +126,39 @@ def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Even
     cancelled = False
     writing = reading = None
     file_bytes = 0
-    with tempfile.TemporaryDirectory(prefix="tensor-tutor-ckpt-", dir=params["dir"]) as folder:
-        path = os.path.join(folder, "checkpoint.pt")
-        fstype = _filesystem(folder)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tensor-tutor-ckpt-", dir=target) as folder:
+            path = os.path.join(folder, "checkpoint.pt")
+            fstype = _filesystem(folder)
 
-        def write() -> None:
-            with open(path, "wb") as handle:
-                torch.save(state, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+            def write() -> None:
+                try:
+                    with open(path, "wb") as handle:
+                        torch.save(state, handle)
+                        handle.flush()
+                        os.fsync(handle.fileno())
+                except (OSError, RuntimeError) as error:
+                    raise _write_failed(named, target, error) from None
 
-        def read() -> None:
-            torch.load(path, weights_only=True)
+            def read() -> None:
+                torch.load(path, weights_only=True)
 
-        remaining = params["budget_s"] - (time.perf_counter() - start)
-        try:
-            progress(0.2, "writing (torch.save + fsync)")
-            writing = time_case(write, budget_s=max(remaining / 2, 0.05), min_iters=1, max_iters=MAX_ITERS,
-                                cancel=cancel)
-            file_bytes = os.path.getsize(path)
-            if cancel.is_set():
-                raise BenchCancelled("cancelled after writing")
-            progress(0.6, "reading back (torch.load)")
             remaining = params["budget_s"] - (time.perf_counter() - start)
-            reading = time_case(read, budget_s=max(remaining, 0.05), min_iters=1, max_iters=MAX_ITERS, cancel=cancel)
-        except BenchCancelled:
-            cancelled = True
-            file_bytes = os.path.getsize(path) if os.path.exists(path) else 0
+            try:
+                progress(0.2, "writing (torch.save + fsync)")
+                writing = time_case(write, budget_s=max(remaining / 2, 0.05), min_iters=1, max_iters=MAX_ITERS,
+                                    cancel=cancel)
+                file_bytes = os.path.getsize(path)
+                if cancel.is_set():
+                    raise BenchCancelled("cancelled after writing")
+                progress(0.6, "reading back (torch.load)")
+                remaining = params["budget_s"] - (time.perf_counter() - start)
+                reading = time_case(read, budget_s=max(remaining, 0.05), min_iters=1, max_iters=MAX_ITERS, cancel=cancel)
+            except BenchCancelled:
+                cancelled = True
+                file_bytes = os.path.getsize(path) if os.path.exists(path) else 0
+    except OSError as error:  # the folder removed or made read-only since the check
+        raise _write_failed(named, target, error) from None
     where = f"{params['dir'] or tempfile.gettempdir()} ({fstype or 'filesystem unknown'})"
     tmpfs_note = "; tmpfs lives in RAM: this is memory speed, not a disk" if fstype == "tmpfs" else ""
     if writing is not None:

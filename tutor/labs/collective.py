@@ -11,14 +11,34 @@ import threading
 
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.theory.units import human_bytes
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 BACKENDS = ("auto", "gloo", "nccl")
 
 
+def _check_machine(params: dict) -> None:
+    """Every rank holds the largest case's buffers (tutor.labs.limits.collective_buffer_bytes) on
+    top of its own interpreter with torch loaded, which this process measures (its resident
+    memory after importing torch): x ranks, against this machine's memory."""
+    import psutil
+    import torch  # noqa: F401  (the ranks' baseline is an interpreter with torch loaded)
+
+    from tutor.labs.limits import check_lab_fits, collective_buffer_bytes
+
+    ranks, largest = params["ranks"], max(params["sizes"])
+    buffers = collective_buffer_bytes(largest, ranks)
+    runtime = psutil.Process().memory_info().rss
+    check_lab_fits("collective", memory_bytes=ranks * (buffers + runtime),
+                   memory_what=f"{ranks} ranks x ({human_bytes(buffers)} of buffers + {human_bytes(runtime)} "
+                               f"for Python and torch)",
+                   fix="lower ranks or sizes")
+
+
 def _collective(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     if cancel.is_set():
         return ProbeResult("collective", (), {}, "cancelled before the ranks started", True, "cpu")
+    _check_machine(params)
     progress(0.0, f"starting {params['ranks']} ranks")
     from tutor.bench.collective import collective_bandwidth
     from tutor.theory.parallel import bus_bandwidth_factor

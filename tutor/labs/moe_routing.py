@@ -23,6 +23,8 @@ from tutor.labs._params import Param, budget_param, make_probe
 MAX_EXPERT_ROWS = 16
 MAX_ROUTED = 20_000_000  # tokens x trials x experts: beyond this the budget, not the work, would end the run
 PROGRESS_EVERY = 64
+CHECK_EVERY_TOKENS = 256  # the cancel event and the deadline are also looked at inside a batch
+CALIBRATION_TOKENS = 64
 
 
 def route(logits: list[float], top_k: int) -> tuple[list[int], list[float]]:
@@ -32,6 +34,22 @@ def route(logits: list[float], top_k: int) -> tuple[list[int], list[float]]:
     total = math.fsum(weights)
     chosen = sorted(range(len(logits)), key=logits.__getitem__, reverse=True)[:top_k]
     return chosen, [weight / total for weight in weights]
+
+
+def _check_batch_time(params: dict, bias: list[float]) -> None:
+    """Route a sample of tokens, time it, and refuse when one whole batch would outlast budget_s:
+    the budget is checked between batches, and a batch cut short cannot be counted."""
+    sample = min(params["tokens"], CALIBRATION_TOKENS)
+    rng = random.Random(params["seed"] + 1)
+    start = time.perf_counter()
+    for _ in range(sample):
+        route([rng.gauss(0.0, 1.0) + b for b in bias], params["top_k"])
+    per_token = (time.perf_counter() - start) / sample
+    batch_s = per_token * params["tokens"]
+    if batch_s > params["budget_s"]:
+        raise UserError(f"moe-routing: one batch of {params['tokens']:,} tokens over {params['experts']:,} experts "
+                        f"takes about {batch_s:,.1f} s here ({per_token * 1e6:,.0f} µs a token, timed on {sample}), "
+                        f"more than budget_s={params['budget_s']:g}; lower tokens or experts, or raise budget_s")
 
 
 def _moe_routing(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
@@ -59,6 +77,7 @@ def _moe_routing(params: dict, progress: ProgressFn, cancel: threading.Event) ->
     distinct: list[int] = []
     dropped = processed = 0
     cancelled = False
+    _check_batch_time(params, bias)
     for trial in range(trials):
         if cancel.is_set():
             cancelled = True
@@ -69,13 +88,23 @@ def _moe_routing(params: dict, progress: ProgressFn, cancel: threading.Event) ->
             progress(trial / trials, f"routing batch {trial + 1} of {trials}")
         touched: set[int] = set()
         loads = [0] * experts
-        for _ in range(tokens):
+        batch_probs = [0.0] * experts
+        for token in range(tokens):
+            if token % CHECK_EVERY_TOKENS == 0 and token and (
+                    cancel.is_set() or distinct and time.perf_counter() > deadline):
+                break  # a batch cut short is not counted: its statistics are of another batch size
             chosen, probs = route([rng.gauss(0.0, 1.0) + b for b in bias], top_k)
             touched.update(chosen)
             for expert in chosen:
                 loads[expert] += 1
             for expert, p in enumerate(probs):
+                batch_probs[expert] += p
+        else:
+            for expert, p in enumerate(batch_probs):
                 prob_sums[expert] += p
+        if sum(loads) < tokens * top_k:
+            cancelled = cancel.is_set()
+            break
         for expert, load in enumerate(loads):
             counts[expert] += load
         outcome = tokens_dropped(loads, capacity)

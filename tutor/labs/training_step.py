@@ -23,6 +23,7 @@ import threading
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe, resolve_device
+from tutor.theory.units import human_bytes
 
 RECIPES = ("fp32", "bf16", "mixed")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
@@ -57,6 +58,33 @@ def _tensor_bytes(tensors) -> int:
     return sum(seen.values())
 
 
+def _check_machine(params: dict, approx_params: int, ffn: int) -> None:
+    """Model states (tutor.theory.memory), the layers' activations (Korthikanti's count, eager
+    attention as the TinyLM runs it) and the logits with their fp32 copy and gradient, against this
+    machine's memory; PaLM's training FLOPs against its peak (tutor.labs.limits)."""
+    from tutor.labs.limits import check_lab_fits
+    from tutor.theory.activations import activation_bytes_per_layer, logits_bytes
+    from tutor.theory.flops import training_flops_per_token
+    from tutor.theory.memory import model_state_bytes
+
+    hidden, heads, layers = params["hidden"], params["heads"], params["layers"]
+    seq, batch = params["seq"], params["batch"]
+    value_bytes = 4 if params["recipe"] == "fp32" else 2
+    states = model_state_bytes(approx_params, params["recipe"], params["optimizer"])
+    activations = layers * activation_bytes_per_layer(
+        seq_len=seq, batch=batch, hidden=hidden, heads=heads, kv_heads=heads, head_dim=hidden // heads, ffn=ffn,
+        gated_mlp=params["style"] == "llama", dropout=params["style"] == "gpt", attention="eager",
+        bytes_per_value=value_bytes)
+    logits = logits_bytes(seq_len=seq, batch=batch, vocab=params["vocab"])  # with the fp32 copy and the gradient
+    flops = batch * seq * training_flops_per_token(params=approx_params, layers=layers, heads=heads,
+                                                   head_dim=hidden // heads, seq_len=seq)
+    check_lab_fits("training-step", memory_bytes=states + activations + logits,
+                   memory_what=f"model states {human_bytes(states)}, activations {human_bytes(activations)}, "
+                               f"logits {human_bytes(logits)}",
+                   device=resolve_device(params["device"]), flops=flops,
+                   dtype="fp32" if params["recipe"] == "fp32" else "bf16", fix="lower batch, seq, layers or vocab")
+
+
 def _training_step(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.labs.activation_memory import GROUPS, default_ffn
     from tutor.theory.activations import (
@@ -76,6 +104,7 @@ def _training_step(params: dict, progress: ProgressFn, cancel: threading.Event) 
     if approx_params > MAX_PARAMS:
         raise UserError(f"training-step: about {approx_params:,} parameters; the lab allows {MAX_PARAMS:,} "
                         "(lower hidden, layers or vocab)")
+    _check_machine(params, approx_params, ffn)
     progress(0.0, "loading torch")
     import torch
     import torch.nn.functional as F

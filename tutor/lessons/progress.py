@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tutor.file_lock import locked
 from tutor.lessons.model import Lesson, Track
 from tutor.storage import data_dir, read_json, write_json_atomic
 
@@ -73,6 +74,7 @@ def _empty() -> dict[str, Any]:
 
 
 REQUIRED_TO_COMPLETE = ("quiz", "predict", "measure")
+_LESSON_KEYS = ("done_blocks", "completed", "seen_blocks", "answers", "predictions")
 
 
 def required_blocks(lesson: Lesson) -> set[str]:
@@ -89,11 +91,13 @@ def _clean_lesson(entry: Any) -> dict[str, Any] | None:
     """A lesson's record with only well-formed parts, None when nothing in it is usable."""
     if not isinstance(entry, dict):
         return None
+    unknown = {key: value for key, value in entry.items() if key not in _LESSON_KEYS}  # a newer version's
     done = entry.get("done_blocks", [])
     seen = entry.get("seen_blocks", {})
     answers = entry.get("answers", {})
     predictions = entry.get("predictions", {})
     return {
+        **unknown,
         "done_blocks": sorted({item for item in done if isinstance(item, str)}) if isinstance(done, list) else [],
         "completed": entry.get("completed") is True,
         "seen_blocks": {key: value for key, value in seen.items() if isinstance(key, str) and isinstance(value, int)
@@ -110,6 +114,7 @@ def _clean_lesson(entry: Any) -> dict[str, Any] | None:
 def clean_progress(data: dict[str, Any]) -> dict[str, Any]:
     """A progress object keeping every well-formed part of `data` (hand edits, older versions)."""
     clean = _empty()
+    clean.update({key: value for key, value in data.items() if key not in clean})  # a newer version's keys stay
     if isinstance(data.get("last_lesson"), str):
         clean["last_lesson"] = data["last_lesson"]
     if isinstance(data.get("learner_id"), str) and data["learner_id"]:
@@ -126,10 +131,14 @@ def clean_progress(data: dict[str, Any]) -> dict[str, Any]:
 def merge_progress(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
     """Both instances' progress: done blocks and completions united; our answers win on a clash."""
     merged = clean_progress(theirs)
+    for key, value in ours.items():
+        merged.setdefault(key, value)  # keys only we know of (read at start) survive too
     merged["last_lesson"] = ours.get("last_lesson") or merged["last_lesson"]
     merged["learner_id"] = merged["learner_id"] or ours.get("learner_id")  # the first one written stays
     for lesson_id, entry in ours["lessons"].items():
         other = merged["lessons"].setdefault(lesson_id, _clean_lesson({}))
+        for key, value in entry.items():
+            other.setdefault(key, value)
         other["done_blocks"] = sorted(set(other["done_blocks"]) | set(entry["done_blocks"]))
         other["completed"] = other["completed"] or entry["completed"]
         other["seen_blocks"] = {key: max(other["seen_blocks"].get(key, 0), entry["seen_blocks"].get(key, 0))
@@ -224,12 +233,13 @@ class ProgressStore:
     def _save(self) -> None:
         if not self.persistent:
             return
-        on_disk, warning = read_json(self.path, _empty())
-        if warning:
-            self.warning = warning
-        merged = merge_progress(self._data, on_disk)
         try:
-            write_json_atomic(self.path, merged)
+            with locked(self.path):  # another process must not write between our read and our write
+                on_disk, warning = read_json(self.path, _empty())
+                if warning:
+                    self.warning = warning
+                merged = merge_progress(self._data, on_disk)
+                write_json_atomic(self.path, merged)
         except OSError as error:
             self.persistent = False
             self.warning = (f"cannot save progress to {self.path} ({error.strerror or error}); "
@@ -289,7 +299,8 @@ class ProgressStore:
             if not self.persistent:
                 return
             try:
-                write_json_atomic(self.path, self._data)
+                with locked(self.path):
+                    write_json_atomic(self.path, self._data)
             except OSError as error:
                 self.persistent = False
                 self.warning = f"cannot save progress to {self.path} ({error.strerror or error})"

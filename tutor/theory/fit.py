@@ -299,16 +299,21 @@ def _stage_params(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
     linear_weights = {is_moe: quantizable_weights_per_layer(arch, moe_layer=is_moe)
                       for is_moe in {layers[index].is_moe for index in stage_layers}}
     dense = expert = quantizable = cast = 0
-    for index in stage_layers:
-        layer = layers[index]
+    # Every layer of one shape (dense or MoE) holds the same parameters: compute each shape once and
+    # count its layers, so a stage costs the same whatever its depth (issue 11: 10,000 layers).
+    moe_count = sum(arch.layer_is_moe[index] for index in stage_layers)
+    for is_moe, count in ((False, len(stage_layers) - moe_count), (True, moe_count)):
+        if not count:
+            continue
+        layer = next(layers[index] for index in stage_layers if layers[index].is_moe == is_moe)
         routed = arch.num_experts * params.expert if layer.is_moe else 0
         shared_mlp = layer.mlp - routed
-        dense += math.ceil(Fraction(layer.attention + shared_mlp, tp)) + layer.router + layer.norms
-        cast += autocast_cast_parameters(arch, layer, routed, tp)
+        dense += count * (math.ceil(Fraction(layer.attention + shared_mlp, tp)) + layer.router + layer.norms)
+        cast += count * autocast_cast_parameters(arch, layer, routed, tp)
         # Megatron's classic layout: experts split over ep ranks, each expert tensor-parallel over tp.
-        expert += math.ceil(Fraction(routed, ep * tp))
+        expert += count * math.ceil(Fraction(routed, ep * tp))
         linear = linear_weights[layer.is_moe]
-        quantizable += math.ceil(Fraction(linear - routed, tp)) + math.ceil(Fraction(routed, ep * tp))
+        quantizable += count * (math.ceil(Fraction(linear - routed, tp)) + math.ceil(Fraction(routed, ep * tp)))
     if stage.input_embedding:
         dense += math.ceil(Fraction(params.embedding, tp)) + params.position_embedding
     if stage.output_head:
@@ -624,16 +629,22 @@ def _hf_rerun_moments(arch: Architecture, request: FitRequest, stage, stage_laye
             # Tied: lm_head's gradient is a free tensor until the embedding's backward adds it to .grad.
             tied_partial = math.ceil(lm_head * model_state_bytes_per_param(request.recipe, request.optimizer).gradients)
 
-    def checkpoint(index: int) -> int:
-        terms = hf_layer_activation_terms(hf_layer_shape(arch, moe_layer=flags[index]), **common, recompute="full")
+    def checkpoint(is_moe: bool) -> int:
+        terms = hf_layer_activation_terms(hf_layer_shape(arch, moe_layer=is_moe), **common, recompute="full")
         return math.ceil(sum(term.bytes for term in terms))
 
     moments = []
     first, last = stage_layers[0], stage_layers[-1]
     cases = [("last layer re-run first: every checkpoint", last, layers_part + masks_all, head_params)]
     if first != last:
-        later = sum(_layer_resident_params(arch, layers[i], request) for i in stage_layers if i != first)
-        one_left = layers_part - sum(checkpoint(i) for i in stage_layers if i != first)
+        # The layers after the first, counted per shape (dense, MoE): each shape's figures once.
+        moe_later = sum(flags[i] for i in stage_layers) - flags[first]
+        later_counts = ((False, len(stage_layers) - 1 - moe_later), (True, moe_later))
+        shape_layer = {is_moe: next(layers[i] for i in stage_layers if flags[i] == is_moe)
+                       for is_moe, count in later_counts if count}
+        later = sum(count * _layer_resident_params(arch, shape_layer[is_moe], request)
+                    for is_moe, count in later_counts if count)
+        one_left = layers_part - sum(count * checkpoint(is_moe) for is_moe, count in later_counts if count)
         cases.append(("first layer re-run last: one checkpoint, every later layer's gradients", first,
                       one_left + masks_one, head_params + later))
     for label, index, checkpoints, grads in cases:
@@ -917,12 +928,16 @@ def _largest(fits, upper: int) -> int:
     return low
 
 
-def largest_batch(arch: Architecture, request: FitRequest, capacity: int, upper: int = 1 << 20) -> int:
+BATCH_SEARCH_BOUND = 1 << 20  # the searches stop here: a result equal to its bound means "at least"
+SEQ_SEARCH_BOUND = 1 << 24
+
+
+def largest_batch(arch: Architecture, request: FitRequest, capacity: int, upper: int = BATCH_SEARCH_BOUND) -> int:
     """The largest batch (per data-parallel rank) at request.seq_len whose worst device fits capacity."""
     return _largest(lambda b: estimate(arch, replace(request, batch=b)).worst.total <= capacity, upper)
 
 
-def largest_seq_len(arch: Architecture, request: FitRequest, capacity: int, upper: int = 1 << 24) -> int:
+def largest_seq_len(arch: Architecture, request: FitRequest, capacity: int, upper: int = SEQ_SEARCH_BOUND) -> int:
     """The longest sequence at request.batch whose worst device fits capacity (0: none)."""
     return _largest(lambda s: estimate(arch, replace(request, seq_len=s)).worst.total <= capacity, upper)
 

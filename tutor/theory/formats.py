@@ -10,7 +10,7 @@ Every float property is derived from the field widths (sign, exponent, mantissa)
   Table 1, and the OCP 8-bit Floating Point Specification (OFP8) v1.0; torch.float8_e4m3fn.
 
 Rounding is round-to-nearest, ties-to-even (IEEE 754-2019 §4.3.1), the mode of every torch cast.
-Integer formats use symmetric absmax quantization (LLM.int8, arXiv 2208.07339 §3); NF4 is the
+Integer formats use symmetric absmax quantization (LLM.int8, arXiv 2208.07339 §2.1); NF4 is the
 16-value codebook of QLoRA (arXiv 2305.14314) with block-wise absmax scaling.
 """
 
@@ -223,11 +223,11 @@ FORMATS: dict[str, NumberFormat] = {
     "int8": NumberFormat(
         name="int8", family="int", storage_bits=8,
         summary="8-bit two's complement integer; symmetric quantization uses -127..127.",
-        source="Dettmers et al., 'LLM.int8()', arXiv 2208.07339 §3 (absmax quantization)"),
+        source="Dettmers et al., 'LLM.int8()', arXiv 2208.07339 §2.1 (absmax quantization)"),
     "int4": NumberFormat(
         name="int4", family="int", storage_bits=4,
         summary="4-bit two's complement integer -8..7; symmetric quantization uses -7..7.",
-        source="two's complement range; symmetric absmax as in arXiv 2208.07339 §3"),
+        source="two's complement range; symmetric absmax as in arXiv 2208.07339 §2.1"),
     "nf4": NumberFormat(
         name="nf4", family="codebook", storage_bits=4, codebook=NF4_CODES,
         summary="4-bit NormalFloat: 16 quantiles of N(0,1) scaled to [-1, 1], absmax per block of 64.",
@@ -663,7 +663,7 @@ def _finite_values(values: Sequence[Number], what: str) -> tuple[Fraction, ...]:
 def int_absmax_scale(values: Sequence[Number], bits: int) -> Fraction:
     """Per-tensor absmax step absmax(|x|) / (2**(bits-1) - 1): the value of one integer step.
 
-    LLM.int8 (arXiv 2208.07339 §3) writes the same scaling as the factor s = 127 / absmax; this is 1/s.
+    LLM.int8 (arXiv 2208.07339 §2.1) writes the same scaling as the factor s = 127 / absmax; this is 1/s.
 
     An all-zero input has scale 0 (every code is 0).
     """
@@ -680,7 +680,7 @@ def _check_int_bits(bits: int) -> None:
 def quantize_int(values: Sequence[Number], bits: int, scale: Number | None = None) -> IntQuantization:
     """Symmetric quantization: code = clamp(round_half_even(x / scale), -qmax, qmax), qmax = 2**(bits-1) - 1.
 
-    scale=None uses the per-tensor absmax scale (LLM.int8, arXiv 2208.07339 §3), so nothing clips
+    scale=None uses the per-tensor absmax scale (LLM.int8, arXiv 2208.07339 §2.1), so nothing clips
     and every |error| <= scale / 2. The most negative code (-128 for int8) is unused, as in the paper.
     """
     _check_int_bits(bits)

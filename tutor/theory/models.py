@@ -15,8 +15,9 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import stat
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -126,16 +127,20 @@ class Architecture:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
 
-    @property
+    @cached_property
     def layer_uses_sliding_window(self) -> tuple[bool, ...]:
         """For each layer in order, whether it attends only to the last `sliding_window` tokens
         (and so caches at most that many): Mistral-7B-v0.1 all, Gemma-2 layers 0, 2, 4, ..."""
         sliding = set(self.sliding_window_layer_indices)
         return tuple(i in sliding for i in range(self.num_layers))
 
-    @property
+    @cached_property
     def layer_is_moe(self) -> tuple[bool, ...]:
-        """For each layer in order, whether its MLP is a mixture of experts."""
+        """For each layer in order, whether its MLP is a mixture of experts.
+
+        Cached (as is layer_uses_sliding_window): estimates look layers up one by one, and
+        rebuilding the tuple on every lookup made `fit` quadratic in the layer count. A frozen
+        dataclass without slots keeps an instance __dict__, where cached_property stores it."""
         dense = set(self.dense_layer_indices)
         return tuple(self.num_experts > 0 and i not in dense for i in range(self.num_layers))
 
@@ -712,6 +717,13 @@ def load_config(path: str | os.PathLike[str]) -> dict:
         raise UserError(f"not a usable file path: {str(path)[:120]!r}") from None
     if not is_dir and not exists:
         raise UserError(f"no such file: {shown(target)}")
+    try:
+        # A FIFO, socket or device would block open() or read() forever: only regular files are read.
+        regular = stat.S_ISREG(target.stat().st_mode)
+    except OSError as exc:
+        raise UserError(f"cannot read {shown(target)}: {exc.strerror or exc}") from None
+    if not regular:
+        raise UserError(f"{shown(target)} is not a regular file (a pipe, socket or device?); give a config.json")
     try:
         with target.open("rb") as handle:
             raw = handle.read(_MAX_CONFIG_BYTES + 1)  # bounded: the path may be a weights file or a device

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,10 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict:
     """
     path = Path(path)
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device would block the read forever
+            raise _corrupt(path, "not a regular file (a pipe, socket or device?)")
+        size = info.st_size
         with path.open("rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
@@ -128,7 +132,9 @@ def _check_tensor(path: Path, name: str, entry: object, data_size: int) -> None:
             or not 0 <= offsets[0] <= offsets[1] <= data_size):
         raise _corrupt(path, f"tensor {label} has data_offsets {offsets!r} outside the {data_size}-byte data"[:200])
     bits = DTYPE_BITS.get(dtype)
-    if bits is not None and (math.prod(shape) * bits + 7) // 8 != offsets[1] - offsets[0]:
+    if bits is None:  # the byte count could not be checked, nor the memory of the tensor known
+        raise _corrupt(path, f"tensor {label} has an unknown dtype {dtype[:20]!r} (known: {', '.join(DTYPE_BITS)})")
+    if (math.prod(shape) * bits + 7) // 8 != offsets[1] - offsets[0]:
         raise _corrupt(path, f"tensor {label} ({dtype} {shape}) does not match its {offsets[1] - offsets[0]} bytes"[:200])
 
 

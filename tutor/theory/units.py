@@ -34,7 +34,9 @@ def parse_bytes(text: str) -> int:
         raise UserError(f"not a memory size: {text!r} (try 24GiB, 80GB or 16e9)")
     value = float(f"{match.group(1)}e{match.group(2) or 0}")  # inf on overflow, rejected below
     size = value * _SIZE_UNITS[match.group(3).lower()]
-    if not math.isfinite(size) or size < 1:
+    if not math.isfinite(size):
+        raise UserError(f"memory size is too large to be a number: {text!r}")
+    if size < 1:
         raise UserError(f"memory size must be at least one byte: {text!r}")
     return int(size)
 
@@ -48,7 +50,9 @@ def parse_count(text: str) -> int:
     if not match or match.group(3).lower() not in _COUNT_SUFFIXES:
         raise UserError(f"not a parameter count: {text!r} (try 7B, 350M or 1.5e9)")
     value = float(f"{match.group(1)}e{match.group(2) or 0}") * _COUNT_SUFFIXES[match.group(3).lower()]
-    if not math.isfinite(value) or value < 1:
+    if not math.isfinite(value):
+        raise UserError(f"parameter count is too large to be a number: {text!r}")
+    if value < 1:
         raise UserError(f"parameter count must be at least 1: {text!r}")
     return int(round(value))
 

@@ -21,6 +21,10 @@ from tutor.ui.screens.home import HomeScreen
 from tutor.ui.services import Services
 
 
+PROGRESS_WARNING_CHECK_S = 2.0
+"""How often the app looks for a new progress warning (a write that failed since the last look)."""
+
+
 class TutorApp(App[None]):
     """The tutor: learn, measure, check the fit."""
 
@@ -59,6 +63,15 @@ class TutorApp(App[None]):
             self.open_lesson(self.start_lesson)
         for warning in self.services.warnings:
             self.notify(warning, severity="warning", timeout=8)
+        self._progress_warning = getattr(self.services.progress, "warning", None)
+        self.set_interval(PROGRESS_WARNING_CHECK_S, self.show_progress_warning)
+
+    def show_progress_warning(self) -> None:
+        """Say so once when progress stops being saved (the data folder became unwritable after start-up)."""
+        warning = getattr(self.services.progress, "warning", None)
+        if warning and warning != self._progress_warning:
+            self.notify(warning, severity="warning", timeout=10)
+        self._progress_warning = warning
 
     def _save_theme(self, theme: Any) -> None:
         settings = self.services.settings
@@ -72,9 +85,11 @@ class TutorApp(App[None]):
             updated = settings
         self.services = dataclasses.replace(self.services, settings=updated)
         try:
-            self.services.save_settings(updated)
+            warning = self.services.save_settings(updated)
         except OSError as error:
-            self.notify(f"theme not saved: {error}", severity="warning")
+            warning = f"theme not saved: {error}"
+        if isinstance(warning, str) and warning:  # save_settings returns its problem instead of raising
+            self.notify(warning, severity="warning")
 
     # ---- navigation -----------------------------------------------------------------------
 
