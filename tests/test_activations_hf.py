@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 transformers = pytest.importorskip("transformers")
 
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402

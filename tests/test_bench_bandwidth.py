@@ -6,14 +6,13 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
 from tutor.bench.bandwidth import (BANDWIDTH_OPS, ELEMENT_BYTES, FILL_BLOCK_ELEMENTS, host_device_transfer,
                                    memory_bandwidth, parse_ops, stream_array_elements)
 from tutor.bench.counting import stream_bytes
 from tutor.bench.environment import FALLBACK_LLC_BYTES, cpu_llc_bytes
 from tutor.errors import UserError
-
-pytest.importorskip("torch")
 
 BANDWIDTH_KEYS = {"kind", "device", "op", "bytes", "bytes_counting", "gbps_median", "gbps_best", "peak_gbps"}
 

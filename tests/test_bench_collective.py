@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
 from tutor.bench import collective
 from tutor.bench.collective import collective_bandwidth, parse_sizes
 from tutor.errors import UserError
-
-pytest.importorskip("torch")
 
 COLLECTIVE_KEYS = {"kind", "op", "backend", "ranks", "bytes", "algbw_gbps", "busbw_gbps"}
 

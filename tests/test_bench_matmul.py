@@ -6,13 +6,12 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
 from tutor.bench.matmul import (MatmulShape, matmul_throughput, parse_dtypes, supported_matmul_dtypes,
                                 sweep_shapes)
 from tutor.bench.timing import Timing, timing_from_samples
 from tutor.errors import UserError
-
-pytest.importorskip("torch")
 
 MATMUL_KEYS = {"kind", "device", "dtype", "m", "n", "k", "backend", "tflops_median", "tflops_best",
                "peak_tflops", "percent_of_peak"}

@@ -96,7 +96,6 @@ def test_cancel_from_another_thread_stops_promptly_and_keeps_finished_results() 
 
 
 def test_real_matmul_case_can_be_cancelled_mid_sweep() -> None:
-    pytest.importorskip("torch")
     machine = SimpleNamespace(cpu=SimpleNamespace(flags=(), last_level_cache_bytes=2**20),
                               peak_tflops=lambda d, t: None, peak_source=lambda d, t: "", peak_memory_gbps=lambda d: None)
     cases = plan_suite(("matmul",), device="cpu", machine=machine, dtypes=("fp32",))

@@ -119,6 +119,6 @@ def test_exactly_one_of_iters_or_budget() -> None:
 
 
 def test_torch_uses_every_usable_cpu() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
     assert use_all_cpu_threads() == usable_cpu_count()
     assert torch.get_num_threads() == usable_cpu_count()

@@ -103,7 +103,6 @@ def test_unknown_option_is_a_usage_error():
 
 
 def test_torch_opt_in_lists_the_cpu_device():
-    pytest.importorskip("torch")
     result = CliRunner().invoke(env_module.env, ["--json", "--torch"])
     assert result.exit_code == 0, result.output
     view = json.loads(result.output)["torch"]

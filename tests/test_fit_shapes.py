@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 pytest.importorskip("transformers")
 
 from tutor.theory import fit as fitting  # noqa: E402

@@ -27,7 +27,7 @@ from tutor.theory.formats import (
     quantize_nf4,
 )
 
-torch = pytest.importorskip("torch")
+import torch
 
 TORCH_DTYPES = {
     "fp32": torch.float32,

@@ -9,13 +9,12 @@ Korthikanti et al. (arXiv 2205.05198) Table 2, sbh(34 + 5as/h), plus only the La
 from __future__ import annotations
 
 import pytest
+import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tutor.labs import run_probe
 from tutor.theory.activations import activation_bytes_per_layer_gpt
-
-pytest.importorskip("torch")
 
 S, B, H, A = 32, 2, 64, 4
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
 from tutor.errors import UserError
 from tutor.labs import get_probe, run_probe
 from tutor.labs.loss_scaling import fp16_flush_threshold
 from tutor.labs.quantization import absmax_qmax, quantization_noise_variance
-
-pytest.importorskip("torch")
 
 
 def test_absmax_qmax_and_noise_model() -> None:

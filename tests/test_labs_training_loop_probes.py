@@ -6,13 +6,12 @@ import math
 import random
 
 import pytest
+import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
 from tutor.errors import UserError
 from tutor.labs import get_probe, run_probe
 from tutor.labs.checkpoint_interval import simulated_wall_time_s
 from tutor.theory import reliability
-
-pytest.importorskip("torch")
 
 
 def test_young_and_daly_intervals() -> None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
 from tutor.labs import get_probe, run_probe
-
-pytest.importorskip("torch")
 
 TINY = {"hidden": 32, "heads": 2, "layers": 1, "vocab": 64, "seq": 8, "batch": 2}
 

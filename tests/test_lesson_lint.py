@@ -1,13 +1,11 @@
 """The content lint (rustlings' `dev check`): every lesson parses, every value renders, every quiz's
 own answer passes its own grader, every measure/predict names a real probe with real params.
 
-It runs on the small fixture curriculum (tests/fixtures/lessons/) and on the real lessons/ folder;
-the real folder is skipped, with its reason shown, only while it has no curriculum.toml.
+It runs on the small fixture curriculum (tests/fixtures/lessons/) and on the real lessons/ folder.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +14,6 @@ import pytest
 
 from tutor.errors import UserError
 from tutor.lessons import Curriculum, Lesson, lint, load_curriculum
-from tutor.lessons.loader import CURRICULUM_FILE
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lessons"
 REAL = Path(__file__).parent.parent / "lessons"
@@ -24,8 +21,7 @@ MIN_LESSONS, MIN_TRACKS = 14, 5  # issue 4: at least 14 lessons in five tracks
 
 ROOTS = [
     pytest.param(FIXTURE, id="fixture"),
-    pytest.param(REAL, id="lessons", marks=pytest.mark.skipif(
-        not (REAL / CURRICULUM_FILE).is_file(), reason="lessons/curriculum.toml does not exist yet")),
+    pytest.param(REAL, id="lessons"),
 ]
 
 
@@ -84,14 +80,10 @@ def test_no_hand_typed_figures_in_prose(root: Path) -> None:
 
 
 def real_probes() -> dict:
-    if importlib.util.find_spec("tutor.labs") is None:
-        pytest.xfail("tutor.labs does not exist yet (the LABS part of issue 4): probes cannot be checked")
     from tutor.labs import PROBES
 
     missing = sorted(name for name, probe in PROBES.items() if not hasattr(probe, "metrics"))
-    if missing:
-        pytest.xfail(f"tutor.labs probes lack `metrics: tuple[str, ...]`, so predict metrics cannot be checked: "
-                     f"{', '.join(missing)}")
+    assert not missing, f"probes lack `metrics: tuple[str, ...]`, so predict metrics cannot be checked: {missing}"
     return PROBES
 
 
@@ -103,7 +95,6 @@ def test_every_measure_and_predict_names_a_real_probe(root: Path) -> None:
     assert not problems, report(problems)
 
 
-@pytest.mark.skipif(not (REAL / CURRICULUM_FILE).is_file(), reason="lessons/curriculum.toml does not exist yet")
 def test_the_curriculum_is_big_enough() -> None:
     curriculum = load_curriculum(REAL)
     assert len(curriculum.tracks) >= MIN_TRACKS, [track.id for track in curriculum.tracks]
@@ -111,7 +102,6 @@ def test_the_curriculum_is_big_enough() -> None:
     assert all(track.lesson_ids for track in curriculum.tracks)
 
 
-@pytest.mark.skipif(not (REAL / CURRICULUM_FILE).is_file(), reason="lessons/curriculum.toml does not exist yet")
 def test_every_directive_kind_is_used_somewhere() -> None:
     _, lessons = all_lessons(REAL)
     used = {block.directive for lesson in lessons for block in lesson.blocks}

@@ -10,7 +10,7 @@ import pytest
 
 from tutor.theory.models import architecture_from_config, count_parameters
 
-torch = pytest.importorskip("torch")
+import torch
 transformers = pytest.importorskip("transformers")
 
 SMALL = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,

@@ -172,10 +172,11 @@ def test_bits_block_redraws_and_confirms_with_a_cast():
         casts = []
 
         def cast(value, names):
-            casts.append((value, tuple(names)))
-            from tutor.theory import formats
+            # Records the call and runs the real torch cast: the theory must match what torch stores.
+            from tutor.ui.services import torch_cast
 
-            return {name: formats.encode(value, name).value_float for name in names}
+            casts.append((value, tuple(names)))
+            return torch_cast(value, names)
 
         app = TutorApp(fake_services(torch_cast=cast), lesson_id="precision/bits")
         async with app.run_test(size=WIDE) as pilot:
