@@ -292,6 +292,26 @@ class _StageParams:
         return self.dense + self.expert
 
 
+def _layer_shape_counts(arch: Architecture, layer_indices) -> tuple[tuple[bool, int], ...]:
+    """(is_moe, count) for each layer shape (dense, MoE) among `layer_indices`, omitting absent shapes.
+
+    Every layer of one shape holds the same parameters and keeps the same activations, so the
+    estimate computes each shape once and counts its layers: its cost does not grow with depth."""
+    moe = sum(arch.layer_is_moe[index] for index in layer_indices)
+    return tuple((is_moe, count) for is_moe, count in ((False, len(layer_indices) - moe), (True, moe)) if count)
+
+
+def _layer_split(arch: Architecture, layer: LayerParams, expert_params: int, tp: int, ep: int, *,
+                 mlp_only: bool = False) -> tuple[int, int]:
+    """(dense, expert) parameters of one layer on one device: the dense part split over tp and the
+    routed experts over ep ranks, each expert tensor-parallel over tp (Megatron's classic layout).
+    mlp_only: the MLP, router and experts alone (what the MLP's backward gives gradients to)."""
+    routed = arch.num_experts * expert_params if layer.is_moe else 0
+    own = layer.mlp - routed + (0 if mlp_only else layer.attention)
+    dense = math.ceil(Fraction(own, tp)) + layer.router + (0 if mlp_only else layer.norms)
+    return dense, math.ceil(Fraction(routed, ep * tp))
+
+
 def _stage_params(arch: Architecture, params: ParamCount, layers: tuple[LayerParams, ...], request: FitRequest,
                   stage, stage_layers: range, final_norm: int) -> _StageParams:
     tp, ep = request.tp, request.ep
@@ -299,21 +319,14 @@ def _stage_params(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
     linear_weights = {is_moe: quantizable_weights_per_layer(arch, moe_layer=is_moe)
                       for is_moe in {layers[index].is_moe for index in stage_layers}}
     dense = expert = quantizable = cast = 0
-    # Every layer of one shape (dense or MoE) holds the same parameters: compute each shape once and
-    # count its layers, so a stage costs the same whatever its depth (issue 11: 10,000 layers).
-    moe_count = sum(arch.layer_is_moe[index] for index in stage_layers)
-    for is_moe, count in ((False, len(stage_layers) - moe_count), (True, moe_count)):
-        if not count:
-            continue
+    for is_moe, count in _layer_shape_counts(arch, stage_layers):
         layer = next(layers[index] for index in stage_layers if layers[index].is_moe == is_moe)
         routed = arch.num_experts * params.expert if layer.is_moe else 0
-        shared_mlp = layer.mlp - routed
-        dense += count * (math.ceil(Fraction(layer.attention + shared_mlp, tp)) + layer.router + layer.norms)
+        layer_dense, layer_expert = _layer_split(arch, layer, params.expert, tp, ep)
+        dense += count * layer_dense
+        expert += count * layer_expert
         cast += count * autocast_cast_parameters(arch, layer, routed, tp)
-        # Megatron's classic layout: experts split over ep ranks, each expert tensor-parallel over tp.
-        expert += count * math.ceil(Fraction(routed, ep * tp))
-        linear = linear_weights[layer.is_moe]
-        quantizable += count * (math.ceil(Fraction(linear - routed, tp)) + math.ceil(Fraction(routed, ep * tp)))
+        quantizable += count * (math.ceil(Fraction(linear_weights[is_moe] - routed, tp)) + layer_expert)
     if stage.input_embedding:
         dense += math.ceil(Fraction(params.embedding, tp)) + params.position_embedding
     if stage.output_head:
@@ -541,13 +554,8 @@ def _hf_training_activations(arch: Architecture, request: FitRequest, stage, sta
                   sequence_parallel=request.sequence_parallel)
     flags = arch.layer_is_moe
     moe_count = sum(flags[i] for i in stage_layers)
-
-    def layer_bytes(is_moe: bool, recompute: str) -> int:
-        terms = hf_layer_activation_terms(hf_layer_shape(arch, moe_layer=is_moe), **common, recompute=recompute)
-        return math.ceil(sum(term.bytes for term in terms))
-
-    per_shape = {is_moe: (count, layer_bytes(is_moe, request.recompute))
-                 for is_moe, count in ((False, len(stage_layers) - moe_count), (True, moe_count)) if count}
+    per_shape = {is_moe: (count, _hf_layer_bytes(arch, is_moe, common, request.recompute))
+                 for is_moe, count in _layer_shape_counts(arch, stage_layers)}
     layers_part = math.ceil(sum(count * n for count, n in per_shape.values()) * in_flight)
     formula = (f"{len(stage_layers)} layers x transformers per-layer bytes ({precision}, {backend} attention, "
                f"recompute {request.recompute}) x {float(in_flight):g} micro-batches in flight")
@@ -585,14 +593,16 @@ class _RerunMoment:
     gradient_params: int
 
 
-def _layer_resident_params(arch: Architecture, layer: LayerParams, request: FitRequest, mlp_only: bool = False) -> int:
-    """Parameters of one layer on one device (as `_stage_params`: dense part / tp, routed experts / (ep tp))."""
-    routed = arch.num_experts * count_parameters(arch).expert if layer.is_moe else 0
-    if mlp_only:
-        return math.ceil(Fraction(layer.mlp - routed, request.tp)) + layer.router + math.ceil(
-            Fraction(routed, request.ep * request.tp))
-    return (math.ceil(Fraction(layer.attention + layer.mlp - routed, request.tp)) + layer.router + layer.norms
-            + math.ceil(Fraction(routed, request.ep * request.tp)))
+def _layer_resident_params(arch: Architecture, layer: LayerParams, expert_params: int, request: FitRequest,
+                           mlp_only: bool = False) -> int:
+    """Parameters of one layer on one device (as `_stage_params` counts them: `_layer_split`)."""
+    return sum(_layer_split(arch, layer, expert_params, request.tp, request.ep, mlp_only=mlp_only))
+
+
+def _hf_layer_bytes(arch: Architecture, is_moe: bool, common: dict, recompute: str) -> int:
+    """Bytes one transformers layer of this shape keeps for backward (hf_layer_activation_terms)."""
+    terms = hf_layer_activation_terms(hf_layer_shape(arch, moe_layer=is_moe), **common, recompute=recompute)
+    return math.ceil(sum(term.bytes for term in terms))
 
 
 def _hf_rerun_moments(arch: Architecture, request: FitRequest, stage, stage_layers: range, common: dict,
@@ -629,28 +639,24 @@ def _hf_rerun_moments(arch: Architecture, request: FitRequest, stage, stage_laye
             # Tied: lm_head's gradient is a free tensor until the embedding's backward adds it to .grad.
             tied_partial = math.ceil(lm_head * model_state_bytes_per_param(request.recipe, request.optimizer).gradients)
 
-    def checkpoint(is_moe: bool) -> int:
-        terms = hf_layer_activation_terms(hf_layer_shape(arch, moe_layer=is_moe), **common, recompute="full")
-        return math.ceil(sum(term.bytes for term in terms))
-
     moments = []
     first, last = stage_layers[0], stage_layers[-1]
     cases = [("last layer re-run first: every checkpoint", last, layers_part + masks_all, head_params)]
     if first != last:
         # The layers after the first, counted per shape (dense, MoE): each shape's figures once.
-        moe_later = sum(flags[i] for i in stage_layers) - flags[first]
-        later_counts = ((False, len(stage_layers) - 1 - moe_later), (True, moe_later))
+        later_counts = _layer_shape_counts(arch, stage_layers[1:])
         shape_layer = {is_moe: next(layers[i] for i in stage_layers if flags[i] == is_moe)
-                       for is_moe, count in later_counts if count}
-        later = sum(count * _layer_resident_params(arch, shape_layer[is_moe], request)
-                    for is_moe, count in later_counts if count)
-        one_left = layers_part - sum(count * checkpoint(is_moe) for is_moe, count in later_counts if count)
+                       for is_moe, _ in later_counts}
+        later = sum(count * _layer_resident_params(arch, shape_layer[is_moe], params.expert, request)
+                    for is_moe, count in later_counts)
+        one_left = layers_part - sum(count * _hf_layer_bytes(arch, is_moe, common, "full")
+                                     for is_moe, count in later_counts)
         cases.append(("first layer re-run last: one checkpoint, every later layer's gradients", first,
                       one_left + masks_one, head_params + later))
     for label, index, checkpoints, grads in cases:
         shape = hf_layer_shape(arch, moe_layer=flags[index])
         inner = hf_rerun_layer_moments(shape, **common)
-        mlp_params = _layer_resident_params(arch, layers[index], request, mlp_only=True)
+        mlp_params = _layer_resident_params(arch, layers[index], params.expert, request, mlp_only=True)
         for name, terms in inner.items():
             acts = other + checkpoints + rotary + tied_partial + math.ceil(sum(term.bytes for term in terms))
             moments.append(_RerunMoment(f"backward, {label} ({name})", acts,
@@ -754,11 +760,9 @@ def _activations(arch: Architecture, request: FitRequest, stage, stage_layers: r
                   sequence_parallel=request.sequence_parallel,
                   bytes_per_value=4 if activation_precision(request) == "fp32" else 2)
     moe_flags = arch.layer_is_moe
-    # Layers come in at most two shapes (dense, MoE): compute each once and count them.
-    moe_count = sum(moe_flags[i] for i in stage_layers)
     stored = sum(count * activation_bytes_per_layer(**common, **_layer_shape(arch, is_moe),
                                                     recompute=request.recompute)
-                 for is_moe, count in ((False, len(stage_layers) - moe_count), (True, moe_count)) if count)
+                 for is_moe, count in _layer_shape_counts(arch, stage_layers))
     n_bytes = stored * in_flight
     formula = (f"{len(stage_layers)} layers x Korthikanti per-layer bytes (recompute {request.recompute}, "
                f"{request.attention}) x {float(in_flight):g} micro-batches in flight")
