@@ -107,4 +107,6 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
         table.add_row(as_text(row.label), measured, theory, as_text(row.comparison), as_text(row.note))
     console = Console()
     console.print(table)
+    if probe.render is not None:
+        console.print(probe.render(result))
     console.print(as_text(result.summary))  # results quote parameters as typed (dir=...)

@@ -78,10 +78,17 @@ class ProbeResult:
     summary: str
     cancelled: bool = False
     device: str = "cpu"
+    details: dict[str, Any] = field(default_factory=dict)
+    """JSON-ready figures a lab reports beyond its rows (per-rank bytes, a timeline, expert loads);
+    they stand at the top level of `to_json()` beside the fixed keys, which they may not replace."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"probe": self.probe, "device": self.device, "cancelled": self.cancelled, "summary": self.summary,
-                "metrics": dict(self.metrics), "rows": [row.to_json() for row in self.rows]}
+        fixed = {"probe": self.probe, "device": self.device, "cancelled": self.cancelled, "summary": self.summary,
+                 "metrics": dict(self.metrics), "rows": [row.to_json() for row in self.rows]}
+        clash = fixed.keys() & self.details.keys()
+        if clash:
+            raise ValueError(f"{self.probe}: details may not replace the keys {sorted(clash)}")
+        return {**fixed, **self.details}
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,9 @@ class Probe:
     default_params: dict[str, Any] = field(default_factory=dict)
     check: Callable[[dict], dict] | None = None
     metrics_of: Callable[[dict], tuple[str, ...]] | None = None
+    render: Callable[[ProbeResult], Any] | None = None
+    """A Rich renderable drawn from a result's details (a pipeline timeline, per-rank memory bars),
+    shown under the rows by `tensor-tutor lab` and by the app's measure block. Must not import torch."""
 
     def check_params(self, params: dict | None) -> dict:
         """The full parameter set (defaults + `params`), validated without running anything;

@@ -141,9 +141,10 @@ def check_params(probe: str, declared: tuple[Param, ...], params: dict | None) -
 
 def make_probe(*, name: str, title: str, description: str, needs_torch: bool, params: tuple[Param, ...],
                metrics: tuple[str, ...], body: Callable[[dict, Callable[[float, str], None], threading.Event], Any],
-               metrics_of: Callable[[dict], tuple[str, ...]] | None = None):
+               metrics_of: Callable[[dict], tuple[str, ...]] | None = None, render: Callable[[Any], Any] | None = None):
     """A Probe whose run() checks params, then calls `body(checked, progress, cancel)`.
-    `metrics_of(checked params)` names the metrics of one run, when they depend on the params."""
+    `metrics_of(checked params)` names the metrics of one run, when they depend on the params;
+    `render(result)` draws its details (see Probe.render)."""
     from tutor.labs import Probe
 
     def check(given: dict) -> dict:
@@ -157,7 +158,7 @@ def make_probe(*, name: str, title: str, description: str, needs_torch: bool, pa
     return Probe(name=name, title=title, description=description, needs_torch=needs_torch,
                  params_schema={param.name: param.describe() for param in params}, run=run,
                  metrics=tuple(dict.fromkeys(metrics)), default_params={param.name: param.default for param in params},
-                 check=check, metrics_of=metrics_of)
+                 check=check, metrics_of=metrics_of, render=render)
 
 
 def budget_param(default: float, help_text: str = "seconds of measurement") -> Param:
