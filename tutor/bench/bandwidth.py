@@ -1,6 +1,6 @@
 """STREAM-like memory bandwidth, and host<->device transfers.
 
-Kernels (reference/benchmarking.md §3.1, §3.4), on fp64 arrays as STREAM's default double:
+Kernels (McCalpin's STREAM, stream.c v5.10, plus read-only and write-only), on fp64 arrays as STREAM's default double:
 copy c=a, scale b=q*c, add c=a+b, triad a=b+q*c, read-only sum(a), write-only fill(a), each with
 out= so nothing is allocated in the timed window. Bytes are counted as STREAM does (copy and scale
 2 arrays, add and triad 3, read and write 1; write-allocate not counted) and the output says so.
@@ -31,7 +31,7 @@ MIN_ITERS_PER_OP = 2
 # Arrays are filled by tiling one random block (memory speed) instead of drawing every element
 # (randn of 3 GB takes ~7 s on 2 cores); the arrays are rounded up to a whole number of blocks.
 FILL_BLOCK_ELEMENTS = 2**20
-# GPUs: HBM, not L2, must be measured; at least 1 GiB per array (reference §3.4).
+# GPUs: HBM, not L2, must be measured: at least 1 GiB per array (an H100 has 50 MB of L2).
 GPU_MIN_ARRAY_BYTES = 2**30
 TRANSFER_BYTES = 256 * 2**20
 
@@ -216,7 +216,7 @@ def pcie_link_peak_gbps(machine: Any, device: str) -> tuple[float | None, str]:
 def host_device_transfer(device: str, *, budget_s: float, machine: Any, cancel: threading.Event | None = None,
                          size_bytes: int = TRANSFER_BYTES) -> list[BandwidthResult]:
     """Host-to-device and device-to-host copies of `size_bytes`, from pinned and from pageable host
-    memory (reference §3.2-3.4: nvbandwidth pins, bandwidthTest offers both). Buffer counted once.
+    memory (NVIDIA nvbandwidth pins; CUDA samples' bandwidthTest offers both). Buffer counted once.
     The peak is one direction of the GPU's PCIe link at its maximum generation and width (NVML),
     tutor.theory.interconnect.pcie_bandwidth_bytes_per_s; a slower host slot caps it lower."""
     if not device.startswith("cuda"):

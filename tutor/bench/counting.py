@@ -30,7 +30,7 @@ def gbps(n_bytes: float, seconds: float) -> float:
 
 # op -> (arrays counted per element, words). STREAM v5.10 stream.c: bytes = {2,2,3,3} *
 # sizeof(STREAM_TYPE) * STREAM_ARRAY_SIZE for copy, scale, add, triad; read-only and write-only
-# count the one array they touch (reference/benchmarking.md §3.4). Write-allocate is NOT counted.
+# count the one array they touch. Write-allocate is NOT counted.
 STREAM_ARRAYS: dict[str, tuple[int, str]] = {
     "copy": (2, "copy c=a: 1 read + 1 write per element (STREAM); 2x nvbandwidth's device_local_copy"),
     "scale": (2, "scale b=q*c: 1 read + 1 write per element (STREAM)"),

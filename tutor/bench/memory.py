@@ -1,6 +1,7 @@
 """Where this process's memory is, as each layer counts it.
 
-On CUDA, three numbers disagree by design (reference/benchmarking.md §5.3): NVML "used" counts the
+On CUDA, three numbers disagree by design (PyTorch docs, "Understanding CUDA
+Memory Usage"; NVML nvmlDeviceGetMemoryInfo): NVML "used" counts the
 whole device (every process, the CUDA context of hundreds of MB, the caching allocator's reserve);
 torch "reserved" is what PyTorch's caching allocator holds from the driver; "allocated" is what live
 tensors occupy. On a CPU the process resident set size (psutil RSS) is the figure.
@@ -45,17 +46,21 @@ def _nvml_memory(uuid: str | None) -> tuple[int | None, int | None, str]:
     """NVML's used and total bytes of the GPU (or MIG device) with this UUID."""
     if uuid is None:
         return None, None, "NVML does not list this device (CUDA_VISIBLE_DEVICES or MIG mismatch)"
-    try:
-        import pynvml
+    from tutor.hardware.nvidia import NvmlQuery, open_nvml, shutdown_nvml
 
-        pynvml.nvmlInit()
-        try:
-            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByUUID(uuid))
-            return int(info.used), int(info.total), ""
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as error:  # no driver, no NVML, unified memory: a state, not a crash
-        return None, None, f"NVML unavailable: {type(error).__name__}: {error}"
+    pynvml, reason = open_nvml()
+    if pynvml is None:  # no nvidia-ml-py, no driver: a state, not a crash
+        return None, None, reason or "NVML unavailable"
+    try:
+        query = NvmlQuery(pynvml)
+        handle = query("handle", "nvmlDeviceGetHandleByUUID", uuid)
+        info = query("memory", "nvmlDeviceGetMemoryInfo", handle) if handle is not None else None
+        if info is None or not getattr(info, "total", 0):  # unified-memory parts report 0 or NotSupported
+            why = next(iter(query.unavailable.values()), "N/A: no dedicated GPU memory reported (unified memory?)")
+            return None, None, f"NVML memory {why}"
+        return int(info.used), int(info.total), ""
+    finally:
+        shutdown_nvml(pynvml)
 
 
 def nvml_uuid_for(device: str) -> str | None:

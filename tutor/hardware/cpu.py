@@ -28,7 +28,7 @@ ISA_FLAGS = (
     "asimd", "asimdhp", "asimddp", "fphp", "sve", "sve2", "bf16", "i8mm", "sme",
 )
 
-# Arm "CPU part" -> (core, SIMD bits, FMA pipes), from reference/benchmarking.md §6.4.
+# Arm "CPU part" -> (core, SIMD bits, FMA pipes), from Arm's Neoverse and Cortex software optimization guides (FMA pipes per core).
 ARM_CORES: dict[tuple[int, int], tuple[str, int, int]] = {
     (0x41, 0xD0C): ("Neoverse N1", 128, 2),
     (0x41, 0xD40): ("Neoverse V1", 256, 2),
@@ -265,7 +265,8 @@ def choose_peak_clock(*, cpufreq_max_mhz: float | None, cpuinfo_mhz: float | Non
     """The clock a CPU peak assumes, and where it came from, best source first.
 
     The cpufreq maximum is the highest clock the OS says the cores can reach, so a peak built on
-    it is an upper bound. Without cpufreq (most VMs, reference §6.4) /proc/cpuinfo "cpu MHz" is
+    it is an upper bound. Without cpufreq (most VMs expose no
+    /sys/devices/system/cpu/*/cpufreq) /proc/cpuinfo "cpu MHz" is
     the next best, then the nominal "@ 2.20GHz" in the model name.
     """
     if cpufreq_max_mhz and cpufreq_max_mhz > 0:
@@ -281,7 +282,8 @@ def choose_peak_clock(*, cpufreq_max_mhz: float | None, cpuinfo_mhz: float | Non
 
 
 def cpu_peaks(units: dict[str, ComputeUnit], *, physical_cores: int | None, clock: Clock) -> dict[str, CpuPeak]:
-    """Whole-CPU peak per dtype = physical cores x per-core FLOP/cycle x clock (reference §6.4)."""
+    """Whole-CPU peak per dtype = physical cores x per-core FLOP/cycle x clock (Intel 64 and IA-32
+    Architectures Optimization Reference Manual: FMA ports x SIMD lanes x 2)."""
     result: dict[str, CpuPeak] = {}
     for dtype in CPU_DTYPES:
         unit = units[dtype]

@@ -1,7 +1,7 @@
 """The memory one device offers a model right now: what the fit check, its lab and the app compare with.
 
 A GPU offers its free memory (NVML), not the marketing capacity: other processes, MIG slices and
-the CUDA reservation all count (reference memory-and-models.md §5 item 2). A CPU-only machine
+the CUDA reservation all count (an "80 GB" H100 shows 79.2 GiB to CUDA: vLLM start-up logs). A CPU-only machine
 offers its available RAM (psutil). A size the user types, or a card named from the spec table
 (tutor.hardware.specs: the total its driver reports), stands for a card they do not have.
 """

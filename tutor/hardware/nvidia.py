@@ -7,6 +7,7 @@ an `NvmlStatus` that says so. Nothing here raises.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -165,13 +166,29 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-class _Query:
-    """Calls NVML functions by name; a failure stores a reason and returns None."""
+def nvml_errors(pynvml: ModuleType) -> tuple[type[BaseException], ...]:
+    """What an nvidia-ml-py call raises when the driver cannot answer: NVMLError (and its per-code
+    subclasses), NVMLLibraryMismatchError (12.535+: an unversioned symbol the driver lacks),
+    ctypes.ArgumentError (a wrapper called with a handle of the wrong kind), UnicodeDecodeError (a
+    driver string that is not UTF-8) and OSError (the library vanished). Anything else is a bug."""
+    errors: list[type[BaseException]] = [UnicodeDecodeError, OSError, ctypes.ArgumentError]
+    for name in ("NVMLError", "NVMLLibraryMismatchError"):
+        error_type = getattr(pynvml, name, None)
+        if isinstance(error_type, type) and issubclass(error_type, BaseException):
+            errors.append(error_type)
+    return tuple(errors)
+
+
+class NvmlQuery:
+    """The one way this project calls NVML (after nvitop's libnvml): calls a function by name; a
+    failure stores the reason to display under the field's name and returns None. Never raises for
+    what the driver cannot answer (see nvml_errors)."""
 
     def __init__(self, pynvml: ModuleType) -> None:
         self.pynvml = pynvml
         self.unavailable: dict[str, str] = {}
         self.codes: dict[str, int | None] = {}  # the NVML error code behind each unavailable field
+        self._errors = nvml_errors(pynvml)
 
     def __call__(self, field_name: str, function: str, *args: Any) -> Any:
         func: Callable[..., Any] | None = getattr(self.pynvml, function, None)
@@ -180,14 +197,12 @@ class _Query:
             return None
         try:
             return func(*args)
-        except Exception as error:  # NVMLError, or UnicodeDecodeError etc. from odd drivers
-            error_type = getattr(self.pynvml, "NVMLError", None)
-            if (isinstance(error_type, type) and isinstance(error, error_type)) or \
-                    type(error).__name__ == "NVMLLibraryMismatchError":
+        except self._errors as error:
+            if isinstance(error, (UnicodeDecodeError, OSError, ctypes.ArgumentError)):
+                self.unavailable[field_name] = f"N/A: {type(error).__name__}: {error}"
+            else:
                 self.unavailable[field_name] = _error_reason(error)
                 self.codes[field_name] = getattr(error, "value", _FUNCTION_NOT_FOUND)
-            else:
-                self.unavailable[field_name] = f"N/A: {type(error).__name__}: {error}"
             return None
 
 
@@ -197,7 +212,7 @@ def import_pynvml() -> tuple[ModuleType | None, str | None]:
         module = importlib.import_module("pynvml")
     except ImportError:
         return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
-    except Exception as error:
+    except (OSError, SyntaxError, AttributeError) as error:  # a broken or foreign install
         return None, f"pynvml failed to import: {type(error).__name__}: {error}"
     if not hasattr(module, "nvmlInit"):
         return None, "the pynvml module found is not nvidia-ml-py (reinstall nvidia-ml-py)"
@@ -208,7 +223,7 @@ def init_nvml(pynvml: ModuleType) -> str | None:
     """nvmlInit; None on success, else the line to show."""
     try:
         pynvml.nvmlInit()
-    except Exception as error:
+    except nvml_errors(pynvml) as error:
         code = getattr(error, "value", None)
         if code in (_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED):
             return f"no NVIDIA driver found (NVML: {error})"
@@ -218,10 +233,20 @@ def init_nvml(pynvml: ModuleType) -> str | None:
     return None
 
 
+def open_nvml() -> tuple[ModuleType | None, str | None]:
+    """nvidia-ml-py imported and initialised: (module, None), or (None, the line to show). The
+    caller ends the session with shutdown_nvml(module)."""
+    pynvml, reason = import_pynvml()
+    if pynvml is None:
+        return None, reason
+    reason = init_nvml(pynvml)
+    return (None, reason) if reason is not None else (pynvml, None)
+
+
 def shutdown_nvml(pynvml: ModuleType) -> None:
     try:
         pynvml.nvmlShutdown()
-    except Exception:  # shutting down a half-initialised library must not hide the result
+    except nvml_errors(pynvml):  # shutting down a half-initialised library must not hide the result
         pass
 
 
@@ -231,7 +256,7 @@ def _cuda_version(value: Any) -> str | None:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
-def clock_event_mask(query: _Query, handle: Any) -> int | None:
+def clock_event_mask(query: NvmlQuery, handle: Any) -> int | None:
     """The clock-event bitmask; the deprecated throttle-reasons call where the driver predates R535.
 
     The binding always has both wrappers: what an older driver lacks is the C symbol
@@ -243,7 +268,7 @@ def clock_event_mask(query: _Query, handle: Any) -> int | None:
     return mask
 
 
-def _read_mig_devices(pynvml: ModuleType, query: _Query, handle: Any, index: int, parent_name: str,
+def _read_mig_devices(pynvml: ModuleType, query: NvmlQuery, handle: Any, index: int, parent_name: str,
                       parent_total: int | None) -> tuple[bool | None, tuple[GpuInfo, ...]]:
     """MIG mode and the MIG devices of one GPU (nvmlDeviceGetMigMode, nvmlDeviceGetMigDeviceHandleByIndex)."""
     mode = query("mig_mode", "nvmlDeviceGetMigMode", handle)
@@ -255,7 +280,7 @@ def _read_mig_devices(pynvml: ModuleType, query: _Query, handle: Any, index: int
     slots = query("mig_devices", "nvmlDeviceGetMaxMigDeviceCount", handle) or 0
     devices = []
     for slot in range(int(slots)):
-        mig_query = _Query(pynvml)
+        mig_query = NvmlQuery(pynvml)
         mig = mig_query("handle", "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
         if mig is None:
             continue  # an empty slot answers NVML_ERROR_NOT_FOUND
@@ -265,7 +290,7 @@ def _read_mig_devices(pynvml: ModuleType, query: _Query, handle: Any, index: int
 
 def _read_mig(pynvml: ModuleType, handle: Any, index: int, slot: int, parent_name: str,
               parent_total: int | None) -> GpuInfo:
-    query = _Query(pynvml)
+    query = NvmlQuery(pynvml)
     name = query("name", "nvmlDeviceGetName", handle)
     uuid = query("uuid", "nvmlDeviceGetUUID", handle)
     memory = query("memory", "nvmlDeviceGetMemoryInfo", handle)
@@ -284,7 +309,7 @@ def _read_mig(pynvml: ModuleType, handle: Any, index: int, slot: int, parent_nam
 
 
 def _read_gpu(pynvml: ModuleType, index: int) -> GpuInfo:
-    query = _Query(pynvml)
+    query = NvmlQuery(pynvml)
     handle = query("handle", "nvmlDeviceGetHandleByIndex", index)
     if handle is None:
         reason = query.unavailable.get("handle", "N/A")
@@ -310,7 +335,7 @@ def _read_gpu(pynvml: ModuleType, index: int) -> GpuInfo:
     if memory is not None:
         memory_fields = tuple(getattr(memory, attr, None) for attr in ("total", "used", "free"))
         if not memory_fields[0]:
-            # Unified-memory parts (GB10, Jetson) report 0 or NotSupported (reference §5.2).
+            # Unified-memory parts (GB10, Jetson) report 0 or NotSupported (nvitop handles the same).
             query.unavailable["memory"] = "N/A: no dedicated GPU memory reported (unified memory?)"
             memory_fields = (None, None, None)
     utilization_fields = (None, None)
@@ -353,14 +378,11 @@ def _read_gpu(pynvml: ModuleType, index: int) -> GpuInfo:
 
 def detect_nvidia() -> tuple[NvmlStatus, list[GpuInfo]]:
     """NVML's view of this machine: status plus one GpuInfo per GPU. Never raises."""
-    pynvml, reason = import_pynvml()
+    pynvml, reason = open_nvml()
     if pynvml is None:
         return NvmlStatus(False, reason), []
-    reason = init_nvml(pynvml)
-    if reason is not None:
-        return NvmlStatus(False, reason), []
     try:
-        query = _Query(pynvml)
+        query = NvmlQuery(pynvml)
         driver = query("driver", "nvmlSystemGetDriverVersion")
         cuda = query("cuda", "nvmlSystemGetCudaDriverVersion_v2") or query("cuda", "nvmlSystemGetCudaDriverVersion")
         nvml_version = query("nvml", "nvmlSystemGetNVMLVersion")
@@ -373,7 +395,7 @@ def detect_nvidia() -> tuple[NvmlStatus, list[GpuInfo]]:
                             _text(driver) if driver is not None else None, _cuda_version(cuda),
                             _text(nvml_version) if nvml_version is not None else None)
         return status, gpus
-    except Exception as error:  # a broken binding must not crash `env`
+    except (TypeError, ValueError) as error:  # a count or struct that is not what nvml.h says
         return NvmlStatus(False, f"NVML failed: {type(error).__name__}: {error}"), []
     finally:
         shutdown_nvml(pynvml)

@@ -86,23 +86,24 @@ class NvmlReader:
     that GPU and retries next tick, never blanking the others."""
 
     def __init__(self) -> None:
-        from tutor.hardware.nvidia import import_pynvml, init_nvml
+        from tutor.hardware.nvidia import NvmlQuery, open_nvml
 
-        self._pynvml, reason = import_pynvml()
+        self._pynvml, self.reason = open_nvml()
+        """Why no GPU is sampled (no nvidia-ml-py, no driver, ...); None while NVML answers."""
+        self._query = NvmlQuery(self._pynvml) if self._pynvml is not None else None
         self._count = 0
         self._handles: dict[int, Any] = {}
         self._mig_handles: dict[int, list[tuple[int, Any]]] = {}
-        if self._pynvml is not None and init_nvml(self._pynvml) is None:
+        if self._pynvml is not None:
             count = self._get("nvmlDeviceGetCount")
             self._count = int(count) if isinstance(count, int) else 0
-        else:
-            self._pynvml = None
 
     def _get(self, function: str, *args: Any) -> Any:
-        try:
-            return getattr(self._pynvml, function)(*args)
-        except Exception:
+        """NVML's answer, or None: a field the driver cannot give this tick (the reason is kept in
+        self._query.unavailable under the function's name)."""
+        if self._query is None:
             return None
+        return self._query(function, function, *args)
 
     def _handle(self, index: int) -> Any:
         if index not in self._handles:

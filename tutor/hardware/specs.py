@@ -1,7 +1,7 @@
 """Dense theoretical peaks of common GPUs, each with its source, and matching a detected name to one.
 
 Values are DENSE (no 2:4 sparsity) tensor-core rates in TFLOP/s (INT8 in TOPS), decimal units,
-from reference/benchmarking.md §6.1 unless an entry's source says otherwise. None means the
+each from the source named in its entry (vendor datasheet or whitepaper). None means the
 chip has no hardware path for that dtype or no published dense figure.
 
 The traps (§6.2) this table guards against:
@@ -37,7 +37,8 @@ SPEC_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 @dataclass(frozen=True)
 class Derivation:
-    """Inputs of `SMs x dense FLOP/clock/SM x boost clock` (reference §6.3) for the fp16 tensor rate."""
+    """Inputs of `SMs x dense FLOP/clock/SM x boost clock` (NVIDIA architecture whitepapers:
+    dense FLOP per clock per SM) for the fp16 tensor rate."""
 
     sm_count: int
     fp16_flops_per_clock_per_sm: int

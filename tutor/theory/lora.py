@@ -110,6 +110,7 @@ def quantizable_weights_per_layer(arch: Architecture, *, moe_layer: bool) -> int
 
     GPTQ/AWQ/bitsandbytes/FP8 checkpoints quantize the block's nn.Linear weights and keep the
     embeddings, LM head, norms, biases and routers in 16 bits (e.g. Llama-3.3-70B-FP8-dynamic:
-    2,109,382,656 BF16 + 68,451,041,280 F8 elements; reference memory-and-models.md §2.1).
+    2,109,382,656 BF16 + 68,451,041,280 F8 elements in the Hub's safetensors metadata of
+    Llama-3.3-70B-FP8-dynamic).
     """
     return sum(m.copies * m.d_in * m.d_out for m in linear_modules(arch, moe_layer=moe_layer))

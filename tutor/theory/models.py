@@ -4,7 +4,7 @@ A config is turned into an `Architecture` (one frozen record of every size and q
 a count or a memory formula), then `count_parameters` follows the module structure of the
 transformers modelling code for that `model_type`, weight by weight and bias by bias. Every exact
 count published for the shipped presets is reproduced to the parameter (tests/test_models.py;
-sources in /work/shared/reference/memory-and-models.md §3 and in tutor/presets/index.json).
+each with its source in tutor/presets/index.json).
 
 Presets are the published config.json files of popular models, shipped in `tutor/presets/`.
 Standard library only.

@@ -44,7 +44,8 @@ def expected_distinct_experts_touched(tokens: int, top_k: int, num_experts: int)
     experts, independently of the other tokens, so one expert is missed by one token with
     probability 1 − k/E and by all T tokens with (1 − k/E)^T. Real routers are skewed, which
     touches fewer. It is why decode at batch 1 reads only the k active experts' weights while a
-    large batch reads nearly all of them (reference memory-and-models.md §2.10).
+    large batch reads nearly all of them (DeepSeek-V3, arXiv 2412.19437, §2: 37B of 671B parameters
+    active per token).
     """
     tokens = _count(tokens, "tokens", minimum=0)
     top_k, num_experts = _routing(top_k, num_experts)

@@ -4,8 +4,9 @@ Every peak here is "units x operations per unit per clock x clock": what differs
 core, a GPU SM and a memory bus is only what a "unit" is. Detection of the inputs (which SIMD
 width, how many FMA units, which clock) lives in tutor.hardware; this module is the arithmetic.
 
-Sources: reference/benchmarking.md §1.3 (the ml-engineering formula), §6.3 (per-SM rates),
-§6.4 (CPU FLOP/cycle per ISA); Intel 64 and IA-32 Architectures Optimization Reference Manual
+Sources: Stas Bekman, "Machine Learning Engineering" (stas00/ml-engineering,
+compute/accelerator/README.md: the peak formula and its inversion); NVIDIA architecture whitepapers
+(A100, H100: SMs, tensor cores, dense FLOP per clock); Intel 64 and IA-32 Architectures Optimization Reference Manual
 (FMA port counts, AMX "1024 BF16 / 2048 INT8 operations per cycle per core").
 """
 
@@ -40,7 +41,7 @@ def simd_lanes(*, simd_bits: int, element_bits: int) -> int:
 def cpu_flops_per_cycle(*, simd_bits: int, element_bits: int, fma_units: int) -> int:
     """FLOP per cycle per core of a SIMD FMA pipeline: lanes x FMA units x 2.
 
-    reference/benchmarking.md §6.4: AVX2 + 2 FMA ports -> 32 FP32 FLOP/cycle; AVX-512 with 2 FMA
+    Intel Optimization Reference Manual: AVX2 + 2 FMA ports -> 32 FP32 FLOP/cycle; AVX-512 with 2 FMA
     units -> 64; Zen 1 (2 x 128-bit) -> 16. A dot-product instruction that packs 2 (BF16,
     VDPBF16PS) or 4 (INT8, VPDPBUSD) products into each 32-bit lane is counted by passing the
     narrow element width, which gives the 2x/4x the manuals state.
@@ -52,8 +53,8 @@ def cpu_flops_per_cycle(*, simd_bits: int, element_bits: int, fma_units: int) ->
 def peak_flops(*, units: int, flops_per_cycle_per_unit: float, clock_hz: float) -> float:
     """Peak operations per second = units x operations per cycle per unit x clock.
 
-    The one formula behind every peak (reference/benchmarking.md §1.3: "clock x FMAs per clock
-    per unit x 2 x units"); a unit is a CPU core, a GPU SM or a tensor core.
+    The one formula behind every peak (ml-engineering, compute/accelerator: "clock x FMAs per
+    clock per unit x 2 x units"); a unit is a CPU core, a GPU SM or a tensor core.
     """
     _require_positive("units", units)
     _require_positive("flops_per_cycle_per_unit", flops_per_cycle_per_unit)
@@ -64,7 +65,7 @@ def peak_flops(*, units: int, flops_per_cycle_per_unit: float, clock_hz: float) 
 def cpu_peak_flops(*, cores: int, simd_bits: int, element_bits: int, fma_units: int, clock_hz: float) -> float:
     """CPU peak FLOP/s = physical cores x SIMD lanes x FMA units x 2 x clock.
 
-    reference/benchmarking.md §6.4, worked example: a 56-core Sapphire Rapids with AVX-512
+    Worked example: a 56-core Sapphire Rapids with AVX-512
     (2 FMA units) at 2.0 GHz -> 56 x 64 x 2.0e9 = 7.2 TFLOP/s FP32. Physical cores, because
     hyperthreads share a core's FMA units.
     """
@@ -75,7 +76,7 @@ def cpu_peak_flops(*, cores: int, simd_bits: int, element_bits: int, fma_units: 
 def gpu_peak_flops(*, sm_count: int, flops_per_clock_per_sm: float, clock_hz: float) -> float:
     """GPU dense peak = SMs x FLOP per clock per SM x boost clock.
 
-    reference/benchmarking.md §6.3: H100 SXM 132 x 4096 x 1.83 GHz = 989.4 TFLOP/s BF16;
+    NVIDIA H100 and A100 whitepapers: H100 SXM 132 x 4096 x 1.83 GHz = 989.4 TFLOP/s BF16;
     A100 108 x 2048 x 1.41 GHz = 311.9.
     """
     return peak_flops(units=sm_count, flops_per_cycle_per_unit=flops_per_clock_per_sm, clock_hz=clock_hz)
@@ -84,7 +85,7 @@ def gpu_peak_flops(*, sm_count: int, flops_per_clock_per_sm: float, clock_hz: fl
 def clock_implied_by_peak(*, peak: float, units: int, flops_per_cycle_per_unit: float) -> float:
     """The clock (Hz) a published peak assumes: peak / (units x FLOP per cycle per unit).
 
-    reference/benchmarking.md §1.3: H100 SXM's 989.4 TFLOP/s over 528 tensor cores x 1024 FLOP
+    ml-engineering, compute/accelerator: H100 SXM's 989.4 TFLOP/s over 528 tensor cores x 1024 FLOP
     gives 1830 MHz, not the 1980 MHz boost clock often quoted.
     """
     _require_positive("peak", peak)
@@ -96,7 +97,7 @@ def clock_implied_by_peak(*, peak: float, units: int, flops_per_cycle_per_unit: 
 def clock_adjusted_peak(*, peak: float, spec_clock_hz: float, actual_clock_hz: float) -> float:
     """A datasheet peak scaled to the clock the chip really ran at: peak x actual / spec clock.
 
-    reference/benchmarking.md §6.2 trap 7: a GPU that sustains a lower clock under power or
+    ml-engineering, compute/accelerator (throttling): a GPU that sustains a lower clock under power or
     thermal limits cannot reach the datasheet figure.
     """
     _require_positive("peak", peak)
@@ -108,7 +109,7 @@ def clock_adjusted_peak(*, peak: float, spec_clock_hz: float, actual_clock_hz: f
 def memory_bandwidth_bytes_per_s(*, memory_clock_hz: float, bus_width_bits: int, transfers_per_clock: int = 2) -> float:
     """Peak DRAM/HBM bandwidth = memory clock x bus width in bytes x transfers per clock.
 
-    reference/benchmarking.md §1.3 and §6.3 (double data rate, 2 transfers per clock):
+    ml-engineering, compute/accelerator (double data rate, 2 transfers per clock):
     H100 SXM 2619 MHz x 5120 bit -> 3.35 TB/s; RTX 4090 10501 MHz x 384 bit -> 1008 GB/s.
     """
     _require_positive("memory_clock_hz", memory_clock_hz)
@@ -120,7 +121,7 @@ def memory_bandwidth_bytes_per_s(*, memory_clock_hz: float, bus_width_bits: int,
 def dram_bandwidth_bytes_per_s(*, channels: int, megatransfers_per_s: float, bytes_per_transfer: int = 8) -> float:
     """Host DRAM peak = channels x MT/s x 8 bytes (64-bit channel).
 
-    reference/benchmarking.md §3.5: DDR4-3200 dual channel = 51.2 GB/s; DDR5-4800 with 8 channels
+    JEDEC DDR4/DDR5 transfer rates: DDR4-3200 dual channel = 51.2 GB/s; DDR5-4800 with 8 channels
     = 307.2 GB/s. The channel count is not readable without root (dmidecode).
     """
     _require_positive("channels", channels)
@@ -156,7 +157,7 @@ def explain_efficiency(measured: float, peak: float | None, *, assumed_clock_hz:
     """How a measured rate compares with a theoretical peak of the same unit (FLOP/s, B/s).
 
     At or below the peak: fraction = measured / peak. Above it the peak's clock must be too low
-    (reference/benchmarking.md §1.3, inverting the peak formula): the clock was at least
+    (ml-engineering, compute/accelerator: inverting the peak formula): the clock was at least
     measured / peak x assumed clock, which is reported instead of an efficiency above 100 %.
     """
     valid = isinstance(measured, (int, float)) and not isinstance(measured, bool)

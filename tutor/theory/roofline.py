@@ -35,7 +35,8 @@ def matmul_arithmetic_intensity(m: int, n: int, k: int, bytes_per_element: float
 
     Counts reading A and B and writing C once each (no re-reads: the best a kernel can do);
     add another mn if C is also read (β ≠ 0). Square n×n×n: 2n/(3b); GEMV (m = 1): about 2/b.
-    Reference benchmarking.md §7 after NVIDIA's "Matrix Multiplication Background" guide.
+    Williams, Waterman, Patterson, "Roofline" (CACM 2009); NVIDIA, "Matrix Multiplication Background
+    User's Guide" (Deep Learning Performance docs), "Math and Memory Bounds".
     """
     m, n, k = _dimension(m, "m"), _dimension(n, "n"), _dimension(k, "k")
     b = _positive(bytes_per_element, "bytes per element")
@@ -68,7 +69,8 @@ def decode_time_per_token_bound(*, weight_bytes: int, kv_bytes: int = 0, bandwid
     """Lower bound in seconds on one decode step: (weight bytes + KV bytes read) / HBM bandwidth.
 
     Each step of autoregressive decoding reads every weight and the whole KV cache of the batch
-    once, so at small batch it is memory-bound (reference memory-and-models.md §2.12).
+    once, so at small batch it is memory-bound (Pope et al., "Efficiently Scaling Transformer
+    Inference", arXiv 2211.05102, §2.1).
     Llama-3-8B bf16 on H100 SXM: 16.06 GB / 3.35 TB/s = 4.8 ms. kv_bytes is the KV cache of all
     sequences in the batch.
     """

@@ -226,7 +226,8 @@ def safetensors_summary(folder: str | os.PathLike[str]) -> SafetensorsSummary:
 
     Element counts are what the Hub reports as `safetensors.total`; they include buffers such as
     Llama-2's rotary inv_freq and FP8 scale tensors, so they can exceed the parameter count
-    (memory-and-models.md §3.3, pitfall 5).
+    (meta-llama/Llama-2-7b-hf's Hub `safetensors.total` is 6,738,417,664, 2,048 above the
+    6,738,415,616 parameters: 32 layers x 64 inv_freq values).
     """
     selection = _shard_files(Path(folder))
     by_dtype: dict[str, int] = {}
