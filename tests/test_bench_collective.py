@@ -39,16 +39,21 @@ def test_one_rank_is_not_applicable() -> None:
     assert [(r.state, r.algbw_gbps, r.busbw_gbps) for r in results] == [("not applicable", None, None)]
 
 
-def test_a_failing_rank_is_a_reported_state() -> None:
+def test_nccl_without_a_gpu_per_rank_is_one_clear_line() -> None:
     import torch
 
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         pytest.skip("NCCL works here")
-    # NCCL on a machine without GPUs fails inside every rank; the parent reports it and returns.
-    (result,) = collective_bandwidth(ranks=2, budget_s=1.0, sizes=(1024,), ops=("all_reduce",), backend="nccl")
-    assert result.state == "failed"
-    assert result.message.startswith("rank") or "exit" in result.message
-    assert result.algbw_gbps is None
+    with pytest.raises(UserError, match="NCCL needs one per rank"):
+        collective_bandwidth(ranks=2, budget_s=1.0, sizes=(1024,), ops=("all_reduce",), backend="nccl")
+
+
+def test_too_many_ranks_is_one_clear_line_before_any_process_starts() -> None:
+    import psutil
+
+    with pytest.raises(UserError, match="local ranks is more than"):
+        collective_bandwidth(ranks=100_000, budget_s=1.0, sizes=(1024,), ops=("all_reduce",))
+    assert not [p for p in psutil.Process().children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
 
 
 def test_a_hanging_start_is_a_timeout_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
-from tutor.bench.matmul import (MatmulShape, matmul_throughput, parse_dtypes, supported_matmul_dtypes,
-                                sweep_shapes)
+from tutor.bench.matmul import (MatmulShape, headline_entry, matmul_throughput, parse_dtypes,
+                                supported_matmul_dtypes, sweep_shapes)
 from tutor.bench.timing import Timing, timing_from_samples
 from tutor.errors import UserError
 
@@ -34,7 +34,7 @@ def test_fp32_reports_torch_and_numpy_side_by_side() -> None:
     assert backends[0].startswith("torch/")
     assert backends[1].startswith("numpy/")
     assert sum(result.headline for result in results) == 1
-    best = max(results, key=lambda r: r.tflops_median)
+    best = max(results, key=lambda r: (r.stable, r.tflops_median))  # a settled timing outranks a noisy one
     assert best.headline
     for result in results:
         data = result.to_json()
@@ -44,7 +44,10 @@ def test_fp32_reports_torch_and_numpy_side_by_side() -> None:
         assert result.peak_tflops == 100.0
         assert result.percent_of_peak == pytest.approx(100 * result.tflops_median / 100.0)
         assert (result.m, result.n, result.k) in {(s.m, s.n, s.k) for s in result.sweep}
-        assert result.tflops_median == max(s.tflops_median for s in result.sweep)
+        stable = [s for s in result.sweep if not s.noisy]
+        assert result.tflops_median == max(s.tflops_median for s in (stable or result.sweep))
+        assert result.stable == bool(stable)
+        assert 0.0 <= data["busy"]["other_share"] <= 1.0 and data["busy"]["cores"] >= 1
 
 
 def test_tiny_budget_still_returns_a_result_in_measuring_order() -> None:
@@ -85,20 +88,128 @@ def test_emulated_bf16_is_named_when_the_cpu_lacks_the_flags() -> None:
     assert "emulated bf16: no AVX512-BF16" not in native.notes
 
 
-def test_sweep_grows_while_the_budget_allows_and_stops_when_not() -> None:
+class FakeClock:
+    """A clock that only moves when a fake GEMM runs: each call advances it by its pretend duration."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_cases(clock: FakeClock, rate_tflops: dict[int, float], noisy: frozenset[int] = frozenset(),
+               calls: dict[tuple[int, int, int], int] | None = None):
+    """Case factory whose GEMM of m x n x k 'takes' 2mnk / rate seconds on `clock` (rate per m; other m:
+    the rate of n). Shapes with m or n in `noisy` alternate that time with 3x it, a spread no threshold accepts."""
+    pattern = (1.0, 3.0, 1.0, 1.0, 3.0)
+
     class Case:
         def __init__(self, m: int, n: int, k: int) -> None:
-            self.fn, self.setup = (lambda: None), None
+            self.setup = None
+            rate = rate_tflops.get(m, rate_tflops[n])
+            seconds = 2 * m * n * k / (rate * 1e12)
+            count = iter(range(10**6))
 
-    ladder = (64, 128, 256, 512)
-    # Free iterations and plenty of time: every square, then the two mamf-style neighbours of the best.
-    shapes = [shape for shape, _ in sweep_shapes(Case, device="cpu", budget_s=5.0, ladder=ladder)]
-    assert [s.m for s in shapes[:4]] == list(ladder)
-    assert len(shapes) == 6 and all(s.n == s.k for s in shapes[4:]) and all(s.m != s.n for s in shapes[4:])
-    # A clock that jumps 1 s per reading: the 2.5 s budget is gone after two sizes.
-    ticks = iter(range(10_000))
-    shapes = [s for s, _ in sweep_shapes(Case, device="cpu", budget_s=2.5, ladder=ladder, clock=lambda: next(ticks))]
-    assert [s.m for s in shapes] == [64, 128]
+            def fn() -> None:
+                index = next(count)
+                clock.now += seconds * (pattern[index % len(pattern)] if {m, n} & noisy else 1.0)
+                if calls is not None:
+                    calls[(m, n, k)] = calls.get((m, n, k), 0) + 1
+
+            self.fn = fn
+
+    return Case
+
+
+LADDER = (64, 128, 256, 512, 1024, 2048)
+
+
+def test_growth_stops_at_the_first_real_size_that_is_stable_and_no_faster() -> None:
+    clock = FakeClock()
+    rates = {64: 1.0, 128: 2.0, 256: 4.0, 512: 4.1, 1024: 8.0, 2048: 8.0}
+    sweep = sweep_shapes(fake_cases(clock, rates), device="cpu", budget_s=100.0, ladder=LADDER, clock=clock,
+                         real_size=512)
+    squares = [shape.m for shape, _ in sweep if shape.m == shape.n]
+    # 512 is stable and only 2.5 % faster than 256: the plateau ends growth (1024 would have been faster).
+    assert squares == [64, 128, 256, 512]
+    assert all(not timing.noisy and timing.iters == 5 for _, timing in sweep)  # stable: stopped at 5 iterations
+    neighbours = [shape for shape, _ in sweep if shape.m != shape.n]
+    assert [(s.m, s.n, s.k) for s in neighbours] == [(384, 512, 512), (640, 512, 512)]
+    # Below the real-size threshold a plateau does not stop growth.
+    clock = FakeClock()
+    sweep = sweep_shapes(fake_cases(clock, rates), device="cpu", budget_s=100.0, ladder=LADDER, clock=clock,
+                         real_size=2048)
+    assert [shape.m for shape, _ in sweep if shape.m == shape.n] == list(LADDER)
+
+
+def test_growth_stops_when_the_next_size_would_not_fit_the_budget() -> None:
+    clock = FakeClock()
+    rates = {size: 1e-5 * size for size in LADDER}  # 0.8 ms per GEMM at 64 ... 0.84 s at 2048: never a plateau
+    sweep = sweep_shapes(fake_cases(clock, rates), device="cpu", budget_s=1.0, ladder=LADDER, clock=clock,
+                         real_size=64)
+    squares = [shape.m for shape, _ in sweep if shape.m == shape.n]
+    # ~0.42 s for 64..512; 1024 needs 4 x 0.21 s, more than 60 % of what is left.
+    assert squares == [64, 128, 256, 512]
+    assert clock.now <= 1.0
+
+
+def test_a_noisy_size_is_never_the_headline_nor_a_plateau() -> None:
+    clock = FakeClock()
+    calls: dict[tuple[int, int, int], int] = {}
+    # 256 is the fastest by its median but never settles; 512 and 1024 are stable and slower.
+    rates = {64: 1.0, 128: 2.0, 256: 50.0, 512: 4.0, 768: 3.0, 1024: 4.1, 1280: 3.0, 2048: 4.1}
+    sweep = sweep_shapes(fake_cases(clock, rates, noisy=frozenset({256}), calls=calls), device="cpu",
+                         budget_s=100.0, ladder=LADDER, clock=clock, real_size=256)
+    timings = {shape.label: timing for shape, timing in sweep}
+    assert timings["256x256x256"].noisy and timings["256x256x256"].iters > 5  # kept timing, hoping it settles
+    shape, timing = headline_entry(sweep)
+    assert shape.label == "1024x1024x1024" and not timing.noisy
+    # 512 is the first stable real size: no earlier stable size to compare with, so growth goes on;
+    # 1024 is within 5 % of 512: growth stops there.
+    assert [s.m for s, _ in sweep if s.m == s.n] == [64, 128, 256, 512, 1024]
+    assert (768, 1024, 1024) in calls and (1280, 1024, 1024) in calls
+
+
+def test_a_noisy_headline_is_timed_again_with_what_is_left() -> None:
+    clock = FakeClock()
+    calls: dict[tuple[int, int, int], int] = {}
+    sweep = sweep_shapes(fake_cases(clock, {64: 1.0, 128: 2.0}, noisy=frozenset({64, 128}), calls=calls),
+                         device="cpu", budget_s=1.0, ladder=(64, 128), clock=clock, real_size=64)
+    shape, timing = headline_entry(sweep)
+    assert timing.noisy and shape.label == "128x128x128"  # nothing settled: the best median
+    assert [s.label for s, _ in sweep].count("128x128x128") == 1  # the steadier timing replaces, never duplicates
+    # More calls than the kept timing accounts for (its iterations + a warm-up): it was timed a second time.
+    assert calls[(128, 128, 128)] > timing.iters + 1
+
+
+def test_busy_machine_is_said_and_the_stable_timing_is_the_headline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tutor.bench.matmul as bench_matmul
+    from tutor.bench.busy import BusyShare
+
+    noisy = timing_from_samples([1e-3, 3e-3, 1e-3, 1e-3, 3e-3, 1e-3, 3e-3])
+    steady = timing_from_samples([8e-3] * 6)
+    fast_noisy = MatmulShape(256, 256, 256, 0.9, 1.0, noisy.iters, True, noisy.spread)
+    slow_stable = MatmulShape(512, 512, 512, 0.03, 0.03, steady.iters, False, steady.spread)
+    monkeypatch.setattr(bench_matmul, "sweep_shapes", lambda *a, **k: [(fast_noisy, noisy), (slow_stable, steady)])
+    busy = BusyShare(window_s=2.0, cores=2, other_cpu_s=3.2, own_cpu_s=0.8)
+
+    class Meter:
+        @staticmethod
+        def start() -> Meter:
+            return Meter()
+
+        def stop(self) -> BusyShare:
+            return busy
+
+    monkeypatch.setattr(bench_matmul, "BusyMeter", Meter)
+    (result,) = matmul_throughput("cpu", "fp32", budget_s=0.1, machine=fake_machine(), include_numpy=False)
+    assert (result.m, result.tflops_median, result.stable) == (512, 0.03, True)
+    assert "machine busy: other processes used 80% of 2 cores during the measurement" in result.notes
+    assert any(note.startswith("best stable timing shown (512x512x512") for note in result.notes)
+    assert not any("spread" in note and "noisy" in note for note in result.notes)
+    assert result.to_json()["busy"]["other_share"] == pytest.approx(0.8)
+    assert result.to_json()["busy"]["busy"] is True
 
 
 def test_cancelled_sweep_returns_nothing_or_what_finished() -> None:
@@ -121,6 +232,7 @@ def test_dtype_parsing() -> None:
 
 def test_shape_json_round_trip() -> None:
     timing: Timing = timing_from_samples([1.0, 2.0])
-    shape = MatmulShape(m=1, n=2, k=3, tflops_median=1.0, tflops_best=2.0, iters=timing.iters, noisy=False)
+    shape = MatmulShape(m=1, n=2, k=3, tflops_median=1.0, tflops_best=2.0, iters=timing.iters, noisy=False,
+                        spread=timing.spread)
     assert shape.to_json() == {"m": 1, "n": 2, "k": 3, "tflops_median": 1.0, "tflops_best": 2.0, "iters": 2,
-                               "noisy": False}
+                               "noisy": False, "spread": timing.spread}

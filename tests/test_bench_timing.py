@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tutor.bench.timing import (NOISY_CV, NOISY_SPREAD, BenchCancelled, percentile, time_case,
+from tutor.bench.timing import (NOISY_CV, NOISY_SPREAD, STABLE_MIN_ITERS, BenchCancelled, percentile, time_case,
                                 timing_from_samples, usable_cpu_count, use_all_cpu_threads)
 
 
@@ -122,3 +122,35 @@ def test_torch_uses_every_usable_cpu() -> None:
     import torch
     assert use_all_cpu_threads() == usable_cpu_count()
     assert torch.get_num_threads() == usable_cpu_count()
+
+
+class StepClock:
+    """A fake clock that moves only when the timed function runs: by the next of `durations`, cycling."""
+
+    def __init__(self, durations: list[float]) -> None:
+        self.now, self.durations, self.calls = 0.0, durations, 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def work(self) -> None:
+        self.now += self.durations[self.calls % len(self.durations)]
+        self.calls += 1
+
+
+def test_until_stable_stops_once_enough_iterations_agree() -> None:
+    clock = StepClock([0.01])
+    timing = time_case(clock.work, budget_s=100.0, max_iters=50, until_stable=True, timer=clock)
+    assert timing.iters == STABLE_MIN_ITERS and not timing.noisy
+    assert timing.median_s == pytest.approx(0.01)
+    assert clock.calls == STABLE_MIN_ITERS + 1  # + the warm-up
+
+
+def test_until_stable_keeps_timing_a_noisy_case_to_its_budget() -> None:
+    clock = StepClock([0.01, 0.03, 0.01, 0.01, 0.03])
+    timing = time_case(clock.work, budget_s=1.0, max_iters=1000, until_stable=True, timer=clock)
+    assert timing.noisy and timing.iters > STABLE_MIN_ITERS
+    assert 1.0 <= clock.now - 0.01 <= 1.0 + 0.03  # the deadline, read on the injected clock, ended it
+    # Without until_stable a steady case runs the iterations its budget allows.
+    steady = StepClock([0.01])
+    assert time_case(steady.work, budget_s=0.1, max_iters=1000, timer=steady).iters == 10

@@ -69,7 +69,7 @@ def test_rich_rendering_with_gpus(fake_machine):
     result = CliRunner().invoke(env_module.env, [], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "NVIDIA H200" in out and "H200 SXM 141GB" in out and "989.4" in out and "4800 GB/s" in out and "1830 MHz" in out
+    assert "NVIDIA H200" in out and "H200 SXM 141GB" in out and "989.4" in out and "4.8 TB/s" in out and "1830 MHz" in out
     assert UNKNOWN_GPU in out and "N/A: not supported" in out
     assert "gen 5 x16" in out and "idle" in out and "570.86" in out
 

@@ -360,8 +360,27 @@ def test_nvml_and_torch_disagreeing_is_one_line_that_says_why():
     assert accelerator_agreement(0, None, cpu_wheel) is None
 
 
+_RANK_WITH_A_FAKE_INIT = """
+import os
+import torch, torch.distributed as dist
+from tutor.labs import ranks
+
+def init_process_group(backend, *, device_id=None, **kwargs):  # torch >= 2.3's signature has device_id
+    raise RuntimeError(f"stop here: {backend} {device_id}")
+
+class PrintingPipe:  # what the rank sends its parent, on stdout
+    def send(self, message): print(repr(message), flush=True)
+    def poll(self): return False
+    def close(self): pass
+
+dist.init_process_group = init_process_group
+torch.cuda.set_device = lambda index: None
+ranks._rank_main(lambda ctx, params: {}, {}, 1, 2, 29999, "nccl", 1, PrintingPipe(), os.getppid(), 1.0)
+"""
+
+
 def test_nccl_process_groups_bind_their_device(monkeypatch):
-    import queue
+    import subprocess
 
     import torch
     import torch.distributed as dist
@@ -370,6 +389,12 @@ def test_nccl_process_groups_bind_their_device(monkeypatch):
 
     assert collective.process_group_device("nccl", "cuda:1") == {"device_id": torch.device("cuda", 1)}
     assert collective.process_group_device("gloo", "cpu") == {}
+    # A spawned local rank (tutor.labs.ranks, which bench collective and the labs use) binds cuda:<rank>;
+    # run in its own interpreter, since a rank ends its process when it fails.
+    rank = subprocess.run([sys.executable, "-c", _RANK_WITH_A_FAKE_INIT], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).parent.parent)
+    assert rank.returncode == 1 and rank.stdout.strip() == "('error', 'RuntimeError: stop here: nccl cuda:1')", \
+        rank.stdout + rank.stderr
     seen = {}
 
     def init_process_group(backend, *, device_id=None, **kwargs):  # torch >= 2.3's signature has device_id
@@ -378,10 +403,6 @@ def test_nccl_process_groups_bind_their_device(monkeypatch):
 
     monkeypatch.setattr(dist, "init_process_group", init_process_group)
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
-    results: queue.Queue = queue.Queue()
-    collective._rank_main(1, 2, 29999, "nccl", ("all_reduce",), (1024,), 1.0, 1, results)
-    assert seen["backend"] == "nccl" and seen["device_id"] == torch.device("cuda", 1)
-    assert results.get_nowait()[0] == "failed"
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -15,7 +15,8 @@ from tutor.labs import Measurement, ProbeResult, get_probe
 
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
             "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "moe-alltoall",
-            "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval")
+            "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
+            "moe", "ddp", "zero", "pipeline", "tensor")
 
 
 def test_registry_holds_exactly_the_agreed_probe_names() -> None:
@@ -153,6 +154,11 @@ TINY_PARAMS = {
     "kv-cache": {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 2, "tokens": 2},
     "prefill-decode": {"hidden": 64, "layers": 1, "prompt": 4, "budget_s": 0.1, "device": "cpu"},
     "moe-alltoall": {"tokens": 4, "experts": 4, "top_k": 2, "ep": 2, "hidden": 8, "steps": 1},
+    "moe": {"experts": 4, "hidden": 8, "ffn": 8, "tokens": 8, "steps": 1},
+    "pipeline": {"microbatches": 2, "hidden": 8, "microbatch_tokens": 4, "steps": 2},
+    "tensor": {"hidden": 8, "heads": 2, "seq": 2, "batch": 1},
+    "ddp": {"hidden": 8, "layers": 1, "batch": 1, "seq": 4, "steps": 1},
+    "zero": {"hidden": 8, "layers": 1, "batch": 1, "seq": 4},
 }
 
 
@@ -175,7 +181,7 @@ def test_every_probe_returns_at_once_when_cancelled_before_it_starts(name: str) 
 def test_a_long_probe_stops_within_a_second_of_a_cancel(name: str) -> None:
     if get_probe(name).needs_torch:
         import torch  # noqa: F401  (imported here so the timing below measures the probe alone)
-    long_run = {"matmul": {"dtypes": ["fp32"], "budget_s": 60, "device": "cpu"},
+    long_run = {"matmul": {"dtypes": ["fp32", "bf16", "fp16"], "budget_s": 60, "device": "cpu"},
                 "cast-error": {"count": 200_000, "budget_s": 60},
                 "moe-routing": {"tokens": 32, "trials": 30_000, "budget_s": 60}}[name]
     cancel = threading.Event()

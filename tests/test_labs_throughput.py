@@ -80,3 +80,62 @@ def test_matmul_speedup_compares_rates_at_the_same_size(monkeypatch: pytest.Monk
     assert metrics["tflops_fp32"] == 1.0 and metrics["tflops_bf16"] == 0.25
     assert metrics["speedup_fp32_over_bf16"] == pytest.approx(2.0)
     assert metrics["speedup_bf16_over_fp32"] == pytest.approx(0.5)
+
+
+def test_matmul_budget_starts_after_torch_is_warm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading and warming torch must not eat the lesson's budget (issue 9: at 3 s, the import left
+    only tiny sizes): the sweep gets the whole budget however long the warm-up took."""
+    import tutor.bench.matmul as bench_matmul
+
+    budgets: list[float] = []
+    real = bench_matmul.matmul_throughput
+
+    def recording(device, dtype, **kwargs):
+        budgets.append(kwargs["budget_s"])
+        return real(device, dtype, **{**kwargs, "budget_s": 0.05})
+
+    monkeypatch.setattr(bench_matmul, "warm_up", lambda device: time.sleep(0.6))
+    monkeypatch.setattr(bench_matmul, "matmul_throughput", recording)
+    result = run_probe("matmul", {"dtypes": ["fp32"], "budget_s": 0.5, "device": "cpu"})
+    assert budgets and budgets[0] > 0.45
+    assert "tflops_fp32" in result.metrics
+
+
+def test_matmul_says_how_busy_the_machine_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tutor.bench.busy as busy_module
+    import tutor.bench.matmul as bench_matmul
+    from tutor.bench.busy import BusyShare
+    from tutor.bench.matmul import MatmulResult, MatmulShape
+
+    sweep = (MatmulShape(256, 256, 256, 0.5, 0.9, 40, True, 3.1), MatmulShape(512, 512, 512, 0.2, 0.21, 5, False, 0.02))
+
+    sweep_busy = BusyShare(window_s=2.9, cores=2, other_cpu_s=4.35, own_cpu_s=1.4)
+
+    def fake(device, dtype, **kwargs):
+        return [MatmulResult(device, dtype, "fake", 512, 512, 512, 0.2, 0.21, 0.2, None, None, "", 5, False, 0.02,
+                             (sweep_busy.describe(),
+                              "best stable timing shown (512x512x512, 5 iterations); 1 of 2 sizes did not settle"),
+                             sweep=sweep, busy=sweep_busy)]
+
+    class Meter:
+        @staticmethod
+        def start() -> "Meter":
+            return Meter()
+
+        def stop(self) -> BusyShare:
+            return BusyShare(window_s=3.0, cores=2, other_cpu_s=4.5, own_cpu_s=1.5)
+
+    monkeypatch.setattr(bench_matmul, "matmul_throughput", fake)
+    monkeypatch.setattr(bench_matmul, "warm_up", lambda device: None)
+    monkeypatch.setattr(busy_module, "BusyMeter", Meter)
+    result = run_probe("matmul", {"dtypes": ["fp32"], "budget_s": 0.3, "device": "cpu"})
+    assert result.metrics["tflops_fp32"] == 0.2  # the stable timing, not the noisy 0.5
+    assert result.summary == ("fp32 200 GFLOP/s on cpu; machine busy: other processes used 75% of 2 cores "
+                              "during the measurement, so it may read low: run it again when the machine is quiet")
+    data = result.to_json()
+    assert data["busy"]["other_share"] == pytest.approx(0.75) and data["busy"]["busy"] is True
+    headline = data["headline"]["fp32"]
+    assert (headline["m"], headline["stable"], headline["sizes_noisy"], headline["sizes_timed"]) == (512, True, 1, 2)
+    fp32 = next(row for row in result.rows if row.label.startswith("fp32 matmul"))
+    assert fp32.unit == "TFLOP/s" and "best stable timing shown" in fp32.note
+    assert "machine busy" not in fp32.note  # said once, in the summary

@@ -198,7 +198,7 @@ def test_quiz_check_catches_a_tolerance_too_tight_for_the_shown_answer(broken: P
     edit(broken, "precision/bits-of-a-float", "tolerance = 0.02", "tolerance = 0.000001")
     problems = lint.check_quizzes(load_curriculum(broken).lesson("precision/bits-of-a-float"))
     assert problems == [("lessons/precision/bits-of-a-float/lesson.md:23: quiz bf16-max: its own answer "
-                        "'3.390e38' is graded wrong (Not quite: that is too high.)")]
+                        "'3.39 × 10³⁸' is graded wrong (Not quite: that is too high.)")]
 
 
 def test_quiz_check_catches_an_answer_expr_that_fails(broken: Path) -> None:

@@ -285,8 +285,8 @@ def test_only_the_safe_builtins() -> None:
 
 
 @pytest.mark.parametrize(("value", "digits", "text"), [
-    (65504, 3, "65,500"), (3.3895313892515355e38, 3, "3.39e38"), (0.25, 3, "0.25"), (0.0039062, 3, "0.00391"),
-    (1234567, 3, "1.23e6"), (0, 3, "0"), (2.0, 3, "2"), (1 / 3, 5, "0.33333"),
+    (65504, 3, "65,500"), (3.3895313892515355e38, 3, "3.39 × 10³⁸"), (0.25, 3, "0.25"), (0.0039062, 3, "0.00391"),
+    (1234567, 3, "1,230,000"), (0, 3, "0"), (2.0, 3, "2"), (1 / 3, 5, "0.33333"),
 ])
 def test_num(value: float, digits: int, text: str) -> None:
     assert num(value, digits) == text
@@ -316,7 +316,7 @@ def number_quiz(**changes) -> Quiz:
 def test_bf16_max_in_the_ways_people_type_it(typed: str) -> None:
     # BF16 max finite (2 - 2^-7) * 2^127 = 3.3895e38 (Kalamkar et al., arXiv 1905.12322).
     verdict = grade(number_quiz(), typed)
-    assert verdict.correct and verdict.expected == "3.390e38"
+    assert verdict.correct and verdict.expected == "3.39 × 10³⁸"
 
 
 @pytest.mark.parametrize(("typed", "message"), [("3.0e38", "too low"), ("6.5e38", "too high")])

@@ -246,7 +246,7 @@ def test_predict_commits_first_then_measures_and_compares():
             await settle(pilot, app)
             verdict = text_of(predict.query_one("#verdict"))
             # the fake measures speedup_bf16_over_fp32 = 0.25
-            assert "you predicted 2 x, measured 0.25 x: 8x too high" in verdict
+            assert "you predicted 2x, measured 0.25x: 8x too high" in verdict
             assert services.progress.predictions == [("precision/speed", "bf16-speedup", 2.0, 0.25)]
             assert not services.progress.lesson_state("precision/speed").completed  # its measure is left
             app.screen.query_one(MeasureBlock).start_probe()
@@ -298,6 +298,7 @@ def test_escape_cancels_a_running_measure_and_the_ui_keeps_answering():
             await pilot.pause()
             measure = app.screen.query_one(MeasureBlock)
             measure.query_one("#run").focus()
+            await pilot.pause()  # focus scrolls the Run button into view; Enter on an unseen one only reveals it
             await pilot.press("enter")
             await pilot.pause(0.1)
             assert measure.running and app.active_runner is measure
@@ -545,6 +546,7 @@ def test_learn_with_a_bad_id_exits_2_before_textual_starts(monkeypatch, capsys):
     assert exit_info.value.code == 2 and started == []
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no lesson 'no/such-lesson'" in err
+    monkeypatch.setattr("tutor.commands.learn._require_terminal", lambda: None)  # pytest's stdin is no terminal
     cli.main(["learn", "memory/train"])
     assert len(started) == 1 and started[0].start_lesson == "memory/train"
 

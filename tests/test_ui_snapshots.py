@@ -65,7 +65,43 @@ def test_measure_result_wide(snap_compare):
     assert snap_compare(app("precision/speed"), run_before=run_probe, terminal_size=WIDE)
 
 
-def test_bench_result_wide(snap_compare):
+def test_measure_result_small(snap_compare):
+    async def run_probe(pilot):
+        from tutor.ui.widgets.measure import MeasureBlock
+
+        block = pilot.app.screen.query_one(MeasureBlock)
+        block.start_probe()
+        await settle(pilot)
+        block.query_one("#run").focus()
+        await pilot.pause()
+
+    assert snap_compare(app("precision/speed"), run_before=run_probe, terminal_size=SMALL)
+
+
+def test_home_back_from_a_lesson_small(snap_compare):
+    async def visit(pilot):
+        await pilot.pause()
+        pilot.app.open_lesson("memory/train")
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+
+    assert snap_compare(app(), run_before=visit, terminal_size=SMALL)
+
+
+def test_help_wide(snap_compare):
+    async def open_help(pilot):
+        await pilot.pause()
+        pilot.app.screen.query_one("#run").focus()
+        await pilot.press("f1")
+        await pilot.pause()
+
+    assert snap_compare(app("precision/speed"), run_before=open_help, terminal_size=WIDE)
+
+
+def test_bench_result_wide(snap_compare, monkeypatch, tmp_path):
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))  # no saved runs: the screen shows this run only
+
     async def run_bench(pilot):
         await pilot.press("b", "r")
         await settle(pilot)

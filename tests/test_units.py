@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tutor.errors import UserError
-from tutor.theory.units import GB, GiB, human_bytes, human_count, parse_bytes, parse_count
+from tutor.theory.units import GB, GiB, parse_bytes, parse_count
 
 
 @pytest.mark.parametrize(("text", "expected"), [("24GiB", 24 * GiB), ("80GB", 80 * GB), ("80 G", 80 * GB),
@@ -36,8 +36,3 @@ def test_parsers_raise_only_user_errors(text: str) -> None:
         except UserError:
             pass
 
-
-def test_human_readable() -> None:
-    assert human_bytes(14.96 * GiB) == "14.96 GiB"
-    assert human_count(8_030_261_248) == "8.03B"
-    assert human_count(124_439_808) == "124.4M"

@@ -1,7 +1,9 @@
 """Deterministic stand-ins for the app's services: a fixed machine, a sampler with canned
 samples, probes with canned results (one slow and cancellable), a two-track curriculum, an
 in-memory progress store. The UI tests and snapshots use these so that they depend neither on
-this machine nor on the lesson content of the day.
+this machine nor on the lesson content of the day. Each satisfies the Protocol of
+tutor.ui.services it stands in for (tests/test_ui_workers.py checks); the machine and the
+settings are the real classes, built from recorded facts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tutor.labs import Measurement, ProbeResult
 from tutor.lessons.grading import Grade
 from tutor.lessons.model import Bits, Calc, Lesson, Measure, Predict, Prose, Quiz, Track
 from tutor.lessons.model import LessonInfo as Info
+from tutor.settings import Settings
 from tutor.ui.services import BenchOutcome, BenchRow, Services
 
 NO_DRIVER = "no NVIDIA driver found (NVML: NVML Shared Library Not Found)"
@@ -206,6 +209,7 @@ class FakeProgress:
         self.answers: list[tuple] = []
         self.predictions: list[tuple] = []
         self.last_lesson: str | None = None
+        self.warning: str | None = None
 
     def set_last_lesson(self, lesson_id: str) -> None:
         self.last_lesson = lesson_id
@@ -229,9 +233,8 @@ class FakeProgress:
         return sum(self.lesson_state(i).completed for i in track.lesson_ids), len(track.lesson_ids)
 
 
-@dataclass(frozen=True)
-class FakeSettings:
-    theme: str = "textual-dark"
+FakeSettings = Settings
+"""The real settings: a frozen dataclass with defaults, nothing to fake."""
 
 
 def fake_bench(progress: Any, cancel: threading.Event) -> BenchOutcome:

@@ -7,8 +7,9 @@ NVIDIA/nccl-tests doc/PERFORMANCE.md). gloo on CPU tensors, NCCL on GPUs. Each i
 blocking (barrier, collective, wait), like nccl-tests `-z 1` and ml-engineering's
 all_reduce_bench.py; per-iteration times are averaged over ranks.
 
-On one machine the ranks are local processes (`torch.multiprocessing` spawn, 127.0.0.1 and a free
-port); a rank that fails or hangs is reported as a state, never waited on forever. Across nodes:
+On one machine the ranks are local processes started by tutor.labs.ranks.run_ranks (spawn, 127.0.0.1
+and a free port, capped by this machine's cores and memory: too many ranks is a UserError); a rank
+that fails, dies or hangs is reported as a state, never waited on forever, and leaves no process. Across nodes:
 
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
         -m tutor.bench.collective --sizes 1M,64M,1G --json
@@ -19,10 +20,8 @@ prints one JSON line per result.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import queue
 import socket
 import sys
 import threading
@@ -183,28 +182,11 @@ def process_group_device(backend: str, device: str) -> dict[str, Any]:
     return {"device_id": torch.device(device)}
 
 
-def _rank_main(rank: int, world: int, port: int, backend: str, ops: tuple[str, ...], sizes: tuple[int, ...],
-               budget_s: float, cpu_threads: int, results: Any) -> None:
-    """Entry point of a spawned rank: its report (or its error) goes to the parent's queue."""
-    try:
-        import torch
-        import torch.distributed as dist
-
-        torch.set_num_threads(max(1, cpu_threads))
-        device = f"cuda:{rank}" if backend == "nccl" else "cpu"
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=max(30.0, budget_s * 2)),
-                                **process_group_device(backend, device))
-        try:
-            rows = _measure_rank(rank, world, device, ops, sizes, budget_s, backend)
-        finally:
-            dist.destroy_process_group()
-        if rank == 0:
-            results.put(("ok", rows))
-    except Exception as error:  # reported to the parent as a failed state, never a traceback
-        results.put(("failed", f"rank {rank}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"))
+def _collective_rank(ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """One rank of a local run (tutor.labs.ranks): every rank measures, rank 0's rows are the report."""
+    rows = _measure_rank(ctx.rank, ctx.world, ctx.device, params["ops"], params["sizes"], params["budget_s"],
+                         ctx.backend)
+    return {"rows": rows}
 
 
 def collective_bandwidth(*, ranks: int, budget_s: float, ops: tuple[str, ...] = COLLECTIVE_OPS,
@@ -217,60 +199,28 @@ def collective_bandwidth(*, ranks: int, budget_s: float, ops: tuple[str, ...] = 
     for op in ops:
         if op not in COLLECTIVE_OPS:
             raise UserError(f"unknown collective {op!r} (choose from {', '.join(COLLECTIVE_OPS)})")
-    import torch
-    import torch.multiprocessing as mp
+    from tutor.labs.ranks import choose_backend
 
-    if backend is None:
-        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= ranks else "gloo"
+    backend = choose_backend(ranks, backend)
     device = "cuda" if backend == "nccl" else "cpu"
     if ranks == 1:
         return [CollectiveResult(op=op, backend=backend, ranks=1, bytes=size, dtype="fp32", algbw_gbps=None,
                                  busbw_gbps=None, time_median_s=None, time_best_s=None, iters=0, device=device,
                                  state="not applicable", message="needs at least 2 ranks (busbw factor is 0)")
                 for size in sizes for op in ops]
-    from tutor.bench.timing import usable_cpu_count
+    from tutor.labs.limits import collective_buffer_bytes
+    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, RankFailure, RanksCancelled, run_ranks
 
-    context = mp.get_context("spawn")
-    reports = context.Queue()
-    port = free_port()
-    threads = max(1, usable_cpu_count() // ranks)
-    processes = [context.Process(target=_rank_main, daemon=True,
-                                 args=(rank, ranks, port, backend, tuple(ops), tuple(sizes), budget_s, threads, reports))
-                 for rank in range(ranks)]
-    for process in processes:
-        process.start()
-    limit = time.perf_counter() + STARTUP_TIMEOUT_S + budget_s * 2
-    state, payload = "timeout", f"no report within {STARTUP_TIMEOUT_S + budget_s * 2:.0f} s"
+    memory = DEFAULT_MEMORY_PER_RANK + collective_buffer_bytes(max(sizes), ranks)
+    params = {"ops": tuple(ops), "sizes": tuple(sizes), "budget_s": budget_s}
     try:
-        while True:
-            if cancel is not None and cancel.is_set():
-                state, payload = "cancelled", "cancelled before the collectives finished"
-                break
-            try:
-                state, payload = reports.get(timeout=0.2)
-                break
-            except queue.Empty:
-                pass
-            if time.perf_counter() > limit:
-                break
-            dead = [p for p in processes if p.exitcode not in (None, 0)]
-            if dead:
-                # Give the failing rank's own message a moment to arrive.
-                try:
-                    state, payload = reports.get(timeout=1.0)
-                except queue.Empty:
-                    state, payload = "failed", f"rank exited with code {dead[0].exitcode}"
-                break
-    finally:
-        for process in processes:
-            process.join(timeout=2.0 if state == "ok" else 0.1)
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=2.0)
-                if process.is_alive():
-                    process.kill()
-        reports.close()
+        reports = run_ranks(_collective_rank, params, ranks=ranks, timeout_s=STARTUP_TIMEOUT_S + budget_s * 2,
+                            cancel=cancel, backend=backend, memory_per_rank_bytes=memory)
+        state, payload = "ok", reports[0]["rows"]
+    except RanksCancelled:
+        state, payload = "cancelled", "cancelled before the collectives finished"
+    except RankFailure as error:  # a rank that failed, died or hung is a reported state (the suite goes on)
+        state, payload = ("timeout" if error.reason == "timeout" else "failed"), str(error)
     if state == "ok":
         return _rows_to_results(payload, backend=backend, world=ranks, device=device)
     return [CollectiveResult(op=op, backend=backend, ranks=ranks, bytes=0, dtype="fp32", algbw_gbps=None,

@@ -1,14 +1,21 @@
 """Maximum achievable matmul throughput: a mamf-finder style sweep of shapes per dtype.
 
-Method (reference/benchmarking.md §1): C = A @ B with random normal inputs, B column-major as in
+Method (Stas Bekman's mamf-finder, stas00/ml-engineering compute/accelerator/benchmarks): C = A @ B with random normal inputs, B column-major as in
 mamf-finder; TFLOP/s = 2mnk / t (decimal); on CUDA the output is re-randomised and L2 flushed
 before each iteration, outside the timed window. The headline of a dtype is the shape with the best
 median ("measured") and its best iteration ("burst").
 
 On a CPU every installed GEMM backend is measured: torch (MKL / oneDNN / OpenBLAS as torch was
 built) and numpy's BLAS (fp32 only: numpy has no bf16 and its fp16 matmul does not use BLAS).
-Sizes adapt to the budget: start at a small square, time it, grow while the next size fits, so an
-emulated bf16 GEMM ~100x slower than fp32 still finishes in time.
+Sizes adapt to the budget: start at a small square, time it until its timing is stable, grow while
+the next size fits, so an emulated bf16 GEMM ~100x slower than fp32 still finishes in time. Growth
+stops early once a real-sized square is stable and no faster than the sizes before it (the rate has
+plateaued), and the headline is the best *stable* timing: a size whose iterations would not settle
+(another program shared the cores) never becomes the result. How busy the machine was is measured
+over the sweep (tutor.bench.busy) and said beside the figure.
+
+Timing starts only on a warm library: `warm_up` (import, thread pool, first GEMM, CUDA context)
+runs before any budget clock.
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tutor.bench.busy import BusyMeter, BusyShare
 from tutor.bench.counting import compare_with_peak, tflops
 from tutor.bench.environment import cpu_flags, peak_tflops
-from tutor.bench.timing import BenchCancelled, Timing, time_case, use_all_cpu_threads
+from tutor.bench.timing import STABLE_MIN_ITERS, BenchCancelled, Timing, time_case, use_all_cpu_threads
 from tutor.errors import UserError
 from tutor.theory.flops import matmul_flops
 
@@ -35,6 +43,17 @@ SMALL_CPU, SMALL_GPU = 1024, 4096
 MAX_ITERS_PER_SHAPE = 100
 # Timed iterations a shape needs to enter the sweep (plus one warm-up).
 MIN_ITERS_PER_SHAPE = 3
+# A square may take this share of the budget left when it starts ...
+GROW_SLICE = 0.3
+# ... but a square below the real-size threshold at most this share of the whole budget, so that a
+# busy machine, where tiny GEMMs never settle, still leaves the budget to the sizes that matter.
+SMALL_SLICE = 0.1
+# Growth stops when a stable real-sized square is at most this much faster than the best stable
+# square before it: mamf-finder sweeps further, but on a plateau the next size costs (ratio)^3 more
+# time for a gain inside the run-to-run noise.
+PLATEAU_GAIN = 0.05
+# The next size is started only if its predicted cost is under this share of what is left.
+FIT_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -47,11 +66,16 @@ class MatmulShape:
     tflops_median: float
     tflops_best: float
     iters: int
-    noisy: bool
+    noisy: bool  # its timing did not settle (see `settled`)
+    spread: float = 0.0  # (p90 - p10) / median of its iteration times
 
     def to_json(self) -> dict[str, Any]:
         return {"m": self.m, "n": self.n, "k": self.k, "tflops_median": self.tflops_median,
-                "tflops_best": self.tflops_best, "iters": self.iters, "noisy": self.noisy}
+                "tflops_best": self.tflops_best, "iters": self.iters, "noisy": self.noisy, "spread": self.spread}
+
+    @property
+    def label(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
 
 
 @dataclass(frozen=True)
@@ -78,6 +102,8 @@ class MatmulResult:
     sweep: tuple[MatmulShape, ...] = field(default_factory=tuple)
     headline: bool = True  # the best backend for this dtype on this device
     kind: str = "matmul"
+    stable: bool = True  # the headline shape's timing settled (not noisy)
+    busy: BusyShare | None = None  # other processes' CPU share during this sweep
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,7 +112,8 @@ class MatmulResult:
             "tflops_best": self.tflops_best, "tflops_mean": self.tflops_mean,
             "peak_tflops": self.peak_tflops, "percent_of_peak": self.percent_of_peak,
             "peak_source": self.peak_source, "peak_note": self.peak_note, "iters": self.iters, "noisy": self.noisy,
-            "spread": self.spread, "notes": list(self.notes), "headline": self.headline,
+            "spread": self.spread, "notes": list(self.notes), "headline": self.headline, "stable": self.stable,
+            "busy": self.busy.to_json() if self.busy is not None else None,
             "sweep": [shape.to_json() for shape in self.sweep],
         }
 
@@ -233,70 +260,157 @@ def _precision_context(dtype: str, device: str):
     return context()
 
 
+def warm_up(device: str) -> None:
+    """Load torch and leave it warm before any budget clock starts: the import, the intra-op thread
+    pool, the BLAS handles and (on CUDA) the context are one-time costs (first-call
+    overheads every benchmark harness warms up past: Triton do_bench, torch.utils.benchmark), not matmul time. Cheap when torch is already warm."""
+    import torch
+
+    if device == "cpu":
+        use_all_cpu_threads()
+    a = torch.randn(256, 256, device=device)
+    torch.mm(a, a)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(torch.device(device))
+
+
 def _measure_shape(make_case: Callable[[int, int, int], Any], m: int, n: int, k: int, *, device: str,
-                   budget_s: float, cancel: threading.Event | None) -> tuple[MatmulShape, Timing]:
+                   budget_s: float, cancel: threading.Event | None,
+                   timer: Callable[[], float] = time.perf_counter) -> tuple[MatmulShape, Timing]:
     case = make_case(m, n, k)
     timing = time_case(case.fn, device=device, warmup=1, budget_s=budget_s, min_iters=MIN_ITERS_PER_SHAPE,
                        max_iters=MAX_ITERS_PER_SHAPE, flush_l2=device.startswith("cuda"), setup=case.setup,
-                       cancel=cancel)
+                       cancel=cancel, until_stable=True, timer=timer)
     flops = matmul_flops(m, n, k)
     shape = MatmulShape(m=m, n=n, k=k, tflops_median=tflops(flops, timing.median_s),
-                        tflops_best=tflops(flops, timing.best_s), iters=timing.iters, noisy=timing.noisy)
+                        tflops_best=tflops(flops, timing.best_s), iters=timing.iters, noisy=not settled(timing),
+                        spread=timing.spread)
     del case
     return shape, timing
 
 
+def settled(timing: Timing) -> bool:
+    """A timing to trust: at least STABLE_MIN_ITERS iterations and not noisy (three quiet samples that a
+    run cut short at its minimum can look steady by chance)."""
+    return timing.iters >= STABLE_MIN_ITERS and not timing.noisy
+
+
+def headline_entry(measured: list[tuple[MatmulShape, Timing]]) -> tuple[MatmulShape, Timing]:
+    """The entry a sweep reports: the best median among the shapes whose timing was stable, so a noisy
+    size never outranks a settled one. When none settled, the best median of all: interference from
+    other programs only ever adds time (Python's timeit documentation: "higher values ... are
+    typically ... caused by other processes interfering"), so the fastest median is the least wrong."""
+    stable = [item for item in measured if settled(item[1])]
+    return max(stable or measured, key=lambda item: item[0].tflops_median)
+
+
+def _plateaued(measured: list[tuple[MatmulShape, Timing]]) -> bool:
+    """The last square is stable and at most PLATEAU_GAIN faster than the best stable square before it."""
+    last_shape, last_timing = measured[-1]
+    earlier = [shape.tflops_median for shape, timing in measured[:-1] if settled(timing)]
+    return settled(last_timing) and bool(earlier) and last_shape.tflops_median <= max(earlier) * (1 + PLATEAU_GAIN)
+
+
+def _predicted_cost_s(measured: list[tuple[MatmulShape, Timing]], m: int, n: int, k: int) -> float:
+    """Seconds for one warm-up and MIN_ITERS_PER_SHAPE iterations of m x n x k, from the fastest rate
+    any shape reached so far (a tiny GEMM on a busy machine is latency, not work: scaling its time by
+    (size ratio)^3 would stop growth at once)."""
+    best_rate = max(shape.tflops_best for shape, _ in measured)
+    return matmul_flops(m, n, k) / (best_rate * 1e12) * (MIN_ITERS_PER_SHAPE + 1)
+
+
 def sweep_shapes(make_case: Callable[[int, int, int], Any], *, device: str, budget_s: float,
                  ladder: tuple[int, ...], cancel: threading.Event | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> list[tuple[MatmulShape, Timing]]:
-    """Time squares from the ladder in order, growing while the next one fits the budget.
+                 clock: Callable[[], float] = time.perf_counter,
+                 real_size: int = 0) -> list[tuple[MatmulShape, Timing]]:
+    """Time squares from the ladder in order, each until its timing is stable, growing while the next
+    one fits the budget.
 
-    The cost of the next size is predicted from the last as time x (size ratio)^3 for one warm-up
-    and MIN_ITERS_PER_SHAPE iterations; at least the first size is always measured. Then, mamf
-    style, two non-square neighbours of the best square (m = 3/4 and 5/4 of it) when time is left.
-    Returns (shape, timing) in the order measured; stops early, keeping what finished, on cancel.
+    A square takes GROW_SLICE of the time left (below `real_size` at most SMALL_SLICE of the budget)
+    and stops as soon as its iterations are stable. Growth stops when the next size's predicted cost
+    exceeds FIT_SHARE of the time left, or once a square of at least `real_size` is stable and no more
+    than PLATEAU_GAIN faster than the best stable square before it. Then, mamf style, two non-square
+    neighbours of the headline square (m = 3/4 and 5/4 of it) when time is left; last, if the
+    headline's timing is still noisy, it is timed again with what is left and the steadier timing
+    kept. `clock` times the iterations and the budget (a test injects a fake one). Returns (shape,
+    timing) in the order measured; stops early, keeping what finished, on cancel.
     """
     deadline = clock() + budget_s
     measured: list[tuple[MatmulShape, Timing]] = []
     for size in ladder:
         remaining = deadline - clock()
-        if measured:
-            last_shape, last_timing = measured[-1]
-            predicted = last_timing.median_s * (size / last_shape.m) ** 3 * (MIN_ITERS_PER_SHAPE + 1)
-            if predicted > remaining * 0.6:
-                break
+        if measured and _predicted_cost_s(measured, size, size, size) > remaining * FIT_SHARE:
+            break
         if cancel is not None and cancel.is_set():
             break
-        # Later (larger) sizes deserve most of the time; a small size gets a small slice.
-        share = max(remaining * 0.3, 1e-3)
+        share = remaining * GROW_SLICE if size >= real_size else min(remaining * GROW_SLICE, budget_s * SMALL_SLICE)
         try:
-            measured.append(_measure_shape(make_case, size, size, size, device=device, budget_s=share, cancel=cancel))
+            measured.append(_measure_shape(make_case, size, size, size, device=device, budget_s=max(share, 1e-3),
+                                           cancel=cancel, timer=clock))
         except BenchCancelled:
             break
         if measured[-1][1].cancelled:
+            return measured
+        if size >= real_size and _plateaued(measured):
             break
     if not measured:
         return measured
-    best_shape = max(measured, key=lambda item: item[0].tflops_median)[0]
+    best_shape = headline_entry(measured)[0]
     base = best_shape.m
     for m in (base * 3 // 4 // 64 * 64, (base * 5 // 4 + 63) // 64 * 64):
         remaining = deadline - clock()
-        timing = next(t for s, t in measured if s is best_shape)
-        predicted = timing.median_s * (m / base) * (MIN_ITERS_PER_SHAPE + 1)
-        if m < 64 or predicted > remaining * 0.6 or (cancel is not None and cancel.is_set()):
+        if m < 64 or _predicted_cost_s(measured, m, base, base) > remaining * FIT_SHARE or (
+                cancel is not None and cancel.is_set()):
             continue
         try:
             measured.append(_measure_shape(make_case, m, base, base, device=device,
-                                           budget_s=max(remaining * 0.4, 1e-3), cancel=cancel))
+                                           budget_s=max(remaining * 0.4, 1e-3), cancel=cancel, timer=clock))
         except BenchCancelled:
-            break
+            return measured
+    _retime_if_noisy(measured, make_case, device=device, deadline=deadline, cancel=cancel, clock=clock)
     return measured
+
+
+def _retime_if_noisy(measured: list[tuple[MatmulShape, Timing]], make_case: Callable[[int, int, int], Any], *,
+                     device: str, deadline: float, cancel: threading.Event | None,
+                     clock: Callable[[], float]) -> None:
+    """Time the headline shape once more with the time left when its timing is noisy; the steadier of
+    the two timings stays in `measured` (in place of the first)."""
+    shape, timing = headline_entry(measured)
+    remaining = deadline - clock()
+    if settled(timing) or (cancel is not None and cancel.is_set()) or (
+            _predicted_cost_s(measured, shape.m, shape.n, shape.k) > remaining * FIT_SHARE):
+        return
+    try:
+        again = _measure_shape(make_case, shape.m, shape.n, shape.k, device=device, budget_s=max(remaining, 1e-3),
+                               cancel=cancel, timer=clock)
+    except BenchCancelled:
+        return
+    if settled(again[1]) or again[1].spread < timing.spread:
+        index = next(i for i, item in enumerate(measured) if item[0] is shape)
+        measured[index] = again
 
 
 def _peak_clock(machine, device: str) -> float | None:
     """The clock behind the device's peak, so an above-peak result can say what clock it implies."""
     clock = getattr(machine, "peak_clock_hz", None)  # test fakes may not describe clocks
     return clock(device) if clock is not None else None
+
+
+def stability_notes(sweep: list[tuple[MatmulShape, Timing]], headline: MatmulShape, timing: Timing,
+                    busy: BusyShare | None) -> tuple[str, ...]:
+    """What a reader needs to trust the figure: how busy the machine was (when it was, or when the
+    timings were noisy anyway), and which timing the figure comes from when some sizes would not settle."""
+    notes = []
+    noisy = sum(1 for _, item in sweep if not settled(item))
+    if busy is not None and (busy.busy or noisy):
+        notes.append(busy.describe())
+    if noisy and settled(timing):
+        notes.append(f"best stable timing shown ({headline.label}, {timing.iters} iterations); "
+                     f"{noisy} of {len(sweep)} sizes did not settle")
+    elif not settled(timing):
+        notes.append(f"no size settled: the best median ({headline.label}) is shown, spread {timing.spread:.0%}")
+    return tuple(notes)
 
 
 def _gap_notes(device: str, dtype: str, best: MatmulShape, timing: Timing, flags: frozenset[str],
@@ -311,8 +425,6 @@ def _gap_notes(device: str, dtype: str, best: MatmulShape, timing: Timing, flags
         notes.append(f"slower than fp32: no native {dtype} GEMM")
     if max(best.m, best.n, best.k) < (SMALL_CPU if device == "cpu" else SMALL_GPU):
         notes.append("small size")
-    if timing.noisy:
-        notes.append(f"noisy: spread {timing.spread:.0%}")
     if above_peak_note:
         notes.append(above_peak_note)
     return tuple(notes)
@@ -322,11 +434,11 @@ def matmul_throughput(device: str, dtype: str, *, budget_s: float, machine: Any,
                       cancel: threading.Event | None = None, include_numpy: bool = True,
                       fp32_tflops: float | None = None) -> list[MatmulResult]:
     """Sweep `dtype` on `device` within `budget_s` seconds: one result per backend (torch, and
-    numpy for fp32 on a CPU), the faster marked `headline`. Empty if cancelled before any shape."""
+    numpy for fp32 on a CPU), the faster marked `headline`. Empty if cancelled before any shape.
+    torch is warmed up (`warm_up`) before the budget starts."""
     if dtype not in supported_matmul_dtypes(device):
         raise UserError(f"{dtype} matmul is not available on {device}")
-    if device == "cpu":
-        use_all_cpu_threads()
+    warm_up(device)
     backends: list[tuple[str, Callable[[int, int, int], Any]]] = [
         (torch_backend_name(device), lambda m, n, k: _TorchCase(m, n, k, dtype, device))]
     if device == "cpu" and dtype == "fp32" and include_numpy:
@@ -338,27 +450,31 @@ def matmul_throughput(device: str, dtype: str, *, budget_s: float, machine: Any,
     start = time.perf_counter()
     for index, (backend, make_case) in enumerate(backends):
         share = (budget_s - (time.perf_counter() - start)) / (len(backends) - index)
+        meter = BusyMeter.start()
         with _precision_context(dtype, device):
-            sweep = sweep_shapes(make_case, device=device, budget_s=max(share, 1e-3), ladder=ladder, cancel=cancel)
+            sweep = sweep_shapes(make_case, device=device, budget_s=max(share, 1e-3), ladder=ladder, cancel=cancel,
+                                 real_size=SMALL_CPU if device == "cpu" else SMALL_GPU)
+        busy = meter.stop()
         if not sweep:
             break
-        best, timing = max(sweep, key=lambda item: item[0].tflops_median)
+        best, timing = headline_entry(sweep)
         comparison = compare_with_peak(best.tflops_median, peak, assumed_clock_hz=_peak_clock(machine, device))
         results.append(MatmulResult(
             device=device, dtype=dtype, backend=backend, m=best.m, n=best.n, k=best.k,
             tflops_median=best.tflops_median, tflops_best=best.tflops_best,
             tflops_mean=tflops(matmul_flops(best.m, best.n, best.k), timing.mean_s),
             peak_tflops=comparison.peak, percent_of_peak=comparison.percent, peak_source=source,
-            iters=timing.iters, noisy=timing.noisy, spread=timing.spread,
-            notes=_gap_notes(device, dtype, best, timing, flags, fp32_tflops,
-                             above_peak_note=comparison.note if comparison.peak and comparison.percent is None else ""),
+            iters=timing.iters, noisy=not settled(timing), spread=timing.spread,
+            notes=stability_notes(sweep, best, timing, busy) + _gap_notes(
+                device, dtype, best, timing, flags, fp32_tflops,
+                above_peak_note=comparison.note if comparison.peak and comparison.percent is None else ""),
             peak_note=comparison.note,
-            sweep=tuple(shape for shape, _ in sweep),
+            sweep=tuple(shape for shape, _ in sweep), stable=settled(timing), busy=busy,
         ))
         if cancel is not None and cancel.is_set():
             break
     if len(results) > 1:
-        top = max(results, key=lambda result: result.tflops_median)
+        top = max(results, key=lambda result: (result.stable, result.tflops_median))
         results = [_replace_headline(result, result is top) for result in results]
     return results
 

@@ -274,3 +274,37 @@ def run_headlines(run: Run) -> dict[str, float]:
             continue
         headlines[label] = max(headlines.get(label, 0.0), value[1])
     return headlines
+
+
+def case_size(result: dict[str, Any]) -> str:
+    """The problem size a result was measured at, in words ('1024x1024x1024', '128 MiB per array'):
+    two runs' figures compare only at the same size (a larger matmul reaches a higher TFLOP/s)."""
+    if result.get("kind") == "matmul":
+        return "x".join(str(result.get(dim)) for dim in ("m", "n", "k"))
+    size = result.get("array_bytes") or result.get("bytes")
+    if isinstance(size, int) and not isinstance(size, bool):
+        from tutor.formatting import format_bytes
+
+        return format_bytes(size) + (" per array" if result.get("array_bytes") else "")
+    return ""
+
+
+@dataclass(frozen=True)
+class SizeMismatch:
+    """A case both runs measured, at different sizes: not compared."""
+
+    case: str
+    before_size: str
+    after_size: str
+
+
+def compare_runs_at_same_sizes(before: Run, after: Run) -> tuple[list[CaseComparison], list[SizeMismatch]]:
+    """compare_runs restricted to cases measured at the same size in both runs, and the cases left out."""
+    def sizes(run: Run) -> dict[str, str]:
+        return {case_label(key): case_size(result) for result in run.results
+                if (key := case_key(result)) is not None and headline_value(result) is not None}
+
+    old, new = sizes(before), sizes(after)
+    same = [row for row in compare_runs(before, after) if old.get(row.case) == new.get(row.case)]
+    differ = [SizeMismatch(case, old[case], new[case]) for case in old if case in new and old[case] != new[case]]
+    return same, differ

@@ -1,6 +1,6 @@
 """The one timing core every benchmark uses.
 
-Method (reference/benchmarking.md §2): warm-up first; per-iteration device events with one
+Method (Triton `do_bench`, torch.utils.benchmark.Timer, mamf-finder): warm-up first; per-iteration device events with one
 synchronize at the end on CUDA (Triton `do_bench`, mamf-finder) and `time.perf_counter` elsewhere;
 an L2 flush between GPU iterations, outside the timed window; median, best and spread per case.
 """
@@ -24,6 +24,12 @@ NOISY_CV = 0.10
 L2_FLUSH_MIN_BYTES = 256 * 10**6
 # A case never runs more timed iterations than this, whatever the budget.
 MAX_ITERS = 1000
+# `until_stable` stops a case once this many timed iterations are not noisy. Five is the fewest whose
+# p10..p90 range is not simply the full range of a few samples (torch.utils.benchmark's
+# adaptive_autorange likewise wants more than 3 blocks before it trusts IQR/median).
+STABLE_MIN_ITERS = 5
+# On CUDA the events are read (one synchronize) every this many iterations to test stability.
+STABLE_CHECK_EVERY_CUDA = 8
 
 
 class BenchCancelled(Exception):
@@ -109,7 +115,7 @@ def use_all_cpu_threads() -> int:
 
     Decision measured on the 2-core dev box (1 thread per core): FP32 1024^3 matmul 135 GFLOP/s
     with 1 thread vs 170-220 GFLOP/s with 2. torch.utils.benchmark.Timer defaults to ONE thread,
-    which would measure a single core (reference/benchmarking.md §2.2). On SMT machines the
+    which would measure a single core (torch.utils.benchmark.Timer: num_threads=1). On SMT machines the
     hyperthreads share FMA units; we still use them (the issue asks for every thread) and record
     the count in the environment header so runs stay comparable.
     """
@@ -148,6 +154,8 @@ def time_case(
     flush_l2: bool = False,
     setup: Callable[[], object] | None = None,
     cancel: threading.Event | None = None,
+    until_stable: bool = False,
+    timer: Callable[[], float] = time.perf_counter,
 ) -> Timing:
     """Time `fn` per iteration after `warmup` untimed calls.
 
@@ -157,6 +165,10 @@ def time_case(
     outside the timed window (mamf-finder re-randomises the output there). On CUDA, `flush_l2` zeroes a buffer of at least 2x L2 before
     each iteration, outside the events. `cancel` is checked between iterations: a set event ends the
     loop and the Timing says `cancelled`; BenchCancelled if no timed iteration finished.
+    `until_stable` also ends the loop as soon as STABLE_MIN_ITERS or more iterations are not noisy
+    (torch.utils.benchmark's adaptive_autorange: run until IQR/median is under a threshold), so a
+    steady case spends little of its budget. `timer` is the host clock (a test injects a fake one);
+    deadlines are read from it too.
     """
     if (iters is None) == (budget_s is None):
         raise ValueError("give exactly one of iters or budget_s")
@@ -166,45 +178,54 @@ def time_case(
         raise ValueError(f"budget_s must be positive, got {budget_s}")
     on_cuda = device.startswith("cuda")
     if on_cuda:
-        return _time_cuda(fn, device, warmup, iters, budget_s, min_iters, max_iters, flush_l2, setup, cancel)
-    return _time_host(fn, warmup, iters, budget_s, min_iters, max_iters, setup, cancel)
+        return _time_cuda(fn, device, warmup, iters, budget_s, min_iters, max_iters, flush_l2, setup, cancel,
+                          until_stable, timer)
+    return _time_host(fn, warmup, iters, budget_s, min_iters, max_iters, setup, cancel, until_stable, timer)
 
 
 def _cancelled(cancel: threading.Event | None) -> bool:
     return cancel is not None and cancel.is_set()
 
 
-def _time_host(fn, warmup, iters, budget_s, min_iters, max_iters, setup, cancel) -> Timing:
+def is_stable(times_s: Sequence[float]) -> bool:
+    """At least STABLE_MIN_ITERS samples and not noisy (spread and CV under their thresholds)."""
+    return len(times_s) >= STABLE_MIN_ITERS and not timing_from_samples(times_s).noisy
+
+
+def _time_host(fn, warmup, iters, budget_s, min_iters, max_iters, setup, cancel, until_stable, timer) -> Timing:
     warm_times = []
     for _ in range(max(warmup, 1 if iters is None else 0)):
         if _cancelled(cancel):
             raise BenchCancelled("cancelled during warm-up")
         if setup is not None:
             setup()
-        start = time.perf_counter()
+        start = timer()
         fn()
-        warm_times.append(time.perf_counter() - start)
+        warm_times.append(max(timer() - start, 0.0))
     target = iters if iters is not None else _iterations_for_budget(min(warm_times), budget_s, min_iters, max_iters)
-    deadline = None if budget_s is None else time.perf_counter() + budget_s
+    deadline = None if budget_s is None else timer() + budget_s
     times: list[float] = []
     cancelled = False
     while len(times) < target:
         if _cancelled(cancel):
             cancelled = True
             break
-        if deadline is not None and len(times) >= min_iters and time.perf_counter() > deadline:
+        if deadline is not None and len(times) >= min_iters and timer() > deadline:
+            break
+        if until_stable and len(times) >= min_iters and is_stable(times):
             break
         if setup is not None:
             setup()
-        start = time.perf_counter()
+        start = timer()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(timer() - start)
     if not times:
         raise BenchCancelled("cancelled before a timed iteration finished")
     return timing_from_samples(times, cancelled=cancelled)
 
 
-def _time_cuda(fn, device, warmup, iters, budget_s, min_iters, max_iters, flush_l2, setup, cancel) -> Timing:
+def _time_cuda(fn, device, warmup, iters, budget_s, min_iters, max_iters, flush_l2, setup, cancel, until_stable,
+               timer) -> Timing:
     import torch
 
     flush = _l2_flush_buffer(device) if flush_l2 else None
@@ -230,7 +251,7 @@ def _time_cuda(fn, device, warmup, iters, budget_s, min_iters, max_iters, flush_
         torch.cuda.synchronize(stream_device)
         warm_times = [s.elapsed_time(e) / 1e3 for s, e in warm_pairs]
         target = iters if iters is not None else _iterations_for_budget(min(warm_times), budget_s, min_iters, max_iters)
-        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        deadline = None if budget_s is None else timer() + budget_s
         pairs = []
         cancelled = False
         # No host sync inside the loop; the deadline check costs a host clock read only. The queue
@@ -239,11 +260,15 @@ def _time_cuda(fn, device, warmup, iters, budget_s, min_iters, max_iters, flush_
             if _cancelled(cancel):
                 cancelled = True
                 break
-            if deadline is not None and len(pairs) >= min_iters and time.perf_counter() > deadline:
+            if deadline is not None and len(pairs) >= min_iters and timer() > deadline:
                 break
             pairs.append(one_pair())
             if len(pairs) % 32 == 0:
                 torch.cuda.synchronize(stream_device)
+            if until_stable and len(pairs) >= min_iters and len(pairs) % STABLE_CHECK_EVERY_CUDA == 0:
+                torch.cuda.synchronize(stream_device)
+                if is_stable([s.elapsed_time(e) / 1e3 for s, e in pairs]):
+                    break
         torch.cuda.synchronize(stream_device)
     if not pairs:
         raise BenchCancelled("cancelled before a timed iteration finished")

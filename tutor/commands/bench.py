@@ -106,21 +106,42 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
         for number in compare:
             if number not in runs:
                 raise UserError(f"no run number {number} in the notebook (runs 1..{len(runs)}; see `bench history`)")
-        rows = compare_runs(runs[compare[0]], runs[compare[1]])
+        before, after = runs[compare[0]], runs[compare[1]]
+        rows = compare_runs(before, after)
+        sizes = _compared_sizes(before, after, rows)
         if as_json:
             click.echo(json.dumps({"before": compare[0], "after": compare[1],
-                                   "cases": [row.__dict__ for row in rows]}))
+                                   "cases": [{**row.__dict__, "figure_label": _figure_label(row.figure),
+                                              "size_before": sizes[i][0], "size_after": sizes[i][1],
+                                              "sizes_differ": sizes[i][0] != sizes[i][1]}
+                                             for i, row in enumerate(rows)]}))
             return
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"run {compare[1]} against run {compare[0]}")
+        from tutor.formatting import format_quantity
+
+        table = Table(title=f"run {compare[1]} against run {compare[0]}", title_justify="left")
         for column in ("case", "figure", f"run {compare[0]}", f"run {compare[1]}", "ratio"):
-            table.add_column(column, justify="right" if column not in ("case", "figure") else "left")
-        for row in rows:
-            table.add_row(escape(row.case), escape(row.figure), f"{row.before:.4g}", f"{row.after:.4g}",
-                          f"{row.ratio:.2f}x")
-        Console().print(table if rows else "no case appears in both runs")
+            table.add_column(column, justify="right" if column not in ("case", "figure") else "left",
+                             no_wrap=column == "ratio", overflow="fold")
+        differing = 0
+        for row, (size_before, size_after) in zip(rows, sizes):
+            unit = _FIGURE_UNITS.get(row.figure, "")
+            ratio = f"{format_quantity(row.ratio, 'x')}"
+            case = escape(row.case)
+            if size_before != size_after:
+                differing += 1
+                ratio = "[yellow]sizes differ[/]"
+                case += f" ({escape(size_before or '?')} vs {escape(size_after or '?')})"
+            table.add_row(case, _figure_label(row.figure), format_quantity(row.before, unit),
+                          format_quantity(row.after, unit), ratio)
+        console = Console()
+        console.print(table if rows else "no case appears in both runs")
+        if differing:
+            console.print(f"[yellow]{differing} case(s) were measured at different sizes: no ratio is given, "
+                          "since throughput depends on the size (small problems do not reach the peak). "
+                          "Compare runs made with the same options.[/]")
         return
     if as_json:
         click.echo(json.dumps({"notebook": str(notebook_path()), "corrupt_lines": notebook.corrupt_lines,
@@ -136,16 +157,58 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
     if not notebook.runs:
         console.print(f"no runs stored yet in {escape(str(notebook_path()))} (run `tensor-tutor bench --quick`)")
         return
-    table = Table(title=f"runs in {escape(str(notebook_path()))}")
+    from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN
+
+    table = Table(title=f"runs in {escape(str(notebook_path()))}", title_justify="left")
     for column in ("#", "date", "device", "headline figures"):
-        table.add_column(column)
+        table.add_column(column, **(ID_COLUMN if column == "#" else PROSE_COLUMN))
     for run in notebook.runs:
-        figures = ", ".join(f"{label} {value:.4g}" for label, value in run_headlines(run).items())
+        figures = ", ".join(_headline_text(label, value) for label, value in run_headlines(run).items())
         if run.cancelled:
             figures = f"cancelled: partial; {figures}" if figures else "cancelled before any result"
         table.add_row(f"{run.number}{' (cancelled)' if run.cancelled else ''}", escape(run.date),
                       escape(run.device), escape(figures))
     console.print(table)
+
+
+_FIGURE_UNITS = {"tflops_median": "TFLOP/s", "gbps_median": "GB/s", "busbw_gbps": "GB/s"}
+_FIGURE_LABELS = {"tflops_median": "median FLOP/s", "gbps_median": "median B/s", "busbw_gbps": "bus bandwidth"}
+
+
+def _figure_label(field: str) -> str:
+    """A notebook field as a reader names it: tflops_median -> 'median FLOP/s'."""
+    return _FIGURE_LABELS.get(field, field.replace("_", " "))
+
+
+def _headline_text(label: str, value: float) -> str:
+    """'fp32 TFLOP/s', 0.134 -> 'fp32 134 GFLOP/s': the unit rescaled so the mantissa reads 1..999."""
+    from tutor.formatting import format_rate
+
+    name, _, unit = label.rpartition(" ")
+    return f"{name} {format_rate(value, unit)}".strip()
+
+
+def _result_size(result: dict[str, Any]) -> str | None:
+    """The problem size a result was measured at: 'm x n x k' for a matmul, the array for bandwidth."""
+    from tutor.formatting import format_bytes
+
+    if result.get("kind") == "matmul" and all(isinstance(result.get(d), int) for d in "mnk"):
+        return f"{result['m']}x{result['n']}x{result['k']}"
+    if isinstance(result.get("array_bytes"), (int, float)):
+        return format_bytes(result["array_bytes"])
+    return None  # collectives: the size is part of the case already
+
+
+def _compared_sizes(before: Any, after: Any, rows: list[Any]) -> list[tuple[str | None, str | None]]:
+    """(size in run A, size in run B) for each compared case, in the order of `rows`."""
+    from tutor.bench.notebook import case_key, case_label, headline_value
+
+    def sizes(run: Any) -> dict[str, str | None]:  # the result compare_runs keeps: the last with a figure
+        return {case_label(key): _result_size(result) for result in run.results
+                if (key := case_key(result)) is not None and headline_value(result) is not None}
+
+    old, new = sizes(before), sizes(after)
+    return [(old.get(row.case), new.get(row.case)) for row in rows]
 
 
 def _validate(options: dict[str, Any]) -> None:
@@ -245,13 +308,17 @@ def _run_with_progress(cases: list[Any], budget: float) -> tuple[Any, bool]:
 
     cancel = threading.Event()
     holder: dict[str, Any] = {}
+    console = Console(stderr=True)
+    # A bar redrawn in place is for a terminal; a pipe or a log file gets one plain line per finished case.
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                        TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                        TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
     task = progress.add_task("bench", total=len(cases))
 
     def on_progress(event: Any) -> None:
         progress.update(task, completed=event.index + (event.state != "start"),
                         description=f"{event.case} ({event.state})")
+        if not console.is_terminal and event.state != "start":
+            click.echo(f"[{event.index + 1}/{event.total}] {event.case}: {event.state}", err=True)
 
     finished = threading.Event()
 

@@ -14,7 +14,7 @@ import click
 from tutor.commands.safe_text import as_text, markup_safe
 from tutor.hardware import Machine, detect_machine
 from tutor.hardware.machine import CPU_MEMORY_PEAK_NOTE, DTYPES, UNKNOWN_GPU
-from tutor.theory.units import human_bytes
+from tutor.formatting import format_bytes, format_number, format_rate
 
 
 def _na(value: Any, unit: str = "", reason: str | None = None) -> str:
@@ -23,10 +23,8 @@ def _na(value: Any, unit: str = "", reason: str | None = None) -> str:
     return f"{value}{unit}"
 
 
-def _rate(value: float | None, unit: str = "TFLOP/s") -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1000:.1f} G{unit[1:]}" if value < 1 else f"{value:.1f} {unit}"
+def _rate(value: float | None, unit: str = "FLOP/s") -> str:
+    return "-" if value is None else format_rate(value, unit)
 
 
 def _torch_json(view: Any) -> dict[str, Any]:
@@ -49,7 +47,7 @@ def _render(machine: Machine, torch_view: Any | None) -> None:
     info.add_row("cores", f"{_na(cpu.physical_cores)} physical, {_na(cpu.logical_cores)} logical")
     info.add_row("ISA", as_text(" ".join(cpu.flags) or "unknown"))
     caches = ", ".join(f"L{c.level}{'d' if c.kind == 'Data' else 'i' if c.kind == 'Instruction' else ''} "
-                       f"{human_bytes(c.size_bytes)}" for c in cpu.caches)
+                       f"{format_bytes(c.size_bytes)}" for c in cpu.caches)
     info.add_row("caches", caches or "unknown")
     current = f"{cpu.current_clock.hz / 1e9:.2f} GHz" if cpu.current_clock.hz else "unknown"
     info.add_row("clock now", f"{current} ({cpu.current_clock.source})")
@@ -62,20 +60,20 @@ def _render(machine: Machine, torch_view: Any | None) -> None:
     peaks.add_column("unit / why not")
     for dtype in DTYPES:
         peak = cpu.peaks[dtype]
-        per_cycle = f"{peak.flops_per_cycle_per_core:g}" if peak.flops_per_cycle_per_core else "-"
-        unit = "TOP/s" if dtype == "int8" else "TFLOP/s"
+        per_cycle = format_number(peak.flops_per_cycle_per_core) if peak.flops_per_cycle_per_core else "-"
+        unit = "OP/s" if dtype == "int8" else "FLOP/s"
         detail = peak.unit or ""
         if peak.note:
             detail = f"{detail}: {peak.note}" if detail else peak.note
-        peaks.add_row(dtype, _rate(peak.flops / 1e12 if peak.flops else None, unit), per_cycle, detail)
+        peaks.add_row(dtype, _rate(peak.flops or None, unit), per_cycle, detail)
     notes = [f"[yellow]note:[/] {markup_safe(note)}" for note in cpu.notes]
     console.print(Panel(Group(info, peaks, *notes), title="CPU", title_align="left"))
 
     ram = Table.grid(padding=(0, 2))
     ram.add_column(style="bold")
     ram.add_column()
-    ram.add_row("total", human_bytes(cpu.ram_total_bytes) if cpu.ram_total_bytes else "unknown")
-    ram.add_row("available", human_bytes(cpu.ram_available_bytes) if cpu.ram_available_bytes else "unknown")
+    ram.add_row("total", format_bytes(cpu.ram_total_bytes) if cpu.ram_total_bytes else "unknown")
+    ram.add_row("available", format_bytes(cpu.ram_available_bytes) if cpu.ram_available_bytes else "unknown")
     ram.add_row("peak bandwidth", CPU_MEMORY_PEAK_NOTE)
     console.print(Panel(ram, title="RAM", title_align="left"))
 
@@ -114,8 +112,8 @@ def _gpu_panel(machine: Machine, gpu: Any) -> Any:
     grid.add_column(style="bold")
     grid.add_column()
     if gpu.memory_total_bytes is not None:
-        memory = (f"{human_bytes(gpu.memory_used_bytes or 0)} used of {human_bytes(gpu.memory_total_bytes)}, "
-                  f"{human_bytes(gpu.memory_free_bytes or 0)} free")
+        memory = (f"{format_bytes(gpu.memory_used_bytes or 0)} used of {format_bytes(gpu.memory_total_bytes, si_beside=True)}, "
+                  f"{format_bytes(gpu.memory_free_bytes or 0)} free")
     else:
         memory = na.get("memory", "N/A")
     grid.add_row("memory", memory)
@@ -142,7 +140,7 @@ def _gpu_panel(machine: Machine, gpu: Any) -> Any:
         processes = na.get("processes", "N/A")
     else:
         processes = ", ".join(
-            f"pid {p.pid}" + (f" ({human_bytes(p.used_memory_bytes)})" if p.used_memory_bytes else "")
+            f"pid {p.pid}" + (f" ({format_bytes(p.used_memory_bytes)})" if p.used_memory_bytes else "")
             for p in gpu.processes) or "none"
     grid.add_row("processes", processes)
     spec = gpu.spec
@@ -155,8 +153,8 @@ def _gpu_panel(machine: Machine, gpu: Any) -> Any:
         for dtype in DTYPES:
             table.add_column(dtype, justify="right")
         table.add_column("memory BW", justify="right")
-        table.add_row(*[f"{v:g}" if (v := spec.peak_tflops(d)) is not None else "-" for d in DTYPES],
-                      f"{spec.bandwidth_gbps:g} GB/s")
+        table.add_row(*[format_number(v, digits=4) if (v := spec.peak_tflops(d)) is not None else "-" for d in DTYPES],
+                      format_rate(spec.bandwidth_gbps, "GB/s"))
         parts.append(table)
         if spec.derivation is not None:
             parts.append(f"[dim]the datasheet figure assumes an SM clock of {spec.derivation.boost_clock_mhz:g} MHz "
@@ -184,7 +182,7 @@ def _torch_panel(view: Any) -> Any:
         table.add_column(column)
     for device in view.devices:
         table.add_row(device.device, device.backend, as_text(device.name),
-                      human_bytes(device.total_memory_bytes) if device.total_memory_bytes else "-",
+                      format_bytes(device.total_memory_bytes, si_beside=True) if device.total_memory_bytes else "-",
                       str(device.sm_count or "-"),
                       ".".join(map(str, device.compute_capability)) if device.compute_capability else "-",
                       device.spec_check or "")

@@ -284,13 +284,13 @@ def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: Devic
     from rich.table import Table
     from rich.text import Text
 
-    from tutor.theory.units import human_count
+    from tutor.formatting import format_count
 
     console = Console()
     request = estimate.request
-    params_line = f"{human_count(estimate.total_params)} parameters ({estimate.total_params:,})"
+    params_line = f"{format_count(estimate.total_params)} parameters ({estimate.total_params:,})"
     if estimate.params and estimate.params.active != estimate.params.total:
-        params_line += f", {human_count(estimate.params.active)} active per token"
+        params_line += f", {format_count(estimate.params.active)} active per token"
     if request.mode == "train" and request.adapter:
         params_line += f", {estimate.trainable_params:,} trainable ({request.recipe})"
     console.print(f"[bold]{markup_safe(name)}[/bold]  {params_line}\n[dim]{markup_safe(source)}[/dim]")

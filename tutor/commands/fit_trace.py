@@ -186,7 +186,7 @@ def trace_json(result: TracedFit, estimate=None) -> dict:
 
 def explanations(result: TracedFit, estimate) -> list[str]:
     """Why the traced step and the formula differ, from the numbers of both."""
-    from tutor.theory.units import human_bytes
+    from tutor.formatting import format_bytes as human_bytes
 
     trace = result.trace
     table = comparison(result, estimate)

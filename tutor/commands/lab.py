@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import tomllib
@@ -11,6 +12,7 @@ import click
 
 from tutor.commands.safe_text import as_text, markup_safe, plain
 from tutor.errors import UserError
+from tutor.formatting import format_quantity
 
 
 def _params(pairs: tuple[str, ...]) -> dict:
@@ -28,6 +30,44 @@ def _params(pairs: tuple[str, ...]) -> dict:
 
 
 CANCEL_GRACE_S = 2.0
+
+
+class ProgressLine:
+    """A probe's progress on stderr: one line redrawn in place on a terminal; on a pipe or a file,
+    plain newline-terminated lines (no carriage returns), one when a new step starts and one per
+    tenth of the run within a step, so a log stays short."""
+
+    WIDTH = 70
+    LOG_STEP = 0.1
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream
+        self.shown = False
+        self.logged: tuple[str, float] | None = None  # (step, fraction) of the last logged line
+
+    def _stream(self):
+        return self.stream or sys.stderr
+
+    def _terminal(self) -> bool:
+        stream = self._stream()
+        return bool(getattr(stream, "isatty", None) and stream.isatty())
+
+    def __call__(self, fraction: float, message: str) -> None:
+        text = plain(message)
+        if self._terminal():
+            click.echo(f"\r[{fraction:4.0%}] {text[:self.WIDTH]:<{self.WIDTH}}", file=self._stream(), nl=False)
+            self.shown = True
+            return
+        step = re.sub(r"\d[\d,.]*", "#", text)  # "routing batch 65 of 400" and "... 129 of 400": one step
+        if self.logged is None or step != self.logged[0] or fraction - self.logged[1] >= self.LOG_STEP:
+            click.echo(f"[{fraction:4.0%}] {text}", file=self._stream())
+            self.logged = (step, fraction)
+
+    def clear(self) -> None:
+        """Erase the in-place line (terminal only), so what follows starts at column 0."""
+        if self.shown:
+            click.echo("\r" + " " * (self.WIDTH + 8) + "\r", file=self._stream(), nl=False)
+            self.shown = False
 
 
 def _run_interruptible(probe, values: dict, progress, cancel: threading.Event):
@@ -72,26 +112,33 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
                                              "params": p.params_schema, "defaults": p.default_params}
                                             for p in PROBES.values()]}, indent=2))
             return
+        width = max(len(name) for name in PROBES)
         for probe in PROBES.values():
-            click.echo(f"{probe.name:<18} {probe.title}")
+            click.echo(f"{probe.name:<{width}}  {probe.title}")
         return
     probe = get_probe(name)
     values = probe.check_params(_params(params))
     cancel = threading.Event()
 
-    def progress(fraction: float, message: str) -> None:
-        click.echo(f"\r[{fraction:4.0%}] {plain(message)[:70]:<70}", err=True, nl=False)
+    import io
 
+    from tutor.labs.ranks import torchrun_rank
+
+    quiet = (torchrun_rank() or 0) != 0  # under torchrun every rank runs the lab; only rank 0 prints
+    progress = ProgressLine(io.StringIO()) if quiet else ProgressLine()
     try:
         result = _run_interruptible(probe, values, progress, cancel)
     except UserError:
-        click.echo("\r" + " " * 78 + "\r", err=True, nl=False)  # the error line replaces the progress line
+        progress.clear()  # the error line replaces the progress line
         raise
     except KeyboardInterrupt:
         cancel.set()
-        click.echo("\ncancelled", err=True)
+        progress.clear()
+        click.echo("cancelled", err=True)
         sys.exit(130)
-    click.echo("", err=True)
+    progress.clear()
+    if quiet:
+        return
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
         return
@@ -100,10 +147,11 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
 
     table = Table(title=markup_safe(f"{probe.title} ({result.device})"), title_justify="left")
     for column in ("measurement", "measured", "theory", "comparison", "note"):
-        table.add_column(column, overflow="fold")
+        # Every column wraps at spaces, so at 80 columns a figure and its unit may take two lines but no word is cut.
+        table.add_column(column, justify="right" if column in ("measured", "theory") else "left")
     for row in result.rows:
-        measured = "-" if row.measured is None else f"{row.measured:,.4g} {row.unit}"
-        theory = "-" if row.theory is None else f"{row.theory:,.4g} {row.unit}"
+        measured = "-" if row.measured is None else format_quantity(row.measured, row.unit)
+        theory = "-" if row.theory is None else format_quantity(row.theory, row.unit)
         table.add_row(as_text(row.label), measured, theory, as_text(row.comparison), as_text(row.note))
     console = Console()
     console.print(table)

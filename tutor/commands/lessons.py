@@ -46,10 +46,13 @@ def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN
+
     table = Table(title=f"{len(rows)} lessons in {len(tracks)} tracks (open one: tensor-tutor learn ID)",
                   title_justify="left")
     for column, justify in (("lesson", "left"), ("title", "left"), ("min", "right"), ("done", "center")):
-        table.add_column(column, justify=justify)
+        # The id is what a learner types: it keeps its full width; the title wraps instead.
+        table.add_column(column, justify=justify, **(ID_COLUMN if column in ("lesson", "min", "done") else PROSE_COLUMN))
     for track in tracks:
         table.add_section()
         table.add_row(f"[bold]{escape(track['title'])}[/bold]", escape(track["summary"]), "",

@@ -37,21 +37,23 @@ def models(devices: bool, as_json: bool) -> None:
     from rich.table import Table
 
     from tutor.commands.safe_text import as_text
-    from tutor.theory.units import human_count
+    from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN
+    from tutor.formatting import format_count
 
     table = Table(title=f"{len(rows)} model presets (offline; `tensor-tutor fit NAME`)", title_justify="left")
     for column, justify in (("preset", "left"), ("model", "left"), ("type", "left"), ("params", "right"),
                             ("active", "right"), ("published", "right")):
-        table.add_column(column, justify=justify)
+        table.add_column(column, justify=justify,
+                         **(PROSE_COLUMN if column in ("model", "type", "published") else ID_COLUMN))
     for row in rows:
-        active = human_count(row["params_active"]) if row["params_active"] != row["params_total"] else ""
+        active = format_count(row["params_active"]) if row["params_active"] != row["params_total"] else ""
         published = row["published_total"] or ""
         if published.isdigit():
             # A published total may sum checkpoint tensors (parameters + persistent buffers).
             matched = {row["checkpoint_tensors"]: "exact (checkpoint tensors)", row["params_total"]: "exact"}
             published = matched.get(int(published), f"{int(published):,}")
         table.add_row(as_text(row["name"]), as_text(row["display_name"]), as_text(row["model_type"]),
-                      human_count(row["params_total"]),
+                      format_count(row["params_total"]),
                       active, published)
     Console().print(table)
 
@@ -77,14 +79,18 @@ def _devices(as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN
+    from tutor.formatting import format_number
+
     table = Table(title=f"{len(rows)} GPU cards for `tensor-tutor fit MODEL --device KEY`", title_justify="left")
-    for column, justify in (("key", "left"), ("card", "left"), ("also", "left"), ("driver GiB", "right"),
-                            ("datasheet GB", "right"), ("bandwidth GB/s", "right")):
-        table.add_column(column, justify=justify, no_wrap=column in ("key", "driver GiB"))
+    for column, justify in (("key", "left"), ("card", "left"), ("also", "left"), ("driver\nGiB", "right"),
+                            ("datasheet\nGB", "right"), ("bandwidth\nGB/s", "right")):
+        table.add_column(column, justify=justify, **(PROSE_COLUMN if column in ("card", "also") else ID_COLUMN))
     for row in rows:
         driver = f"{row['memory_bytes'] / GiB:,.2f}" + ("" if row["memory_driver_reported"] else " *")
         table.add_row(row["key"], row["name"], ", ".join(row["aliases"]), driver,
-                      f"{row['memory_datasheet_bytes'] / GB:g}", f"{row['bandwidth_gbps']:g}")
+                      format_number(row["memory_datasheet_bytes"] / GB, digits=4),
+                      format_number(row["bandwidth_gbps"], digits=4))
     console = Console()
     console.print(table)
     console.print("driver GiB: the total nvidia-smi / rocm-smi reports (2^30 bytes); datasheet GB: the marketing "

@@ -39,6 +39,8 @@ class HostSample:
     cpu_percent: tuple[float, ...] | None = None
     ram_used_bytes: int | None = None
     ram_total_bytes: int | None = None
+    process_cpu_percent: float | None = None  # this app and its children (the measurement worker)
+    process_rss_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,10 @@ class Sample:
     ram_used_bytes: int | None
     ram_total_bytes: int | None
     gpus: tuple[GpuSample, ...]
+    process_cpu_percent: float | None = None
+    """CPU used by this app's process tree, in % of all logical cores (as cpu_percent's mean)."""
+    process_rss_bytes: int | None = None
+    """Resident memory of this app's process tree."""
 
 
 HOST_FIELDS = ("cpu_percent", "ram_used_bytes", "ram_total_bytes")
@@ -63,8 +69,39 @@ def clamp_interval(interval_s: float) -> float:
     return min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, float(interval_s)))
 
 
+class ProcessTree:
+    """CPU and resident memory of this process and its children (the measurement worker, ranks),
+    via psutil; each process object is kept so that cpu_percent measures since the last call."""
+
+    def __init__(self) -> None:
+        self._processes: dict[int, Any] = {}
+
+    def __call__(self) -> tuple[float | None, int | None]:
+        import psutil
+
+        try:
+            me = psutil.Process()
+            tree = [me, *me.children(recursive=True)]
+        except Exception:
+            return None, None
+        cpu, rss, seen = 0.0, 0, {}
+        for process in tree:
+            process = self._processes.get(process.pid, process)
+            try:
+                cpu += process.cpu_percent(interval=None)
+                rss += process.memory_info().rss
+            except Exception:  # exited between the listing and the read
+                continue
+            seen[process.pid] = process
+        self._processes = seen
+        return cpu / (psutil.cpu_count() or 1), rss
+
+
+_PROCESS_TREE = ProcessTree()
+
+
 def read_host() -> HostSample:
-    """CPU percent per core since the previous call, and RAM, via psutil."""
+    """CPU percent per core since the previous call, RAM, and this app's share of both, via psutil."""
     import psutil
 
     try:
@@ -76,7 +113,8 @@ def read_host() -> HostSample:
         used, total = int(memory.total - memory.available), int(memory.total)
     except Exception:
         used = total = None
-    return HostSample(cpu, used, total)
+    process_cpu, process_rss = _PROCESS_TREE()
+    return HostSample(cpu, used, total, process_cpu, process_rss)
 
 
 class NvmlReader:
@@ -206,7 +244,8 @@ class Sampler:
             timestamp = float(self._clock())
         except Exception:
             timestamp = time.time()
-        sample = Sample(timestamp, host.cpu_percent, host.ram_used_bytes, host.ram_total_bytes, gpus)
+        sample = Sample(timestamp, host.cpu_percent, host.ram_used_bytes, host.ram_total_bytes, gpus,
+                        host.process_cpu_percent, host.process_rss_bytes)
         with self._lock:
             self._buffer.append(sample)
         return sample

@@ -130,21 +130,27 @@ def _registry() -> dict[str, Probe]:
     from tutor.labs.checkpoint import CHECKPOINT_WRITE
     from tutor.labs.checkpoint_interval import CHECKPOINT_INTERVAL
     from tutor.labs.collective import COLLECTIVE
+    from tutor.labs.ddp import DDP
     from tutor.labs.expert_parallel import MOE_ALLTOALL
     from tutor.labs.fit_probe import FIT
     from tutor.labs.fp64 import FP64_COST
     from tutor.labs.grad_accumulation import GRAD_ACCUMULATION
     from tutor.labs.inference import KV_CACHE, PREFILL_DECODE
     from tutor.labs.loss_scaling import LOSS_SCALING
+    from tutor.labs.moe import MOE
     from tutor.labs.moe_routing import MOE_ROUTING
+    from tutor.labs.pipeline import PIPELINE
     from tutor.labs.precision import CAST_ERROR
     from tutor.labs.quantization import QUANT_ERROR
+    from tutor.labs.tensor_parallel import TENSOR
     from tutor.labs.throughput import BANDWIDTH, MATMUL
     from tutor.labs.training_step import TRAINING_STEP
+    from tutor.labs.zero import ZERO
 
     probes = (MATMUL, BANDWIDTH, CAST_ERROR, ACTIVATION_MEMORY, TRAINING_STEP, MOE_ROUTING, COLLECTIVE,
               CHECKPOINT_WRITE, FIT, KV_CACHE, PREFILL_DECODE, MOE_ALLTOALL,
-              QUANT_ERROR, LOSS_SCALING, GRAD_ACCUMULATION, FP64_COST, CHECKPOINT_INTERVAL)
+              QUANT_ERROR, LOSS_SCALING, GRAD_ACCUMULATION, FP64_COST, CHECKPOINT_INTERVAL,
+              MOE, DDP, ZERO, PIPELINE, TENSOR)
     return {probe.name: probe for probe in probes}
 
 

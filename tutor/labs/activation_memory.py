@@ -184,7 +184,7 @@ def _activation_memory(params: dict, progress: ProgressFn, cancel: threading.Eve
                 math_dropout_extra)
         note = "; ".join(f"+{n_bytes:,} B: {why}" for why, n_bytes in reasons.items())
         rows.append(Measurement(label=label, measured=float(measured), unit="bytes", theory=float(theory),
-                                theory_source="tutor.theory.activations.layer_activation_terms", note=note))
+                                theory_source="Korthikanti et al. 2022, per-layer terms as the code keeps them", note=note))
     measured_total = recorder.total_bytes
     theory_total = math.ceil(sum(term.bytes for term in terms)) * layers
     other = measured_total - sum(row.measured or 0 for row in rows)
@@ -225,7 +225,7 @@ ACTIVATION_MEMORY = make_probe(
     title="Activation memory of a transformer block",
     description="Builds a real pre-norm transformer block in torch, runs it forward in training mode, "
                 "adds up the tensors autograd keeps for backward and compares them, region by region, "
-                "with tutor.theory.activations (Korthikanti et al. 2022).",
+                "with the per-layer formulas of Korthikanti et al. 2022.",
     needs_torch=True,
     params=(
         Param("style", "str", "llama", "gpt: LayerNorm, GeLU MLP 4h, dropout; llama: RMSNorm, SwiGLU, no dropout",

@@ -21,6 +21,7 @@ from fractions import Fraction
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.formatting import format_bytes, format_number, format_rate
 
 # Parameters per tensor of the synthetic checkpoint (a 512 x 512 matrix).
 TENSOR_PARAMS = 2**18
@@ -70,9 +71,9 @@ def checkpoint_folder(folder: str | None, needed_bytes: int) -> str:
         raise UserError(f"{named}: not writable by this user")
     free = shutil.disk_usage(path).free
     if free < needed_bytes:
-        from tutor.theory.units import human_bytes
+        from tutor.formatting import format_bytes
 
-        raise UserError(f"{named}: {human_bytes(free)} free, the checkpoint needs about {human_bytes(needed_bytes)}; "
+        raise UserError(f"{named}: {format_bytes(free)} free, the checkpoint needs about {format_bytes(needed_bytes)}; "
                         "choose another dir= or a smaller size_mb=")
     return path
 
@@ -181,16 +182,16 @@ def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Even
     if model_bytes is not None:
         metrics["model_checkpoint_bytes"] = float(model_bytes)
         rows.append(Measurement(f"checkpoint of {params['model']}", None, "bytes", float(model_bytes),
-                                "parameters (tutor.theory.models) x 14 B"))
+                                "parameters (counted from the model config) x 14 B"))
         if "write_gbps" in metrics:
             metrics["model_checkpoint_write_s"] = model_bytes / (metrics["write_gbps"] * 1e9)
             rows.append(Measurement("time to write it here at the measured rate", metrics["model_checkpoint_write_s"],
                                     "s", note="a rate measured on a small file: a large one may hit the disk's "
                                               "sustained speed instead of its cache"))
     progress(1.0, "done")
-    summary = (f"wrote {file_bytes / 2**20:.0f} MiB at {metrics.get('write_gbps', float('nan')):.3g} GB/s, "
-               f"read at {metrics.get('read_gbps', float('nan')):.3g} GB/s; "
-               f"{metrics.get('bytes_per_param', float('nan')):.2f} B/param (theory {float(per_param):g})")
+    summary = (f"wrote {format_bytes(file_bytes)} at {format_rate(metrics.get('write_gbps'), 'GB/s')}, "
+               f"read at {format_rate(metrics.get('read_gbps'), 'GB/s')}; "
+               f"{format_number(metrics.get('bytes_per_param'))} B/param (theory {format_number(float(per_param))})")
     return ProbeResult(probe="checkpoint-write", rows=tuple(rows), metrics=metrics, summary=summary,
                        cancelled=cancelled, device="cpu")
 

@@ -16,6 +16,7 @@ import threading
 
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.formatting import format_decimal_bytes, format_duration, format_number, format_percent, format_rate
 
 # Interval multiples of Daly's optimum that the simulation tries.
 MULTIPLES = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -57,8 +58,8 @@ def _checkpoint_interval(params: dict, progress: ProgressFn, cancel: threading.E
                                  "young_interval_s": young, "daly_interval_s": daly,
                                  "daly_waste_fraction": reliability.waste_fraction(daly, delta, mtbf)}
     rows = [Measurement(f"write {params['model']}'s checkpoint here", delta, "s",
-                        note=f"{write.metrics['model_checkpoint_bytes'] / 1e9:.4g} GB at the measured "
-                             f"{write.metrics['write_gbps']:.3g} GB/s"),
+                        note=f"{format_decimal_bytes(write.metrics['model_checkpoint_bytes'])} at the measured "
+                             f"{format_rate(write.metrics['write_gbps'], 'GB/s')}"),
             Measurement("Young's interval sqrt(2 delta M)", None, "s", young, "Young 1974"),
             Measurement("Daly's interval", None, "s", daly, "Daly 2006, eq. 37")]
     rng = random.Random(params["seed"])
@@ -76,13 +77,14 @@ def _checkpoint_interval(params: dict, progress: ProgressFn, cancel: threading.E
         metrics[f"simulated_waste_x{key}"] = waste
         if waste < best_waste:
             best_multiple, best_waste = multiple, waste
-        rows.append(Measurement(f"waste, checkpoint every {tau / 60:.3g} min ({multiple:g} x Daly's)", waste,
+        rows.append(Measurement(f"waste, checkpoint every {format_duration(tau)} ({format_number(multiple)} x Daly's)", waste,
                                 "fraction", theory, "Daly 2006, eq. 13",
-                                f"mean of {params['runs']} simulated runs of {params['work_hours']:g} h of work"))
+                                f"mean of {params['runs']:,} simulated runs of {format_duration(params['work_hours'] * 3600)} of work"))
     metrics["best_simulated_multiple"] = float(best_multiple)
     progress(1.0, "done")
-    summary = (f"delta {delta:.3g} s at {metrics['write_gbps']:.3g} GB/s, M {mtbf / 3600:.3g} h: checkpoint every "
-               f"{daly / 60:.3g} min (Daly; Young {young / 60:.3g} min), expected waste {metrics['daly_waste_fraction']:.2%}")
+    summary = (f"writing a checkpoint takes {format_duration(delta)} at {format_rate(metrics['write_gbps'], 'GB/s')}, "
+               f"a failure comes every {format_duration(mtbf)}: checkpoint every {format_duration(daly)} (Daly; Young "
+               f"{format_duration(young)}), expected waste {format_percent(metrics['daly_waste_fraction'])}")
     return ProbeResult(probe="checkpoint-interval", rows=tuple(rows), metrics=metrics, summary=summary, device="cpu")
 
 

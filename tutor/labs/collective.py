@@ -11,7 +11,7 @@ import threading
 
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
-from tutor.theory.units import human_bytes
+from tutor.formatting import format_bytes as human_bytes
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 BACKENDS = ("auto", "gloo", "nccl")

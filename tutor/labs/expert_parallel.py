@@ -22,6 +22,7 @@ from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.labs.moe_routing import route
+from tutor.formatting import format_bytes, format_quantity
 
 BYTES_PER_VALUE = 2  # BF16 activations, as the theory's default
 
@@ -80,7 +81,7 @@ def _moe_alltoall(params: dict, progress: ProgressFn, cancel: threading.Event) -
         "busiest_expert_over_mean": max(expert_load) / mean_load,
         "steps": float(steps),
     }
-    source = "2 · (ep−1)/ep · tokens · k · h · 2 B, uniform routing (tutor.theory.parallel)"
+    source = "2 · (ep−1)/ep · tokens · k · h · 2 B, uniform routing"
     rows = [
         Measurement(f"bytes each rank sends per MoE layer, forward (dispatch + combine), mean of {steps} steps",
                     measured, "B", float(theory), source,
@@ -93,8 +94,8 @@ def _moe_alltoall(params: dict, progress: ProgressFn, cancel: threading.Event) -
                     "k·T/E per expert under uniform routing"),
     ]
     progress(1.0, "done")
-    summary = (f"{measured / 2**20:.3g} MiB per rank per layer measured vs {theory / 2**20:.3g} MiB uniform theory; "
-               f"busiest rank {metrics['busiest_rank_over_mean']:.2f}x the mean")
+    summary = (f"{format_bytes(measured)} per rank per layer measured vs {format_bytes(theory)} uniform theory; "
+               f"busiest rank {format_quantity(metrics['busiest_rank_over_mean'], 'x')} the mean")
     return ProbeResult(probe="moe-alltoall", rows=tuple(rows), metrics=metrics, summary=summary,
                        cancelled=cancelled, device="cpu")
 
@@ -103,7 +104,7 @@ MOE_ALLTOALL = make_probe(
     name="moe-alltoall",
     title="Expert-parallel all-to-all volume",
     description="Routes each rank's tokens with a top-k router over experts spread across ep ranks and counts the "
-                "bytes dispatch and combine send, the busiest rank and expert, beside tutor.theory.parallel.",
+                "bytes dispatch and combine send, the busiest rank and expert, beside the uniform-routing formula.",
     needs_torch=False,
     params=(
         Param("tokens", "int", 256, "tokens per rank per step", minimum=1, maximum=100_000),

@@ -29,7 +29,7 @@ def _capacity(params: dict) -> tuple[int | None, str, bool, str]:
 def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.theory import fit as fitting
     from tutor.theory.models import resolve_model
-    from tutor.theory.units import human_bytes
+    from tutor.formatting import format_bytes
 
     if cancel.is_set():
         return ProbeResult("fit", (), {}, "cancelled", True, "cpu")
@@ -52,7 +52,7 @@ def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeRe
                                     component.formula))
     total = worst.total
     metrics["total_bytes"] = float(total)
-    rows.append(Measurement("total needed", None, "bytes", float(total), "tutor.theory.fit.estimate"))
+    rows.append(Measurement("total needed", None, "bytes", float(total), "the same estimate as `tensor-tutor fit`"))
     if capacity is not None:
         metrics["capacity_bytes"] = float(capacity)
         metrics["fits"] = 1.0 if total <= capacity else 0.0
@@ -62,10 +62,10 @@ def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeRe
         rows.append(Measurement(f"memory available on {device}", float(capacity), "bytes", note=source))
         rows.append(Measurement("needed over available", total / capacity, "x", note=(
             f"the total needed over the memory free now: {verdict}")))
-        summary = (f"{arch.name or params['model']} ({params['mode']}, {params['dtype']}) needs {human_bytes(total)}; "
-                   f"{device} has {human_bytes(capacity)} free: it {verdict}")
+        summary = (f"{arch.name or params['model']} ({params['mode']}, {params['dtype']}) needs {format_bytes(total)}; "
+                   f"{device} has {format_bytes(capacity)} free: it {verdict}")
     else:
-        summary = f"{arch.name or params['model']} needs {human_bytes(total)}; free memory unknown ({source})"
+        summary = f"{arch.name or params['model']} needs {format_bytes(total)}; free memory unknown ({source})"
     progress(1.0, "done")
     return ProbeResult(probe="fit", rows=tuple(rows), metrics=metrics, summary=summary, cancelled=False,
                        device=device.split(" ")[0])

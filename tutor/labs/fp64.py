@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.formatting import format_number, format_quantity
 
 
 def bytes_ratio_fp64_over_fp32() -> float:
@@ -66,8 +66,9 @@ def _fp64_cost(params: dict, progress: ProgressFn, cancel: threading.Event) -> P
                                 note="includes rounding the inputs to the format"))
     metrics["bytes_ratio"] = bytes_ratio_fp64_over_fp32()
     progress(1.0, "done")
-    summary = (f"FP32 {metrics['speedup_fp32_over_fp64']:.3g}x faster than FP64 at {size}; sum error FP32 "
-               f"{metrics['sum_rel_error_fp32']:.2g}, FP64 {metrics['sum_rel_error_fp64']:.2g}")
+    summary = (f"FP32 {format_quantity(metrics['speedup_fp32_over_fp64'], 'x')} faster than FP64 at {size}; "
+               f"sum error FP32 {format_number(metrics['sum_rel_error_fp32'], digits=2)}, "
+               f"FP64 {format_number(metrics['sum_rel_error_fp64'], digits=2)}")
     return ProbeResult(probe="fp64-cost", rows=tuple(rows), metrics=metrics, summary=summary, device="cpu")
 
 

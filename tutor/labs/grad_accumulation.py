@@ -15,6 +15,7 @@ import threading
 
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.formatting import format_bytes, format_number, format_quantity
 
 
 def activation_bytes_ratio(micro_batch: int, batch: int) -> float:
@@ -102,20 +103,21 @@ def _grad_accumulation(params: dict, progress: ProgressFn, cancel: threading.Eve
     rows = (
         Measurement(f"accumulated gradient ({k} x {batch // k}) vs big batch ({batch}): relative difference",
                     difference, "relative", 0.0, "the sum of slice means / k is the big mean (exact arithmetic)",
-                    f"FP32 epsilon is {fp32_eps:.3g}: the sums are added in another order, so they round differently"),
+                    f"FP32 epsilon is {format_number(fp32_eps)}: the sums are added in another order, so they round differently"),
         Measurement("the same without dividing each loss by k: gradient norm / big batch's", undivided_ratio, "x",
                     float(k), "k micro-batch means summed instead of averaged",
                     "the classic bug: an effective learning rate k times too large"),
         Measurement("activations kept for backward, one micro-batch / big batch", metrics["activation_ratio"], "x",
                     activation_bytes_ratio(batch // k, batch), "Korthikanti et al. 2022 eq. 1 (proportional to b)",
-                    f"{micro_bytes / 2**10:.4g} KiB against {full_bytes / 2**10:.4g} KiB; "
+                    f"{format_bytes(micro_bytes)} against {format_bytes(full_bytes)}; "
                     "each saved tensor counted once by its storage; weights excluded"),
         Measurement("gradient buffer (same either way)", float(gradient_bytes), "bytes", float(gradient_bytes),
                     "one FP32 number per parameter", "accumulation adds into it in place"),
     )
     progress(1.0, "done")
-    summary = (f"{k} micro-batches of {batch // k}: gradient differs from the batch of {batch} by {difference:.2g} "
-               f"(relative); activations {metrics['activation_ratio']:.3g}x the big batch's")
+    summary = (f"{k} micro-batches of {batch // k}: gradient differs from the batch of {batch} by "
+               f"{format_number(difference, digits=2)} (relative); activations "
+               f"{format_quantity(metrics['activation_ratio'], 'x')} the big batch's")
     return ProbeResult(probe="grad-accumulation", rows=rows, metrics=metrics, summary=summary, device="cpu")
 
 

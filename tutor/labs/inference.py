@@ -21,6 +21,7 @@ import time
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
+from tutor.formatting import format_quantity, format_rate
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MIN_REPEATS = 3
@@ -104,7 +105,7 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
         "tokens_cached": float(lengths[-1]),
         "kv_bytes_after_prompt": float(sizes[0]),
     }
-    source = "2 · layers · kv_heads · head_dim · bytes per element (tutor.theory.kv_cache)"
+    source = "2 · layers · kv_heads · head_dim · bytes per element"
     rows = [
         Measurement(f"bytes per token, measured as the cache grew from {lengths[0]} to {lengths[-1]} tokens",
                     metrics["kv_bytes_per_token"], "B", metrics["theory_kv_bytes_per_token"], source,
@@ -240,12 +241,12 @@ def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event)
         Measurement("this machine's read bandwidth over those weights", metrics["read_gbps"], "GB/s",
                     note="one pass that reads every weight once: the memory roof decode meets"),
         Measurement("decode: tokens per second", decode_tps, "tokens/s", bound,
-                    "bandwidth / weight bytes (tutor.theory.roofline.decode_tokens_per_second_bound)",
+                    "bandwidth / weight bytes (the roofline bound of decode)",
                     "each step reads every weight for 2 FLOPs each: memory-bound", rate=True),
         Measurement(f"prefill: tokens per second ({prompt} tokens per pass)", prefill_tps, "tokens/s", None,
                     "", "the same weights, read once for all the prompt's tokens"),
         Measurement("arithmetic intensity, decode (1 token)", decode_intensity, "FLOP/B",
-                    note="2·m·n·k / bytes(A, B, C) with m = 1 (tutor.theory.roofline)"),
+                    note="2·m·n·k / bytes(A, B, C) with m = 1 (Williams et al. 2009)"),
         Measurement(f"arithmetic intensity, prefill ({prompt} tokens)", prefill_intensity, "FLOP/B",
                     note="the same weights serve m tokens: intensity grows with m"),
         Measurement("prefill compute rate", metrics["prefill_tflops"], "TFLOP/s",
@@ -258,8 +259,9 @@ def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event)
         rows.append(Measurement("ridge point: peak / bandwidth", ridge, "FLOP/B", note=(
             "below it a kernel is memory-bound, above it compute-bound (Williams et al. 2009)")))
     progress(1.0, "done")
-    summary = (f"decode {decode_tps:.3g} tokens/s (bound {bound:.3g} from {metrics['read_gbps']:.3g} GB/s), "
-               f"prefill {prefill_tps:.3g} tokens/s: {metrics['prefill_over_decode']:.3g}x")
+    summary = (f"decode {format_quantity(decode_tps, 'tokens/s')} (bound {format_quantity(bound, 'tokens/s')} from "
+               f"{format_rate(metrics['read_gbps'], 'GB/s')}), prefill {format_quantity(prefill_tps, 'tokens/s')}: "
+               f"{format_quantity(metrics['prefill_over_decode'], 'x')}")
     return ProbeResult(probe="prefill-decode", rows=tuple(rows), metrics=metrics, summary=summary,
                        cancelled=cancel.is_set(), device=device)
 

@@ -16,7 +16,7 @@ gets one UserError line with both figures when the estimate does not fit.
 from __future__ import annotations
 
 from tutor.errors import UserError
-from tutor.theory.units import human_bytes
+from tutor.formatting import format_bytes, format_decimal_bytes, format_duration, format_quantity, format_rate
 
 MEMORY_SHARE = 0.8
 LAB_PEAK_SECONDS = 10.0  # a lesson's experiment: seconds, not minutes, even at peak speed
@@ -68,8 +68,8 @@ def check_lab_fits(probe: str, *, memory_bytes: int, memory_what: str, fix: str,
     room = available_memory_bytes(device) if available is None else available
     if room is not None and memory_bytes > MEMORY_SHARE * room:
         raise UserError(
-            f"{probe}: needs about {human_bytes(memory_bytes)} ({memory_bytes / 1e9:,.1f} GB: {memory_what}); "
-            f"{device} has {human_bytes(room)} available and a lab may use {MEMORY_SHARE:.0%} of it; {fix}")
+            f"{probe}: needs about {format_bytes(memory_bytes)} ({format_decimal_bytes(memory_bytes)}: {memory_what}); "
+            f"{device} has {format_bytes(room)} available and a lab may use {MEMORY_SHARE:.0%} of it; {fix}")
     if flops is None:
         return
     rate = peak_flops(device, dtype) if peak is None else peak
@@ -78,5 +78,6 @@ def check_lab_fits(probe: str, *, memory_bytes: int, memory_what: str, fix: str,
     seconds = flops / rate
     if seconds > LAB_PEAK_SECONDS:
         raise UserError(
-            f"{probe}: about {flops:.3g} FLOPs, at least {seconds:,.0f} s at this {device}'s {dtype} peak of "
-            f"{rate / 1e12:.3g} TFLOP/s (a lab may take {LAB_PEAK_SECONDS:g} s at peak); {fix}")
+            f"{probe}: about {format_quantity(flops, 'FLOP')}, at least {format_duration(seconds)} at this {device}'s "
+            f"{dtype} peak of {format_rate(rate, 'FLOP/s')} (a lab may take {format_duration(LAB_PEAK_SECONDS)} at peak); "
+            f"{fix}")

@@ -17,6 +17,7 @@ import time
 
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.formatting import format_number
 
 RUNS = ("fp32", "fp16", "fp16_scaled")
 
@@ -130,7 +131,7 @@ def _loss_scaling(params: dict, progress: ProgressFn, cancel: threading.Event) -
         rows.append(Measurement(f"{label}: loss after {params['steps']} steps / before",
                                 metrics[f"loss_ratio_{kind}"], "x",
                                 note="below 1: the run learned" + (
-                                    f"; final scale S = {result['scale']:g}, {result['skipped']} steps skipped "
+                                    f"; final scale S = {format_number(result['scale'])}, {result['skipped']} steps skipped "
                                     "after an overflow" if kind == "fp16_scaled" else "")))
     metrics["final_scale"] = results["fp16_scaled"]["scale"]
     metrics["skipped_steps"] = float(results["fp16_scaled"]["skipped"])

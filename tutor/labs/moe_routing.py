@@ -18,6 +18,7 @@ import time
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.formatting import format_number
 
 # Rows listing each expert's share are shown for at most this many experts.
 MAX_EXPERT_ROWS = 16
@@ -135,14 +136,14 @@ def _moe_routing(params: dict, progress: ProgressFn, cancel: threading.Event) ->
     rows = [
         Measurement(f"distinct experts touched by a batch of {tokens} token(s), mean of {batches}",
                     metrics["distinct_experts_mean"], "experts", theory_distinct,
-                    "E·(1 − (1 − k/E)^T), uniform independent routing (tutor.theory.moe)",
+                    "E·(1 − (1 − k/E)^T), uniform independent routing",
                     "" if skew == 0 else "a skewed router touches fewer experts than uniform routing"),
         Measurement("load-balancing loss N·Σ f_i·P_i", loss, "", uniform_loss,
                     "its value under perfectly uniform routing (Switch Transformers eq. 4, f summing to k)",
                     "above the uniform value means imbalance: the busiest experts also get the highest probabilities"),
         Measurement("busiest expert's tokens over the mean", metrics["max_load_over_mean"], "x", 1.0,
                     "a balanced router gives every expert k·T/E tokens"),
-        Measurement(f"assignments dropped at capacity {capacity} per expert (factor {params['capacity_factor']:g})",
+        Measurement(f"assignments dropped at capacity {capacity} per expert (factor {format_number(params['capacity_factor'])})",
                     metrics["drop_fraction"], "fraction", None, "",
                     "Switch §2.2: tokens over an expert's capacity skip the layer through the residual"),
         Measurement("share of experts each token uses (k/E)", metrics["active_fraction"], "fraction",
@@ -153,8 +154,9 @@ def _moe_routing(params: dict, progress: ProgressFn, cancel: threading.Event) ->
                                 top_k / experts, "k/E under uniform routing"))
     progress(1.0, "done")
     summary = (f"{batches} batches of {tokens} token(s), top-{top_k} of {experts}: "
-               f"{metrics['distinct_experts_mean']:.2f} experts touched on average (theory "
-               f"{theory_distinct:.2f} for a uniform router); balance loss {loss:.3f} vs {uniform_loss:.3f} uniform")
+               f"{format_number(metrics['distinct_experts_mean'])} experts touched on average (theory "
+               f"{format_number(theory_distinct)} for a uniform router); balance loss {format_number(loss)} vs "
+               f"{format_number(uniform_loss)} uniform")
     return ProbeResult(probe="moe-routing", rows=tuple(rows), metrics=metrics, summary=summary,
                        cancelled=cancelled, device="cpu")
 
@@ -163,7 +165,7 @@ MOE_ROUTING = make_probe(
     name="moe-routing",
     title="Mixture-of-experts routing",
     description="Routes random tokens with a top-k router (optionally skewed) and counts experts touched, "
-                "tokens per expert, the load-balancing loss and dropped tokens, against tutor.theory.moe.",
+                "tokens per expert, the load-balancing loss and dropped tokens, against the uniform-routing formulas.",
     needs_torch=False,
     params=(
         Param("tokens", "int", 4, "tokens per batch T", minimum=1, maximum=100_000),

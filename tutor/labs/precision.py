@@ -20,6 +20,7 @@ from fractions import Fraction
 
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.formatting import format_exact, format_number
 
 CAST_DTYPES = ("fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2")
 SOURCES = ("auto", "fp32", "fp64")
@@ -119,9 +120,10 @@ def _cast_error(params: dict, progress: ProgressFn, cancel: threading.Event) -> 
             measured = (float(abs(Fraction(stored) - Fraction(x)) / abs(Fraction(x)))
                         if x != 0 and math.isfinite(stored) else None)
             value_rows.append(Measurement(
-                label=f"{given[index]} -> {stored!r} in {dtype}", measured=measured, unit="relative error",
+                label=f"{format_exact(given[index])} -> {format_exact(stored)} in {dtype}",
+                measured=measured, unit="relative error",
                 theory=float(theory) if theory is not None else None,
-                theory_source=f"tutor.theory.formats.encode: bits {encoding.bit_string}",
+                theory_source=f"IEEE 754 round to nearest, ties to even: bits {encoding.bit_string}",
                 note="" if encoding.storage_word == bits else f"torch stored bits {bits:#x}, theory {encoding.storage_word:#x}"))
 
     u = unit_roundoff(dtype)
@@ -140,7 +142,7 @@ def _cast_error(params: dict, progress: ProgressFn, cancel: threading.Event) -> 
         Measurement(label=f"torch casts bit-identical to the theory ({done} of {len(held)} values, "
                           f"{source} -> {dtype})",
                     measured=metrics["agree_fraction"], unit="fraction", theory=1.0,
-                    theory_source="tutor.theory.formats.encode (round to nearest, ties to even)",
+                    theory_source="IEEE 754 encoding (round to nearest, ties to even)",
                     note="" if agree == done else
                     ("double rounding: torch casts float64 through float32" if source == "fp64" and dtype != "fp32"
                      else "a disagreement: report it, the theory or torch is wrong")),
@@ -151,15 +153,15 @@ def _cast_error(params: dict, progress: ProgressFn, cancel: threading.Event) -> 
         Measurement(label="mean relative error, normal range", measured=metrics.get(f"mean_rel_error_{name}"),
                     unit="relative error", note="about a third of the unit roundoff for log-uniform inputs"),
         Measurement(label="overflowed (inf, or saturated to max)", measured=metrics["overflow_fraction"],
-                    unit="fraction", note=f"above {float(fmt.max_finite):.6g}"),
+                    unit="fraction", note=f"above {format_number(float(fmt.max_finite))}"),
         Measurement(label="underflowed to zero", measured=metrics["underflow_fraction"], unit="fraction",
-                    note=f"below half of {float(fmt.min_subnormal):.3g}"),
+                    note=f"below half of {format_number(float(fmt.min_subnormal))}"),
         Measurement(label="subnormal (reduced precision)", measured=metrics["subnormal_fraction"], unit="fraction",
-                    note=f"below {float(fmt.min_normal):.3g}: fewer significant bits, larger relative error"),
+                    note=f"below {format_number(float(fmt.min_normal))}: fewer significant bits, larger relative error"),
     ]
     progress(1.0, "done")
     summary = (f"{agree} of {done} torch casts to {dtype} match the theory bit for bit; largest relative error "
-               f"{metrics.get(f'max_rel_error_{name}', float('nan')):.3g} (bound {float(u):.3g})")
+               f"{format_number(metrics.get(f'max_rel_error_{name}'))} (bound {format_number(float(u))})")
     return ProbeResult(probe="cast-error", rows=tuple(rows + value_rows), metrics=metrics, summary=summary,
                        cancelled=cancelled, device="cpu")
 

@@ -16,6 +16,7 @@ import time
 
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+from tutor.formatting import format_number, format_percent
 
 INIT_STD = 0.02
 # (metric name, bits, group): group 0 = the whole tensor, -1 = one scale per output row.
@@ -82,8 +83,8 @@ def _quant_error(params: dict, progress: ProgressFn, cancel: threading.Event) ->
         rows.append(Measurement(
             f"INT{bits}, {how}: relative weight error", error, "relative RMS", theory,
             "step^2/12 per weight, step = absmax/qmax of each group (Bennett 1948)",
-            f"{zeros:.1%} of weights rounded to 0; output error {output_error:.3g}; "
-            f"{bits_per_weight:.3g} bits/weight with 16-bit scales"
+            f"{format_percent(zeros)} of weights rounded to 0; output error {format_number(output_error)}; "
+            f"{format_number(bits_per_weight)} bits/weight with 16-bit scales"
             + ("; far from the noise model: most weights lie below half a step, so each error is the "
                "weight itself, not a uniform step^2/12" if abs(error / theory - 1) > 0.25 else "")))
     if "rel_error_int4_tensor" in metrics and "rel_error_int4_group" in metrics:
@@ -92,7 +93,7 @@ def _quant_error(params: dict, progress: ProgressFn, cancel: threading.Event) ->
                                 metrics["theory_rel_error_int4_tensor"] / metrics["theory_rel_error_int4_group"],
                                 "ratio of the two theory errors"))
     progress(1.0, "done")
-    summary = ", ".join(f"{name} {metrics[f'rel_error_{name}']:.3g}" for name, _, _ in SCHEMES
+    summary = ", ".join(f"{name} {format_number(metrics[f'rel_error_{name}'])}" for name, _, _ in SCHEMES
                         if f"rel_error_{name}" in metrics)
     return ProbeResult(probe="quant-error", rows=tuple(rows), metrics=metrics,
                        summary=f"relative weight error of a {rows_n}x{cols_n} matrix: {summary}",

@@ -1,7 +1,10 @@
 """Throughput probes: matmul TFLOP/s per dtype and STREAM-like memory bandwidth, on this machine.
 
 Both call tutor.bench (its timing core, shape sweep and byte counting) with a lesson-sized budget;
-the peaks they are read against come from tutor.hardware (datasheet or CPU formula).
+the peaks they are read against come from tutor.hardware (datasheet or CPU formula). The matmul
+probe is `tensor-tutor bench matmul`'s code with torch's backend only: the budget starts once torch
+is loaded and warm, sizes grow until their timing is stable, and how busy the machine was (other
+processes' CPU share, tutor.bench.busy) is reported beside the figures and as `busy` in the JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from tutor.labs._params import (
 # building the registry imports nothing from tutor.bench).
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 BANDWIDTH_OPS = ("copy", "scale", "add", "triad", "read", "write")
-# Each dtype gets at least this much time, even when the import of torch ate the budget.
+# Each dtype gets at least this much time, even when the dtypes before it overran their shares.
 MIN_SHARE_S = 0.15
 FILL_SHARE = 0.5
 
@@ -32,25 +35,54 @@ def _speedup_keys() -> tuple[str, ...]:
     return tuple(f"speedup_{a}_over_{b}" for a, b in itertools.permutations(MATMUL_DTYPES, 2))
 
 
+def _headline_details(result) -> dict:
+    """Which timing a dtype's figure comes from, for the JSON (the rows say it in words)."""
+    return {"m": result.m, "n": result.n, "k": result.k, "backend": result.backend, "statistic": "median",
+            "iters": result.iters, "stable": result.stable, "spread": result.spread,
+            "tflops_median": result.tflops_median, "tflops_best": result.tflops_best,
+            "sizes_timed": len(result.sweep), "sizes_noisy": sum(1 for shape in result.sweep if shape.noisy),
+            "busy": result.busy.to_json() if result.busy is not None else None}
+
+
+def _matmul_summary(rates: dict[str, float], device: str, busy, any_noisy: bool) -> str:
+    from tutor.formatting import format_rate
+
+    summary = ", ".join(f"{dtype} {format_rate(rate, 'TFLOP/s')}" for dtype, rate in rates.items()) or "nothing measured"
+    summary += f" on {device}"
+    if busy.busy:
+        summary += f"; {busy.describe()}, so it may read low: run it again when the machine is quiet"
+    elif any_noisy:
+        summary += f"; some sizes did not settle, though {busy.describe()}"
+    return summary
+
+
 def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
-    start = time.perf_counter()
     progress(0.0, "loading torch")
-    from tutor.bench.matmul import matmul_throughput, supported_matmul_dtypes
+    from tutor.bench.busy import BusyMeter
+    from tutor.bench.matmul import matmul_throughput, supported_matmul_dtypes, warm_up
     from tutor.hardware import detect_machine
 
     device = resolve_device(params["device"])
     supported = supported_matmul_dtypes(device)
+    machine = detect_machine()
+    if cancel.is_set():
+        return ProbeResult("matmul", (), {}, "cancelled before anything was measured", True, device)
+    progress(0.0, f"warming up torch on {device}")
+    # The budget is for timing matmuls: loading and warming torch come first, outside it.
+    warm_up(device)
+    start = time.perf_counter()
+    meter = BusyMeter.start()
     dtypes = [dtype for dtype in params["dtypes"] if dtype in supported]
     # A lesson written on a GPU still runs on a laptop: missing dtypes become rows, not errors.
     rows: list[Measurement] = [
         Measurement(label=f"{dtype} matmul", measured=None, unit="TFLOP/s",
                     note=f"not available on {device} (it runs {', '.join(supported)})")
         for dtype in params["dtypes"] if dtype not in supported]
-    machine = detect_machine()
     budget = params["budget_s"]
     metrics: dict[str, float] = {}
     peaks: dict[str, float | None] = {}
     sweeps: dict[str, dict[tuple[int, int, int], float]] = {}
+    headlines: dict[str, dict] = {}
     cancelled = False
     for index, dtype in enumerate(dtypes):
         if cancel.is_set():
@@ -66,9 +98,12 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
             break
         best = next(result for result in results if result.headline)
         metrics[f"tflops_{dtype}"] = best.tflops_median
+        headlines[dtype] = _headline_details(best)
         peaks[dtype] = best.peak_tflops
         sweeps[dtype] = {(shape.m, shape.n, shape.k): shape.tflops_median for shape in best.sweep}
-        notes = list(dict.fromkeys(note for note in (*best.notes, best.peak_note) if note))
+        # How busy the machine was is said once, in the summary, over the whole run.
+        said_in_summary = best.busy.describe() if best.busy is not None else ""
+        notes = list(dict.fromkeys(note for note in (*best.notes, best.peak_note) if note and note != said_in_summary))
         rows.append(Measurement(
             label=f"{dtype} matmul, {best.m}x{best.n}x{best.k} ({best.backend})", measured=best.tflops_median,
             unit="TFLOP/s", theory=best.peak_tflops, theory_source=best.peak_source or "no peak known",
@@ -99,17 +134,20 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
             theory=theory, theory_source="ratio of the two theoretical peaks" if theory else "no peak known",
             note="below 1: no native instructions for it, so the work is emulated" if
             metrics[f"speedup_{low}_over_{high}"] < 1 else ""))
+    busy = meter.stop()
     progress(1.0, "done")
-    summary = ", ".join(f"{dtype} {metrics[f'tflops_{dtype}']:.3g} TFLOP/s" for dtype in measured) or "nothing measured"
-    return ProbeResult(probe="matmul", rows=tuple(rows), metrics=metrics, summary=f"{summary} on {device}",
-                       cancelled=cancelled, device=device)
+    summary = _matmul_summary({dtype: metrics[f"tflops_{dtype}"] for dtype in measured}, device, busy,
+                              any_noisy=any(headline["sizes_noisy"] for headline in headlines.values()))
+    return ProbeResult(probe="matmul", rows=tuple(rows), metrics=metrics, summary=summary, cancelled=cancelled,
+                       device=device, details={"busy": busy.to_json(), "headline": headlines})
 
 
 MATMUL = make_probe(
     name="matmul",
     title="Matrix multiply throughput",
-    description="Times C = A @ B on random inputs for each dtype (square sizes grown to fit the budget) "
-                "and sets the best median TFLOP/s beside the device's theoretical peak.",
+    description="Times C = A @ B on random inputs for each dtype (square sizes grown until their timing is "
+                "stable, within the budget; loading torch is not counted) and sets the best stable median "
+                "TFLOP/s beside the device's theoretical peak, with how busy the machine was.",
     needs_torch=True,
     params=(
         Param("dtypes", "str-list", ["fp32", "bf16"], "matmul dtypes to time", choices=MATMUL_DTYPES),

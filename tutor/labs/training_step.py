@@ -23,7 +23,7 @@ import threading
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe, resolve_device
-from tutor.theory.units import human_bytes
+from tutor.formatting import format_bytes, format_number
 
 RECIPES = ("fp32", "bf16", "mixed")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
@@ -79,8 +79,8 @@ def _check_machine(params: dict, approx_params: int, ffn: int) -> None:
     flops = batch * seq * training_flops_per_token(params=approx_params, layers=layers, heads=heads,
                                                    head_dim=hidden // heads, seq_len=seq)
     check_lab_fits("training-step", memory_bytes=states + activations + logits,
-                   memory_what=f"model states {human_bytes(states)}, activations {human_bytes(activations)}, "
-                               f"logits {human_bytes(logits)}",
+                   memory_what=f"model states {format_bytes(states)}, activations {format_bytes(activations)}, "
+                               f"logits {format_bytes(logits)}",
                    device=resolve_device(params["device"]), flops=flops,
                    dtype="fp32" if params["recipe"] == "fp32" else "bf16", fix="lower batch, seq, layers or vocab")
 
@@ -186,14 +186,14 @@ def _training_step(params: dict, progress: ProgressFn, cancel: threading.Event) 
     head_saved = sum(t.nbytes for t in head_tensors)
     head_extra = sum(t.extra_bytes for t in head_tensors)
     recipe_name = {"fp32": "fp32", "bf16": "pure bf16", "mixed": "mixed precision (bf16 + fp32 master)"}[recipe]
-    source = f"tutor.theory.memory.model_state_bytes_per_param({recipe!r}, {optimizer_name!r})"
+    source = f"{recipe_name} with {optimizer_name} (ZeRO paper §3.1 conventions)"
     rows = [
         Measurement(f"weights ({n_params:,} parameters)", float(param_bytes), "bytes", float(theory["weights"]),
-                    f"{source}: {float(per_param.weights):g} B/param"),
+                    f"{source}: {format_number(float(per_param.weights))} B/param"),
         Measurement("gradients (.grad)", float(grad_bytes), "bytes", float(theory["gradients"]),
-                    f"{float(per_param.gradients):g} B/param"),
+                    f"{format_number(float(per_param.gradients))} B/param"),
         Measurement("optimizer: master copy and states" if master else "optimizer states", float(optimizer_bytes),
-                    "bytes", float(theory["optimizer"]), f"{float(per_param.optimizer):g} B/param",
+                    "bytes", float(theory["optimizer"]), f"{format_number(float(per_param.optimizer))} B/param",
                     note="" if states or master else "this optimizer keeps no state"),
     ]
     if counter_bytes:
@@ -201,7 +201,7 @@ def _training_step(params: dict, progress: ProgressFn, cancel: threading.Event) 
                                 "bytes", 0.0, "not counted per parameter",
                                 note="Adam keeps one 4-byte step count per parameter tensor: negligible"))
     rows.append(Measurement(f"saved activations, {layers} transformer layer(s)", float(layer_saved), "bytes",
-                            float(theory_layers), "tutor.theory.activations.layer_activation_terms (eager)",
+                            float(theory_layers), "Korthikanti et al. 2022 per-layer terms, eager attention",
                             note=f"+{layer_extra:,} B that PyTorch keeps beyond the theory: " + "; ".join(layer_reasons)
                             if layer_extra else ""))
     ids_theory = input_ids_bytes(seq, batch) + embedding_activation_bytes(
@@ -241,8 +241,8 @@ def _training_step(params: dict, progress: ProgressFn, cancel: threading.Event) 
         metrics["cuda_allocated_bytes"] = float(allocated["after step"] - allocated["start"])
     progress(1.0, "done")
     summary = (f"{recipe_name} + {optimizer_name}, {n_params:,} parameters: model states "
-               f"{model_state / n_params:.2f} B/param (theory {float(per_param.total):g}); "
-               f"activations {activation_bytes:,} B")
+               f"{format_number(model_state / n_params)} B/param (theory {format_number(float(per_param.total))}); "
+               f"activations {format_bytes(activation_bytes)}")
     return ProbeResult(probe="training-step", rows=tuple(rows), metrics=metrics, summary=summary,
                        cancelled=False, device=device)
 

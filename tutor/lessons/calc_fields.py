@@ -6,6 +6,7 @@ lesson's calculator to the command line types the same words.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,12 +41,64 @@ def _check_count(value: Any, name: str) -> int:
     return _whole(value, name, maximum=10**16)
 
 
-def _check_bytes(value: Any) -> int:
+MEMORY_BARE_UNIT = "GB"
+"""What a memory size typed without a unit means: device memory is quoted in GB (an "80 GB" H100),
+so `80` is 80 GB, never 80 bytes."""
+
+_BARE_NUMBER = re.compile(r"\s*(\d[\d,_]*(?:\.\d*)?|\.\d+)\s*")
+
+
+def parse_memory_size(text: str) -> int:
+    """Bytes of a memory size as typed: '80GB', '24GiB', '80 G', or a bare '80' (= 80 GB, MEMORY_BARE_UNIT)."""
     from tutor.theory.units import parse_bytes
 
+    bare = _BARE_NUMBER.fullmatch(text)
+    if bare:
+        text = bare.group(1).replace(",", "").replace("_", "") + MEMORY_BARE_UNIT
+    try:
+        return parse_bytes(text)
+    except UserError:
+        raise UserError(f"memory must be a size such as 80GB, 24GiB or 80 (a bare number is GB), got {text!r}") \
+            from None
+
+
+def _check_bytes(value: Any) -> int:
     if isinstance(value, str):
-        return parse_bytes(value)
+        return parse_memory_size(value)
     return _whole(value, "memory", maximum=2**60)
+
+
+def memory_text(n_bytes: int) -> str:
+    """A byte count as a learner types it back: '80 GB', '24 GiB' (whole units), else its bytes with a B."""
+    from tutor.theory.units import GB, GiB
+
+    for size, unit in ((GiB, "GiB"), (GB, "GB")):
+        if n_bytes >= size and n_bytes % size == 0:
+            return f"{n_bytes // size:,} {unit}"
+    return f"{n_bytes:,} B"
+
+
+TOKEN_MULTIPLIERS = {"": 1, "k": 2**10, "m": 2**20}
+"""Context lengths are binary: a "128K context" is 131,072 tokens (Llama-3.1's model card and its
+config.json, max_position_embeddings = 131072), an "8k" sequence 8,192."""
+
+_LENGTH = re.compile(r"\s*(\d[\d,_]*)\s*([kKmM]?)\s*")
+
+
+def parse_length(text: str, name: str = "seq") -> int:
+    """Tokens (or a matrix dimension) as typed: '4096', '4,096', '8k' = 8,192, '128k' = 131,072 (binary k)."""
+    match = _LENGTH.fullmatch(text)
+    if not match:
+        raise UserError(f"{name} must be a whole number such as 4096 or 128k (k = 1,024, so 128k = 131,072), "
+                        f"got {text!r}")
+    return _whole(int(match.group(1).replace(",", "").replace("_", "")) * TOKEN_MULTIPLIERS[match.group(2).lower()],
+                  name)
+
+
+def _check_length(value: Any, name: str) -> int:
+    if isinstance(value, str):
+        return parse_length(value, name)
+    return _whole(value, name)
 
 
 def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
@@ -106,9 +159,25 @@ def _check_device(value: Any) -> str:
         return text
     found = lookup_gpu_spec(text)
     if found is None:
-        raise UserError(f"device must be 'this' (the detected device) or a GPU such as h100-sxm or a100-40gb "
-                        f"(tensor-tutor models --devices), got {value!r}")
+        raise UserError(unknown_device_message(text))
     return found[0].key
+
+
+def unknown_device_message(text: str) -> str:
+    """One line for a card name the spec table does not know: the closest known names, and where the rest are."""
+    from tutor.hardware.specs import close_gpu_names
+
+    close = close_gpu_names(text)
+    nearest = f"did you mean {', '.join(close)}? " if close else ""
+    return (f"unknown GPU {text!r}: {nearest}use 'this' (the detected device) or a card such as h100, h200, "
+            "a100-40gb, rtx-4090 (tensor-tutor models --devices lists them all)")
+
+
+def device_names() -> tuple[str, ...]:
+    """Every card name the device field accepts (the same as `tensor-tutor fit --device`), aliases last."""
+    from tutor.hardware.specs import gpu_names
+
+    return gpu_names()
 
 
 def _check_fraction(value: Any, name: str) -> float:
@@ -152,7 +221,8 @@ CALC_FIELDS: dict[str, CalcField] = {field.name: field for field in (
     CalcField("recipe", "training precision layout: mixed, fp32, bf16, lora, qlora, ...", _check_recipe, "recipe"),
     CalcField("optimizer", "adam, sgd, adam-8bit, adafactor, ...", _check_optimizer, "optimizer"),
     _positive("batch", "sequences per step per data-parallel rank", "batch"),
-    _positive("seq", "tokens per sequence", "seq_len"),
+    CalcField("seq", "tokens per sequence: 4096, or 128k (binary k: 128k = 131,072, as model cards mean it)",
+              lambda value: _check_length(value, "seq"), "seq_len"),
     _positive("dp", "data-parallel degree", "dp"),
     _positive("tp", "tensor-parallel degree", "tp"),
     _positive("pp", "pipeline-parallel stages", "pp"),
@@ -170,14 +240,15 @@ CALC_FIELDS: dict[str, CalcField] = {field.name: field for field in (
     _positive("lora_rank", "LoRA rank r", "lora_rank"),
     CalcField("lora_targets", "all-linear or a list such as [\"q\", \"v\"]", _check_lora_targets, "lora_targets"),
     CalcField("gpu", "count a CUDA context (false for a CPU-only machine)", lambda value: _check_bool(value, "gpu"), "gpu"),
-    CalcField("memory", "device memory to fit into, such as 80GB or 24GiB", _check_bytes),
+    CalcField("memory", "device memory to fit into, such as 80GB or 24GiB; a bare 80 is 80 GB", _check_bytes),
     CalcField("tokens", "training tokens, such as 15T", lambda value: _check_count(value, "tokens")),
-    CalcField("device", "'this' (the detected device) or a GPU key such as h100-sxm", _check_device),
+    CalcField("device", "'this' (the detected device) or a card such as h100, a100-40gb, rtx-4090 "
+              "(tensor-tutor models --devices)", _check_device),
     CalcField("mfu", "model FLOPs utilization assumed for a time estimate, in (0, 1]",
               lambda value: _check_fraction(value, "mfu")),
-    _positive("m", "matmul rows of A"),
-    _positive("n", "matmul columns of B"),
-    _positive("k", "the shared (reduction) dimension"),
+    CalcField("m", "matmul rows of A (4096 or 4k)", lambda value: _check_length(value, "m")),
+    CalcField("n", "matmul columns of B (4096 or 4k)", lambda value: _check_length(value, "n")),
+    CalcField("k", "the shared (reduction) dimension (4096 or 4k)", lambda value: _check_length(value, "k")),
 )}
 
 _FIT_FIELDS = ("model", "params", "mode", "dtype", "recipe", "optimizer", "batch", "seq", "dp", "tp", "pp", "ep",

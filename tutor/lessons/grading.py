@@ -59,8 +59,13 @@ class Grade:
     feedback: str = ""
 
 
+_SUPERSCRIPT_DIGITS = str.maketrans("⁻⁺⁰¹²³⁴⁵⁶⁷⁸⁹", "-+0123456789")
+_SUPERSCRIPT_POWER = re.compile(r"[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+
+
 def _normalise_number_text(text: str) -> str:
-    text = text.strip().lower()
+    # "5.96 × 10⁻⁸" as tutor.formatting writes it reads as 5.96 x 10^-8
+    text = _SUPERSCRIPT_POWER.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPT_DIGITS), text.strip()).lower()
     for old, new in (("−", "-"), ("–", "-"), ("×", "x"), ("\u2009", ""), ("\u202f", ""), ("_", ""), ("·", "*")):
         text = text.replace(old, new)
     return re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
@@ -101,8 +106,11 @@ def _split_value(cleaned: str) -> tuple[float, str] | None:
     try:
         if match.group("mantissa") is not None:
             value = float(match.group("mantissa"))
-            if match.group("base") is not None:
-                value *= float(match.group("base")) ** float(match.group("power"))
+            base, power = match.group("base"), match.group("power")
+            if base is not None and float(base) == 10 and float(power).is_integer():
+                value = float(f"{match.group('mantissa')}e{int(float(power))}")  # 10.0**-324 would underflow
+            elif base is not None:
+                value *= float(base) ** float(power)
         else:
             value = float(match.group("base2")) ** float(match.group("power2"))
     except (OverflowError, ZeroDivisionError):

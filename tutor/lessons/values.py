@@ -149,29 +149,23 @@ def fmt(name: str) -> NumberFormat:
 
 
 def num(x: float | Fraction, digits: int = 3) -> str:
-    """x to `digits` significant digits, trailing zeros dropped: 65,500 / 3.31 / 0.25 / 0.00391; e-notation
-    outside 1e-4..1e6 (3.39e38)."""
+    """x to `digits` significant digits as tutor.formatting writes every number: 65,500 / 3.31 / 0.25 /
+    0.00391; powers of ten beyond what digits can hold (3.39 × 10³⁸), which the quiz grader reads back."""
     if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 17:
         raise UserError(f"num() digits must be a whole number from 1 to 17, got {digits!r}")
+    from tutor.formatting import format_number
+
     value = float(x)
     if not math.isfinite(value):
         return str(value)
-    if value == 0:
-        return "0"
-    rounded = float(f"{value:.{digits}g}")
-    if 1e-4 <= abs(rounded) < 1e6:
-        decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
-        text = f"{rounded:,.{decimals}f}"
-        return text.rstrip("0").rstrip(".") if "." in text else text
-    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
+    return format_number(float(f"{value:.{digits}g}"), digits=digits)
 
 
 def count(n: float) -> str:
     """A count the way model cards write it: count(8030261248) -> "8.03B"."""
-    from tutor.theory.units import human_count
+    from tutor.formatting import format_count
 
-    return human_count(n)
+    return format_count(n)
 
 
 def gb(n_bytes: float) -> float:

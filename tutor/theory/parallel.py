@@ -340,6 +340,25 @@ def pipeline_bubble_ratio(*, stages: int, microbatches: int, interleave: int = 1
     return Fraction(p - 1, v * m)
 
 
+PIPELINE_SCHEDULES = ("gpipe", "1f1b")
+
+
+def pipeline_microbatches_in_flight(*, schedule: str, stages: int, stage: int, microbatches: int) -> int:
+    """Micro-batches whose activations a stage holds at once (forward done, backward not yet).
+
+    GPipe runs every forward before any backward, so each stage holds all m (Huang et al. arXiv
+    1811.06965 §2.3; the paper re-computes activations to avoid it, torch's ScheduleGPipe does not). 1F1B (PipeDream-Flush) starts the backward as soon as it can: stage i
+    (0-based) holds at most p - i, the first stage p (Narayanan et al. arXiv 2104.04473 §2.2.1).
+    """
+    p, m, _v = _bubble_args(stages, microbatches, 1)
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < p:
+        raise UserError(f"stage must be a whole number from 0 to {p - 1}, got {stage!r}")
+    name = str(schedule).strip().lower()
+    if name not in PIPELINE_SCHEDULES:
+        raise UserError(f"unknown pipeline schedule {schedule!r} (choose one of {', '.join(PIPELINE_SCHEDULES)})")
+    return m if name == "gpipe" else min(m, p - stage)
+
+
 # --------------------------------------------------------------------------------------------
 # Collectives (NVIDIA/nccl-tests doc/PERFORMANCE.md)
 # --------------------------------------------------------------------------------------------

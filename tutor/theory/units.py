@@ -2,6 +2,7 @@
 
 GB = 1e9 bytes (datasheets, the ZeRO paper); GiB = 2**30 bytes (what CUDA and the OS report).
 An "80 GB" H100 shows about 79.2 GiB to CUDA; the program always says which one it means.
+Turning numbers into text is `tutor.formatting`'s job (format_bytes, format_count, ...).
 """
 
 from __future__ import annotations
@@ -68,16 +69,16 @@ def gb(n_bytes: float) -> float:
 
 
 def human_bytes(n_bytes: float) -> str:
-    """A short binary-unit rendering: '14.96 GiB', '512 MiB', '3 B'."""
-    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if abs(n_bytes) >= size:
-            return f"{n_bytes / size:.2f} {unit}"
-    return f"{n_bytes:.0f} B"
+    """A size in binary units for lesson prose ('15 GiB', '512 MiB'): tutor.formatting.format_bytes,
+    under the name lesson expressions use (`units.human_bytes`)."""
+    from tutor.formatting import format_bytes
+
+    return format_bytes(n_bytes)
 
 
 def human_count(n: float) -> str:
-    """A parameter count the way model cards write it: '8.03B', '124.4M', '12.9K'."""
-    for suffix, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.2f}{suffix}" if n / size < 100 else f"{n / size:.1f}{suffix}"
-    return f"{n:.0f}"
+    """A count the way model cards write it, for lesson prose ('8.03B', '124M'):
+    tutor.formatting.format_count, under the name lesson expressions use (`units.human_count`)."""
+    from tutor.formatting import format_count
+
+    return format_count(n)

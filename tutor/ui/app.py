@@ -1,24 +1,34 @@
 """The tensor-tutor app: home (tracks and progress), lessons, Bench and Fit screens, help and palette.
 
 `TutorApp(services)` takes everything it shows from a `tutor.ui.services.Services`; without one it
-builds the real services (this machine, the shipped lessons, saved progress and settings).
+builds the real services (this machine, the shipped lessons, saved progress and settings). When the
+services have a measurement process (`services.worker`), the app starts it at launch, so torch loads
+while the learner reads the home screen, follows its state in `worker_state` (screens can watch it)
+and stops it on exit.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on
 from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.screen import ModalScreen
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import ModalScreen, Screen
+from textual.theme import Theme
 
 from tutor.ui.commands import TutorCommands
 from tutor.ui.messages import OpenLesson
 from tutor.ui.screens.help import HelpScreen, help_for
 from tutor.ui.screens.home import HomeScreen
 from tutor.ui.services import Services
+from tutor.worker.client import WorkerState
+
+if TYPE_CHECKING:
+    from tutor.ui.widgets.measure import ProbeRunner
 
 
 PROGRESS_WARNING_CHECK_S = 2.0
@@ -39,6 +49,17 @@ class TutorApp(App[None]):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
+    worker_state: reactive[WorkerState] = reactive(WorkerState("not started"), init=False)
+    """What the measurement process is doing (starting, loading torch, ready, busy, restarting,
+    failed with its reason); `WorkerState.text` is the line to show."""
+
+    class WorkerStateChanged(Message):
+        """The measurement process changed state (posted from whichever thread saw it)."""
+
+        def __init__(self, state: WorkerState) -> None:
+            super().__init__()
+            self.state = state
+
     def __init__(self, services: Services | None = None, *, lesson_id: str | None = None) -> None:
         super().__init__()
         if services is None:
@@ -47,48 +68,62 @@ class TutorApp(App[None]):
             services = default_services()
         self.services = services
         self.start_lesson = lesson_id
-        self.active_runner: Any | None = None
+        self.active_runner: "ProbeRunner | None" = None
         """The ProbeRunner measuring now: only one probe runs at a time (two would measure each other)."""
+        self.last_result: object | None = None
+        """The latest measure block's ProbeResult (set by the lesson screen): what palette Export saves
+        when the screen shows no result of its own (tutor.ui.commands.current_result)."""
 
     def on_mount(self) -> None:
-        theme = getattr(self.services.settings, "theme", None)
+        worker = self.services.worker
+        if worker is not None:
+            worker.subscribe(self._post_worker_state)
+            # After the first paint: the home screen must not wait for a process start.
+            self.call_after_refresh(worker.start)
+        theme = self.services.settings.theme
         if theme and theme in self.available_themes:
             self.theme = theme
         self.theme_changed_signal.subscribe(self, self._save_theme)
-        start = getattr(self.services.sampler, "start", None)
-        if start is not None:
-            start()
+        self.services.sampler.start()
         self.push_screen(HomeScreen(self.services))
         if self.start_lesson is not None:
             self.open_lesson(self.start_lesson)
         for warning in self.services.warnings:
             self.notify(warning, severity="warning", timeout=8)
-        self._progress_warning = getattr(self.services.progress, "warning", None)
+        self._progress_warning = self.services.progress.warning
         self.set_interval(PROGRESS_WARNING_CHECK_S, self.show_progress_warning)
+
+    def _post_worker_state(self, state: WorkerState) -> None:
+        # Called from the worker client's threads: post_message is the thread-safe way in.
+        self.post_message(self.WorkerStateChanged(state))
+
+    @on(WorkerStateChanged)
+    def _worker_state_changed(self, message: WorkerStateChanged) -> None:
+        previous, self.worker_state = self.worker_state, message.state
+        if message.state.phase == "failed" and message.state != previous:
+            self.notify(message.state.text, severity="error", timeout=10)
+        elif message.state.phase == "restarting" and previous.phase != "restarting":
+            self.notify(message.state.text, timeout=3)
 
     def show_progress_warning(self) -> None:
         """Say so once when progress stops being saved (the data folder became unwritable after start-up)."""
-        warning = getattr(self.services.progress, "warning", None)
+        warning = self.services.progress.warning
         if warning and warning != self._progress_warning:
             self.notify(warning, severity="warning", timeout=10)
         self._progress_warning = warning
 
-    def _save_theme(self, theme: Any) -> None:
+    def _save_theme(self, theme: Theme) -> None:
         settings = self.services.settings
-        name = getattr(theme, "name", str(theme))
-        if getattr(settings, "theme", None) == name:
+        name = theme.name
+        if settings.theme == name:
             return
-        try:
-            updated = dataclasses.replace(settings, theme=name)
-        except TypeError:  # not a dataclass: a plain object with a theme attribute
-            settings.theme = name
-            updated = settings
+        updated = dataclasses.replace(settings, theme=name)
         self.services = dataclasses.replace(self.services, settings=updated)
         try:
             warning = self.services.save_settings(updated)
         except OSError as error:
             warning = f"theme not saved: {error}"
-        if isinstance(warning, str) and warning:  # save_settings returns its problem instead of raising
+        if warning:  # save_settings returns its problem instead of raising
             self.notify(warning, severity="warning")
 
     # ---- navigation -----------------------------------------------------------------------
@@ -104,7 +139,7 @@ class TutorApp(App[None]):
             return
         self._show(screen)
 
-    def _show(self, screen: Any) -> None:
+    def _show(self, screen: Screen[None]) -> None:
         while isinstance(self.screen, ModalScreen) and len(self.screen_stack) > 2:
             self.pop_screen()  # help open: it explained the screen being left
         if isinstance(self.screen, HomeScreen):
@@ -160,6 +195,8 @@ class TutorApp(App[None]):
 
     def on_unmount(self) -> None:
         self.cancel_measurements()
-        stop = getattr(self.services.sampler, "stop", None)
-        if stop is not None:
-            stop()
+        self.services.sampler.stop()
+        worker = self.services.worker
+        if worker is not None:
+            worker.unsubscribe(self._post_worker_state)
+            worker.stop()  # kills its process group: rank processes of a running lab too

@@ -1,4 +1,5 @@
-"""Command palette (ctrl+p): go to any lesson, run the benchmark, open the fit check, go home.
+"""Command palette (ctrl+p): go to any lesson, run the benchmark, open the fit check, go home, and
+export the current screen's result as JSON, CSV or Markdown (tutor.ui.export).
 
 Textual's own system commands (Theme, Keys, Screenshot, Quit) stay beside these; the chosen
 theme is saved by the app.
@@ -9,7 +10,36 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from textual.app import App
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+EXPORT_FORMATS = (("json", "JSON", "the same JSON as the command line's --json"),
+                  ("csv", "CSV", "one row per measurement, for a spreadsheet"),
+                  ("markdown", "Markdown", "a table for notes or an issue"))
+
+
+def current_result(app: App) -> object | None:
+    """The result on screen: what the screen says it shows (Bench: the run shown; Fit: the report), else
+    the last measure block's result (app.last_result); None when nothing was measured or computed yet."""
+    export = getattr(app.screen, "export_result", None)
+    result = export() if callable(export) else None
+    return result if result is not None else getattr(app, "last_result", None)
+
+
+def export_current(app: App, fmt: str) -> None:
+    """Save the current result under the data dir's exports/ folder and name the file in a toast."""
+    from tutor.ui.export import save_export
+
+    result = current_result(app)
+    if result is None:
+        app.notify("nothing to export yet: run a measurement, open Bench or Fit first", severity="warning")
+        return
+    try:
+        path = save_export(result, fmt)
+    except (OSError, ValueError) as error:  # an unwritable data dir, or a fit the form cannot compute
+        app.notify(f"export failed: {error}", severity="error")
+        return
+    app.notify(f"saved {path}", title="Exported", timeout=10, markup=False)
 
 
 class TutorCommands(Provider):
@@ -22,14 +52,18 @@ class TutorCommands(Provider):
             ("Run benchmark", "Measure matmul TFLOP/s and memory GB/s on this machine", partial(app.action_bench, True)),
             ("Fit check", "Does a model fit this machine's memory?", app.action_fit),
             ("Home: lessons and progress", "The list of tracks and lessons", app.action_home),
+            ("Bench: saved runs", "The results notebook: show a run, compare two", partial(app.action_bench, False)),
         ]
+        for fmt, name, what in EXPORT_FORMATS:
+            commands.append((f"Export result as {name}", f"The result on this screen: {what}",
+                             partial(export_current, app, fmt)))
         for info in services.curriculum.lessons:
             commands.append((f"Go to lesson: {info.title}", f"{info.id} · {info.minutes} min · {info.summary}",
                              partial(app.open_lesson, info.id)))
         return commands
 
     async def discover(self) -> Hits:
-        for title, help_text, callback in self._commands()[:3]:
+        for title, help_text, callback in self._commands()[:7]:
             yield DiscoveryHit(title, callback, help=help_text)
 
     async def search(self, query: str) -> Hits:

@@ -1,10 +1,10 @@
 """Everything the app reads from outside the UI, gathered in one injectable object.
 
 The app never reaches for the hardware, the lesson engine or the probes directly: it receives a
-`Services`. `default_services()` builds the real one (lesson engine, labs, NVML/psutil sampler,
-tutor.bench); tests build one from deterministic fakes. Heavy modules (torch, tutor.bench's
-measurement code) are imported only inside the functions that measure, so opening the app stays
-well under a second.
+`Services`. `default_services()` builds the real one: the lesson engine, the labs' probes, the
+bench suite and the torch cast all run in the measurement process (tutor.worker), so this process
+never imports torch; tests build one from deterministic fakes (tests/ui_fakes.py) that satisfy the
+Protocols below.
 """
 
 from __future__ import annotations
@@ -12,52 +12,97 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-# (fraction 0..1, message): the progress callback probes and the bench suite report through.
-ProgressFn = Callable[[float, str], None]
-# Float formats torch can store; the bits explorer confirms its theory against these casts.
-TORCH_DTYPES = {
-    "fp32": "float32",
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "fp8-e4m3": "float8_e4m3fn",
-    "fp8-e5m2": "float8_e5m2",
-}
-BENCH_BUDGET_S = 18.0  # the app's Bench screen runs `bench --quick`'s suite
-BENCH_DTYPES = ("fp32", "bf16", "fp16")
+from tutor.hardware.machine import Machine
+from tutor.hardware.sampler import Sample
+from tutor.labs import ProbeResult, ProgressFn
+from tutor.settings import Settings
+from tutor.worker.jobs import (BENCH_BUDGET_S, BENCH_DTYPES, TORCH_DTYPES, BenchOutcome, BenchRow, bench_rows,
+                               run_bench_suite, torch_cast)
+
+if TYPE_CHECKING:
+    from tutor.lessons.model import Lesson, LessonInfo, Track
+    from tutor.worker.client import WorkerClient
+
+__all__ = ["BENCH_BUDGET_S", "BENCH_DTYPES", "TORCH_DTYPES", "BenchOutcome", "BenchRow", "CurriculumLike",
+           "ProbeLike", "ProgressLike", "SamplerLike", "Services", "bench_rows", "default_services",
+           "run_bench_suite", "torch_cast"]
 
 
-@dataclass(frozen=True)
-class BenchRow:
-    """One measured figure of the Bench screen beside its theoretical peak."""
+@runtime_checkable
+class ProbeLike(Protocol):
+    """What the app needs of a probe (tutor.labs.Probe; the worker's proxies are Probes too)."""
 
-    label: str
-    measured: float
-    peak: float | None
-    unit: str
-    note: str = ""
+    name: str
+    title: str
+
+    def run(self, params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult: ...
+
+
+@runtime_checkable
+class SamplerLike(Protocol):
+    """The live pane's source (tutor.hardware.sampler.Sampler)."""
+
+    interval_s: float
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def samples(self) -> list[Sample]: ...
+
+    def latest(self) -> Sample | None: ...
+
+
+@runtime_checkable
+class CurriculumLike(Protocol):
+    """The tracks and lessons (tutor.lessons.Curriculum)."""
+
+    tracks: tuple[Track, ...]
 
     @property
-    def fraction(self) -> float | None:
-        """measured / peak when that is at most 1; None otherwise (unknown peak, or a wrong peak)."""
-        if self.peak is None or self.peak <= 0 or self.measured > self.peak:
-            return None
-        return self.measured / self.peak
+    def lessons(self) -> tuple[LessonInfo, ...]: ...
+
+    def lesson(self, lesson_id: str) -> Lesson: ...
+
+    def next_lesson(self, lesson_id: str) -> LessonInfo | None: ...
+
+    def previous_lesson(self, lesson_id: str) -> LessonInfo | None: ...
 
 
-@dataclass(frozen=True)
-class BenchOutcome:
-    """What a Bench run produced: rows, failures, and whether it was cancelled."""
+@runtime_checkable
+class ProgressLike(Protocol):
+    """Where the learner's progress goes (tutor.lessons.ProgressStore). `warning` is the latest
+    problem saving it (one line), None while all is well."""
 
-    rows: tuple[BenchRow, ...]
-    cancelled: bool = False
-    failures: tuple[str, ...] = ()
-    device: str = "cpu"
+    warning: str | None
+
+    def lesson_state(self, lesson_id: str) -> object: ...
+
+    def set_last_lesson(self, lesson_id: str) -> None: ...
+
+    def mark_block(self, lesson_id: str, block_id: str) -> None: ...
+
+    def mark_completed(self, lesson_id: str) -> None: ...
+
+    def record_answer(self, lesson_id: str, quiz_id: str, answer: str, correct: bool) -> None: ...
+
+    def record_prediction(self, lesson_id: str, predict_id: str, predicted: float, measured: float) -> None: ...
+
+    def track_progress(self, track: Track) -> tuple[int, int]: ...
 
 
 BenchRunner = Callable[[ProgressFn, threading.Event], BenchOutcome]
 TorchCaster = Callable[[str, Sequence[str]], dict[str, float]]
+ValuesRenderer = Callable[..., str]
+"""tutor.lessons.render_values(text, *, device=...)."""
+Grader = Callable[..., "Grade"]
+"""tutor.lessons.grade(quiz, answer, *, device=...)."""
+AnswerFn = Callable[..., "str | float | int"]
+"""tutor.lessons.expected_answer(quiz, *, device=...)."""
+SettingsSaver = Callable[[Settings], "str | None"]
+"""tutor.settings.save_settings: returns its problem as one line instead of raising."""
 
 
 @dataclass(frozen=True)
@@ -65,24 +110,27 @@ class Services:
     """The app's view of the world. Every field is replaceable in tests.
 
     curriculum, progress, render_values, grade and expected_answer come from tutor.lessons;
-    probes from tutor.labs; machine and sampler from tutor.hardware; run_bench wraps tutor.bench.
+    probes from tutor.labs (as worker proxies); machine and sampler from tutor.hardware; run_bench
+    and torch_cast run in the worker. `worker` is the measurement process the app starts at launch
+    and stops on exit (None: the probes run in this process, as the tests' fakes do).
     """
 
-    curriculum: Any
-    progress: Any
-    machine: Any
-    sampler: Any
-    probes: Mapping[str, Any]
-    render_values: Callable[..., str]
-    grade: Callable[[Any, str], Any]
-    expected_answer: Callable[..., Any]
+    curriculum: CurriculumLike
+    progress: ProgressLike
+    machine: Machine
+    sampler: SamplerLike
+    probes: Mapping[str, ProbeLike]
+    render_values: ValuesRenderer
+    grade: Grader
+    expected_answer: AnswerFn
     run_bench: BenchRunner
     torch_cast: TorchCaster
-    settings: Any
-    save_settings: Callable[[Any], None]
+    settings: Settings
+    save_settings: SettingsSaver
     warnings: tuple[str, ...] = field(default=())
+    worker: WorkerClient | None = None
 
-    def probe(self, name: str) -> Any:
+    def probe(self, name: str) -> ProbeLike:
         """The probe called `name`; UserError naming the known ones otherwise."""
         from tutor.errors import UserError
 
@@ -91,96 +139,35 @@ class Services:
         return self.probes[name]
 
 
-def bench_rows(results: Sequence[Any]) -> tuple[BenchRow, ...]:
-    """Rows for the Bench screen from tutor.bench results (MatmulResult / BandwidthResult).
-
-    Matmul rows show the headline backend of each dtype (median TFLOP/s); bandwidth rows the
-    STREAM figure of merit (best GB/s), as `tensor-tutor bench` prints them.
-    """
-    rows: list[BenchRow] = []
-    for result in results:
-        kind = getattr(result, "kind", "")
-        if kind == "matmul":
-            if not getattr(result, "headline", True):
-                continue
-            note = "; ".join((result.backend, *result.notes, *((result.peak_note,) if result.peak_note else ())))
-            rows.append(BenchRow(f"matmul {result.dtype}", result.tflops_median, result.peak_tflops, "TFLOP/s",
-                                 note))
-        elif kind in ("bandwidth", "transfer"):
-            label = f"{kind} {result.op}" + (f" {result.memory}" if getattr(result, "memory", "") else "")
-            note = "; ".join(result.notes) if result.notes else ""
-            rows.append(BenchRow(label, result.gbps_best, result.peak_gbps, "GB/s", note))
-    return tuple(rows)
-
-
-def run_bench_suite(progress: ProgressFn, cancel: threading.Event) -> BenchOutcome:
-    """The quick suite of `tensor-tutor bench --quick` (fp32/bf16/fp16 matmul + bandwidth), saved
-    to the results notebook like a CLI run. Imports torch (through tutor.bench) only when called."""
-    from tutor.bench import suite
-    from tutor.bench.environment import environment_header, load_machine, resolve_device
-    from tutor.bench.matmul import parse_dtypes
-
-    device = resolve_device(None)
-    available = parse_dtypes(None, device)
-    dtypes = parse_dtypes(",".join(d for d in BENCH_DTYPES if d in available), device)
-    machine = load_machine()
-    cases = suite.plan_suite(("matmul", "bandwidth"), device=device, machine=machine, dtypes=dtypes, quick=True)
-
-    def report(event: Any) -> None:
-        progress(event.fraction, f"{event.case}: {event.state}")
-
-    outcome = suite.run_suite(cases, budget_s=BENCH_BUDGET_S, progress=report, cancel=cancel)
-    from tutor.bench.notebook import append_run
-
-    header = environment_header(machine, command="tensor-tutor app: Bench screen")
-    header.update(device_under_test=device, budget_s=BENCH_BUDGET_S, cancelled=outcome.cancelled,
-                  elapsed_s=round(outcome.elapsed_s, 3))
-    warning = append_run(header, outcome.to_json())
-    failures = outcome.failures + ((warning,) if warning else ())
-    return BenchOutcome(bench_rows(outcome.results), outcome.cancelled, failures, device)
-
-
-def torch_cast(value: str, formats: Sequence[str]) -> dict[str, float]:
-    """Cast `value` to each torch float dtype in `formats` and back to float64: what the hardware
-    stores. Formats torch has no dtype for (tf32, integers) are left out. Imports torch."""
-    import torch
-
-    source = torch.tensor([float(value)], dtype=torch.float64)
-    cast: dict[str, float] = {}
-    for name in formats:
-        dtype_name = TORCH_DTYPES.get(name)
-        dtype = getattr(torch, dtype_name, None) if dtype_name else None
-        if dtype is None:
-            continue
-        # float64 -> float32 first, as a real model's values are float32 before a down-cast.
-        stored = source.to(torch.float32).to(dtype) if name != "fp32" else source.to(torch.float32)
-        cast[name] = float(stored.to(torch.float64).item())
-    return cast
-
-
-def default_services() -> Services:
-    """The real services: this machine, the shipped curriculum, the labs, saved progress and settings."""
+def default_services(worker: WorkerClient | None = None) -> Services:
+    """The real services: this machine, the shipped curriculum, saved progress and settings, and the
+    labs, bench suite and torch cast run by `worker` (a new WorkerClient unless given; the app
+    starts it at launch)."""
     import tutor.labs as labs
     import tutor.lessons as lessons
     from tutor.hardware import detect_machine
     from tutor.hardware.sampler import Sampler
     from tutor.settings import load_settings, save_settings
+    from tutor.worker.client import WorkerClient
+    from tutor.worker.proxies import worker_bench, worker_cast, worker_probes
 
+    worker = worker if worker is not None else WorkerClient()
     settings, settings_warning = load_settings()
     progress = lessons.ProgressStore()
-    warnings = [w for w in (settings_warning, getattr(progress, "warning", None)) if w]
+    warnings = [w for w in (settings_warning, progress.warning) if w]
     return Services(
         curriculum=lessons.load_curriculum(),
         progress=progress,
         machine=detect_machine(),
         sampler=Sampler(1.0 / settings.sample_hz),
-        probes=labs.PROBES,
+        probes=worker_probes(worker, labs.PROBES),
         render_values=lessons.render_values,
         grade=lessons.grade,
         expected_answer=lessons.expected_answer,
-        run_bench=run_bench_suite,
-        torch_cast=torch_cast,
+        run_bench=worker_bench(worker),
+        torch_cast=worker_cast(worker),
         settings=settings,
         save_settings=save_settings,
         warnings=tuple(warnings),
+        worker=worker,
     )

@@ -1,4 +1,9 @@
-"""What the app's measurement threads do so that the interface stays responsive."""
+"""What the app's measurement threads do so that the interface stays responsive.
+
+With the real services the measuring happens in the measurement process (tutor.worker, itself
+niced), and these threads only wait for its answer; with in-process services (tests, fakes) they
+measure here, and the lower priority keeps the interface thread first in line either way.
+"""
 
 from __future__ import annotations
 

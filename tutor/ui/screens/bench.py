@@ -1,4 +1,5 @@
-"""The Bench screen: `tensor-tutor bench --quick` inside the app, with bars and "% of peak" gauges.
+"""The Bench screen: `tensor-tutor bench --quick` inside the app, with bars and "% of peak" gauges,
+and the results notebook's history (the CLI's runs too): pick a run to show it, mark two to compare.
 
 The suite runs in a thread worker (torch is imported there, on the first run); Escape cancels it
 at the next iteration and keeps what finished. Results go to the same notebook as the CLI's.
@@ -18,12 +19,16 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Button, Footer, ProgressBar, Static
+from textual.widgets import Button, Footer, OptionList, ProgressBar, Static
+from textual.widgets.option_list import Option
+
+from tutor.bench.notebook import Notebook, Run, compare_runs_at_same_sizes, read_notebook, run_headlines
+from tutor.formatting import format_quantity, format_rate
+from tutor.ui.services import BenchRow
 
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
-from tutor.ui.widgets.device_header import DeviceHeader, device_title
+from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.live_pane import LivePane
-from tutor.ui.widgets.measure import format_value
 from tutor.ui.workers import yield_cpu_to_the_interface
 
 
@@ -34,9 +39,72 @@ def rows_table(rows: Any) -> Table:
     table.add_column("peak", justify="right", no_wrap=True)
     table.add_column("why the gap", ratio=1)
     for row in rows:
-        table.add_row(row.label, format_value(row.measured, row.unit), format_value(row.peak, row.unit),
+        table.add_row(row.label, format_quantity(row.measured, row.unit), format_quantity(row.peak, row.unit),
                       Text(row.note, style="dim"))
     return table
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def rows_from_run(run: Run) -> tuple[BenchRow, ...]:
+    """The Bench screen's rows for a stored run, as tutor.ui.services.bench_rows makes them from a live one:
+    the headline backend of each matmul dtype (median TFLOP/s), STREAM's best GB/s, collectives' bus bandwidth."""
+    rows: list[BenchRow] = []
+    for result in run.results:
+        kind = result.get("kind")
+        if kind == "matmul" and result.get("headline", True) and _number(result.get("tflops_median")) is not None:
+            notes = [str(result.get("backend", "")), *map(str, result.get("notes") or ()), str(result.get("peak_note") or "")]
+            rows.append(BenchRow(f"matmul {result.get('dtype')}", _number(result["tflops_median"]),
+                                 _number(result.get("peak_tflops")), "TFLOP/s", "; ".join(n for n in notes if n)))
+        elif kind in ("bandwidth", "transfer") and _number(result.get("gbps_best")) is not None:
+            label = f"{kind} {result.get('op')}" + (f" {result['memory']}" if result.get("memory") else "")
+            rows.append(BenchRow(label, _number(result["gbps_best"]), _number(result.get("peak_gbps")), "GB/s",
+                                 "; ".join(map(str, result.get("notes") or ()))))
+        elif kind == "collective" and _number(result.get("busbw_gbps")) is not None:
+            rows.append(BenchRow(f"{result.get('op')} {result.get('ranks')} ranks", _number(result["busbw_gbps"]),
+                                 None, "GB/s", f"bus bandwidth, {result.get('backend')}"))
+    return tuple(rows)
+
+
+def run_date(run: Run) -> str:
+    """'2025-01-12 10:00' from the header's ISO date (seconds and zone dropped: the list is for people)."""
+    return run.date.replace("T", " ")[:16]
+
+
+def run_figures(run: Run) -> str:
+    """The headline figures of a run in one line: 'fp32 131 GFLOP/s, bf16 29 GFLOP/s, triad 10.1 GB/s'."""
+    figures = []
+    for label, value in run_headlines(run).items():
+        name, _, unit = label.rpartition(" ")
+        figures.append(f"{name} {format_rate(value, unit)}")
+    return ", ".join(figures) or "no figures"
+
+
+def comparison_text(before: Run, after: Run) -> Text:
+    """Run B against run A, case by case, at the same sizes only; the cases measured at different sizes
+    named with both sizes (throughput grows with the size, so their ratio would measure the size)."""
+    same, differ = compare_runs_at_same_sizes(before, after)
+    table = Table(expand=True, box=None, show_edge=False, pad_edge=False, header_style="bold",
+                  title=f"run {after.number} against run {before.number}", title_justify="left")
+    table.add_column("case", ratio=1)
+    table.add_column(f"run {before.number}", justify="right", no_wrap=True)
+    table.add_column(f"run {after.number}", justify="right", no_wrap=True)
+    table.add_column("ratio", justify="right", no_wrap=True)
+    units = {"tflops_median": "TFLOP/s", "gbps_median": "GB/s", "busbw_gbps": "GB/s"}
+    for row in same:
+        unit = units.get(row.figure, "")
+        table.add_row(row.case, format_quantity(row.before, unit), format_quantity(row.after, unit),
+                      format_quantity(row.ratio, "x"))
+    parts: list[Any] = [table] if same else [Text(f"run {after.number} against run {before.number}: no case was "
+                                                    "measured at the same size in both", style="yellow")]
+    for mismatch in differ:
+        parts.append(Text(f"not compared, sizes differ: {mismatch.case} ({mismatch.before_size} in run "
+                          f"{before.number}, {mismatch.after_size} in run {after.number})", style="yellow"))
+    from rich.console import Group
+
+    return Group(*parts)  # type: ignore[return-value]
 
 
 class BenchScreen(Screen):
@@ -52,11 +120,17 @@ BF16 and FP16 (TFLOP/s) and STREAM-like memory bandwidth (GB/s), in about 20 sec
 - **r** (or *Run*) starts it, **Escape** cancels it (what finished is kept) or goes home.
 - Blue bars are the theoretical peak, green bars the measurement; the gauges say what
   fraction of the peak was reached. A CPU has no published memory peak: measured only.
-Every run is saved to the results notebook (`tensor-tutor bench history`).
+Every run is saved to the results notebook (`tensor-tutor bench history`), and the list of
+saved runs shows them all, the command line's too; cancelled runs are marked.
+- **Up/Down** in the list shows a run; **m** marks it for comparison: mark two and their
+  figures stand side by side with the ratio. Only cases measured at the same size are
+  compared (a larger matrix runs faster, so a ratio across sizes would measure the size).
+- Ctrl+P, *Export*: the run shown as JSON (the same as `tensor-tutor bench --json`), CSV or Markdown.
 """
 
     BINDINGS = [
         Binding("r", "run", "Run"),
+        Binding("m", "mark", "Mark to compare"),
         Binding("escape", "escape", "Cancel/Home"),
     ]
 
@@ -81,9 +155,14 @@ Every run is saved to the results notebook (`tensor-tutor bench history`).
         self.services = services
         self._cancel = threading.Event()
         self.device = "cpu"
+        self.notebook = Notebook(runs=(), corrupt_lines=0)
+        self.marked: list[int] = []
+        """Run numbers marked for comparison (at most two: the first is the baseline)."""
+        self.shown: Any = None
+        """What the screen shows now (a notebook Run, or a BenchOutcome that was not saved): what Export saves."""
 
     def compose(self) -> ComposeResult:
-        yield DeviceHeader(device_title(self.services.machine), "Bench")
+        yield DeviceHeader(device_title(self.services.machine), "Bench", label=device_label(self.services.machine))
         with Horizontal(id="bench-body"):
             with VerticalScroll(id="bench"):
                 with Horizontal(classes="row"):
@@ -91,11 +170,105 @@ Every run is saved to the results notebook (`tensor-tutor bench history`).
                     yield ProgressBar(total=100, show_eta=False, id="progress")
                 yield Static("r runs the quick suite (~20 s): matmul fp32/bf16/fp16 and memory bandwidth",
                              id="status")
+                yield Static(id="history-title", classes="title")
+                yield OptionList(id="history")
+                yield Static(id="compare")
+                yield Static(id="shown", classes="title")
                 yield ComparisonBars(id="bars")
                 yield VerticalScroll(id="gauges")
                 yield Static(id="table")
             yield LivePane(self.services.machine, self.services.sampler, id="live")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.load_history(show_latest=True)
+        if self.notebook.runs:  # arrows pick a run at once; r still runs the suite
+            self.query_one("#history", OptionList).focus()
+
+    # ---- history ---------------------------------------------------------------------------------
+
+    def load_history(self, show_latest: bool) -> None:
+        """Read the notebook and list its runs; with `show_latest`, show the newest one."""
+        self.notebook = read_notebook()
+        table = self.query_one("#history", OptionList)
+        highlighted = table.highlighted
+        table.clear_options()
+        table.add_options(Option(self._run_line(run), id=str(run.number)) for run in self.notebook.runs)
+        if highlighted is not None and not show_latest and highlighted < len(self.notebook.runs):
+            table.highlighted = highlighted
+        title = self.query_one("#history-title", Static)
+        count = len(self.notebook.runs)
+        if not count:
+            title.update(Text("no saved runs yet: r measures this machine and saves the run", style="dim"))
+        else:
+            title.update(Text(f"{count} saved run{'s' * (count != 1)} (the command line's too): ↑↓ shows one, "
+                              "m marks two to compare", style="dim"))
+        if self.notebook.warning:
+            self.notify(self.notebook.warning, severity="warning", timeout=8)
+        table.display = bool(count)
+        if count and show_latest:
+            table.highlighted = count - 1
+            self.show_run(self.notebook.runs[-1])
+
+    def _run_line(self, run: Run) -> Text:
+        """'A  3  2025-01-12 10:00  cpu  fp32 131 GFLOP/s, ...': the mark, the run, cancelled in yellow."""
+        mark = (" ", "")
+        if run.number in self.marked:
+            mark = ("A" if self.marked.index(run.number) == 0 else "B", "bold magenta")
+        line = Text.assemble(mark, f" {run.number:>3}  {run_date(run)}  {run.device}  ")
+        if run.cancelled:
+            line.append("cancelled: ", style="yellow")
+        line.append(run_figures(run))
+        return line
+
+    def run_by_number(self, number: int) -> Run | None:
+        return next((run for run in self.notebook.runs if run.number == number), None)
+
+    @on(OptionList.OptionHighlighted, "#history")
+    def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        run = self.run_by_number(int(event.option.id or 0))
+        if run is not None and run is not self.shown:
+            self.show_run(run)
+
+    def show_run(self, run: Run) -> None:
+        """A stored run's bars, gauges and table."""
+        self.shown = run
+        self.device = run.device.split(",")[0]
+        state = Text(" · cancelled: what finished before the stop", style="yellow") if run.cancelled else Text("")
+        self.query_one("#shown", Static).update(
+            Text.assemble((f"run {run.number}", "bold"), f" · {run_date(run)} · {run.device}", state))
+        self.show_rows(rows_from_run(run))
+
+    def action_mark(self) -> None:
+        """Mark the highlighted run for comparison (again: unmark it); two marked runs are compared."""
+        table = self.query_one("#history", OptionList)
+        if not self.notebook.runs or table.highlighted is None:
+            self.notify("no saved runs to compare yet: r runs the suite", severity="warning")
+            return
+        number = self.notebook.runs[table.highlighted].number
+        if number in self.marked:
+            self.marked.remove(number)
+        else:
+            self.marked = [*self.marked, number][-2:]
+        for run in self.notebook.runs:
+            table.replace_option_prompt(str(run.number), self._run_line(run))
+        self.show_comparison()
+
+    def show_comparison(self) -> None:
+        compare = self.query_one("#compare", Static)
+        if len(self.marked) < 2:
+            compare.update(Text(f"run {self.marked[0]} marked A: mark another run (m) to compare"
+                                if self.marked else "", style="dim"))
+            return
+        before, after = (self.run_by_number(number) for number in self.marked)
+        if before is not None and after is not None:
+            compare.update(comparison_text(before, after))
+
+    def export_result(self) -> Any:
+        """What Export saves from this screen: the run shown (or the unsaved outcome); None before any."""
+        return self.shown
+
+    # ---- running ---------------------------------------------------------------------------------
 
     def action_run(self) -> None:
         if self.running:
@@ -147,7 +320,15 @@ Every run is saved to the results notebook (`tensor-tutor bench history`).
         failures = "; ".join(outcome.failures)
         status.update(f"{words} on {outcome.device}" + (f" (problems: {failures})" if failures else ""))
         self.device = outcome.device
+        self.shown = outcome
+        self.query_one("#shown", Static).update(Text.assemble(("this run", "bold"), f" · {outcome.device}"))
         self.show_rows(outcome.rows)
+        saved_before = len(self.notebook.runs)
+        self.load_history(show_latest=False)
+        if len(self.notebook.runs) > saved_before:  # saved: the outcome is the newest run; show it from there
+            self.shown = self.notebook.runs[-1]
+            self.query_one("#history", OptionList).highlighted = len(self.notebook.runs) - 1
+            self.show_run(self.notebook.runs[-1])
 
     def show_rows(self, rows: Any) -> None:
         """Bars, gauges and the table for a finished run."""

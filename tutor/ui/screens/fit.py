@@ -12,8 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from tutor.ui.widgets.calc import CalcBlock
-from tutor.ui.widgets.device_header import DeviceHeader, device_title
+from tutor.ui.widgets.calc import DEFAULT_FIELDS, CalcBlock
+from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,7 @@ class FitForm:
     model: str = "llama-3.1-8b"
     mode: str = "inference"
     kind: str = "fit"
-    fields: tuple[str, ...] = ("model", "mode", "dtype", "recipe", "batch", "seq", "dp", "tp", "pp", "zero",
-                               "recompute", "attention", "impl")
+    fields: tuple[str, ...] = DEFAULT_FIELDS["fit"]  # every `tensor-tutor fit` option a learner sets
     values: dict[str, Any] = field(default_factory=dict)
     id: str = "fit"
     line: int = 0
@@ -43,7 +42,13 @@ activations and KV cache per device, each with its formula, against this machine
 (a GPU's total memory, or the RAM available now on a CPU-only machine).
 
 - **Tab** moves between fields; the result follows as you type.
-- *mode* train adds gradients and optimizer states; *zero*, *dp*, *tp*, *pp* shard them.
+- *device* is the card to fit on: `this` (this machine: its GPU's free memory, else the RAM
+  available now), a card by name (`h100`, `h200`, `a100-40gb`, `rtx-4090`, `l4`, `mi300x`: Right
+  completes a name; `tensor-tutor models --devices` lists them), a size (`24GiB`, `80GB`) or `cpu`.
+- *seq* takes `4096` or `128k` (binary k: 128k = 131,072 tokens, Llama-3.1's context).
+- *mode* train adds gradients and optimizer states (*recipe*, *optimizer*); *zero*, *dp*, *tp*,
+  *pp*, *ep* shard them; GPUs = dp x tp x pp. *sp* (sequence parallelism) splits the activations
+  tensor parallelism leaves whole.
 - *recompute* (none, selective, full) trades a second forward pass for activation memory;
   *attention* eager keeps the s x s scores, sdpa (transformers' default) and flash do not.
 - *impl* is the code the activations assume: `hf`, transformers modules as written (fp32 norm
@@ -52,6 +57,8 @@ activations and KV cache per device, each with its formula, against this machine
 - Training shows two columns: each category at its own maximum over the step, and what is alive
   at the **peak**, the one moment that must fit (early in backward, before most gradients exist,
   or inside the optimizer step). The total is that peak plus the overhead.
+- When it does not fit, the screen names the fields to change and to what.
+- Ctrl+P, *Export*: this report as JSON (the same as `tensor-tutor fit --json`), CSV or Markdown.
 - Escape goes home.
 """
 
@@ -62,8 +69,14 @@ activations and KV cache per device, each with its formula, against this machine
         self.services = services
         self.form = FitForm(model=model or "llama-3.1-8b", values={"mode": mode or "inference"})
 
+    def export_result(self) -> Any:
+        """What Export saves from this screen: the form's values (tutor.ui.export turns them into a fit report)."""
+        from tutor.ui.export import FitValues
+
+        return FitValues(dict(self.query_one("#fit-form", CalcBlock).values), self.services.machine)
+
     def compose(self) -> ComposeResult:
-        yield DeviceHeader(device_title(self.services.machine), "Fit check")
+        yield DeviceHeader(device_title(self.services.machine), "Fit check", label=device_label(self.services.machine))
         with VerticalScroll(id="fit"):
             yield CalcBlock(self.form, lesson_id="", services=self.services, id="fit-form")
         yield Footer()

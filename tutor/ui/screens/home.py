@@ -14,7 +14,7 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from tutor.ui.messages import OpenLesson
-from tutor.ui.widgets.device_header import DeviceHeader, device_title
+from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 
 
 def track_heading(track: Any, done: int, total: int) -> Text:
@@ -58,7 +58,7 @@ The five tracks of the course, each with how many of its lessons you have comple
         self.services = services
 
     def compose(self) -> ComposeResult:
-        yield DeviceHeader(device_title(self.services.machine), "Home")
+        yield DeviceHeader(device_title(self.services.machine), "Home", label=device_label(self.services.machine))
         with Vertical(id="home"):
             yield Static(self._welcome(), id="welcome")
             yield OptionList(id="lessons")
@@ -76,14 +76,17 @@ The five tracks of the course, each with how many of its lessons you have comple
         self.query_one(OptionList).focus()
 
     def on_screen_resume(self) -> None:
-        self.refresh_lessons()
+        self.refresh_lessons(follow_last_lesson=True)
 
-    def refresh_lessons(self) -> None:
-        """Rebuild the list from the curriculum and the progress file, keeping the highlight."""
+    def refresh_lessons(self, follow_last_lesson: bool = False) -> None:
+        """Rebuild the list from the curriculum and the progress file, keeping the highlight (or,
+        back from a lesson, moving it to the lesson the learner was in)."""
         option_list = self.query_one(OptionList)
         highlighted = option_list.highlighted
         progress = self.services.progress
         current = getattr(progress, "last_lesson", None)
+        if follow_last_lesson and current is not None:
+            highlighted = None
         curriculum = self.services.curriculum
         infos = {info.id: info for info in curriculum.lessons}
         options: list[Option | None] = []

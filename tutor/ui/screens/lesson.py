@@ -15,13 +15,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Button, Footer, Static
+from textual.widgets import Footer, Static
 
 from tutor.ui.messages import LessonCompleted, OpenLesson
 from tutor.ui.widgets.bits import BitsBlock
 from tutor.ui.widgets.block import LessonBlock, block_id
 from tutor.ui.widgets.calc import CalcBlock
-from tutor.ui.widgets.device_header import DeviceHeader, device_title
+from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.live_pane import LivePane
 from tutor.ui.widgets.measure import MeasureBlock, ProbeRunner
 from tutor.ui.widgets.predict import PredictBlock
@@ -90,7 +90,8 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     def compose(self) -> ComposeResult:
         curriculum = self.services.curriculum
         position = [info.id for info in curriculum.lessons].index(self.lesson_id) + 1
-        yield DeviceHeader(device_title(self.services.machine), f"{position}/{len(curriculum.lessons)} {self.info.title}")
+        yield DeviceHeader(device_title(self.services.machine), f"{position}/{len(curriculum.lessons)} {self.info.title}",
+                           label=device_label(self.services.machine))
         with Horizontal(id="body"):
             with VerticalScroll(id="lesson"):
                 yield Static(self._heading(), id="heading")
@@ -162,16 +163,9 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         progress = self.services.progress
         if hasattr(progress, "set_last_lesson"):
             progress.set_last_lesson(self.lesson_id)
-        # When the lesson starts with something to run, Enter runs it. Only a button takes focus:
-        # it leaves letters (n, p, l) and arrows to the screen, which an input would swallow.
-        kinds = [directive(block) for block in self.lesson.blocks]
-        opens_with_a_block = any(kind != "prose" for kind in kinds[:2])  # at most an intro before it
-        first = next(iter(self.query_one("#lesson").query(LessonBlock)), None) if opens_with_a_block else None
-        focusable = [widget for widget in first.query("*") if widget.focusable] if first is not None else []
-        if focusable and isinstance(focusable[0], Button):
-            focusable[0].focus(scroll_visible=False)
-        else:
-            self.query_one("#lesson").focus()
+        # Focus starts at the top of the lesson, on the scroller: arrows and PgDn read on, the first
+        # Tab reaches the first box, and Enter never starts a measurement the learner cannot see.
+        self.query_one("#lesson").focus(scroll_visible=False)
 
     # ---- progress -----------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -62,28 +63,63 @@ def torch_agrees(encoding: Any, cast: float | None) -> bool | None:
     return theory == cast
 
 
-def encoding_table(rows: Sequence[Any], torch_values: dict[str, float] | None = None) -> Table:
-    """One row per format: coloured sign/exponent/mantissa bits, stored value, relative error, notes."""
+def check_text(encoding: Any, torch_values: dict[str, float] | None) -> Text:
+    """The last column: torch's verdict on this row when cast, else the row's flags."""
+    if torch_values is None:
+        return Text(flags(encoding), style="yellow")
+    agrees = torch_agrees(encoding, torch_values.get(encoding.format.name))
+    if agrees is None:
+        return Text("no dtype", style="dim")
+    if agrees:
+        return Text("✓ same", style="green")
+    return Text(f"✗ {short(torch_values[encoding.format.name])}", style="red")
+
+
+def encoding_table(rows: Sequence[Any], torch_values: dict[str, float] | None = None, *,
+                   last_column: bool = True) -> Table:
+    """One row per format: coloured sign/exponent/mantissa bits, stored value, relative error, and
+    (with `last_column`) torch's verdict or the flags."""
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold", padding=(0, 1))
     table.add_column("format", no_wrap=True)
     table.add_column("sign exponent mantissa", no_wrap=True)
     table.add_column("stored", justify="right", no_wrap=True)
     table.add_column("rel.err", justify="right", no_wrap=True)
-    table.add_column("torch" if torch_values is not None else "")
+    if last_column:
+        table.add_column("torch" if torch_values is not None else "", no_wrap=True)
     for encoding in rows:
         fmt = encoding.format
         bits = Text.assemble((encoding.sign_string, "bold red"), " ", (encoding.exponent_string, "bold blue"), " ",
                              (encoding.mantissa_string, "green"))
         rel = encoding.rel_error
         rel_text = "-" if rel is None else ("0" if rel == 0 else f"{float(rel):.1e}")
-        if torch_values is not None:
-            agrees = torch_agrees(encoding, torch_values.get(fmt.name))
-            check = {True: Text("✓ same", style="green"), False: Text(
-                f"✗ {short(torch_values[fmt.name])}", style="red"), None: Text("no dtype", style="dim")}[agrees]
-        else:
-            check = Text(flags(encoding), style="yellow")
-        table.add_row(fmt.name, bits, short(encoding.value_float), rel_text, check)
+        cells = [fmt.name, bits, short(encoding.value_float), rel_text]
+        if last_column:
+            cells.append(check_text(encoding, torch_values))
+        table.add_row(*cells)
     return table
+
+
+class EncodingView:
+    """The encoding table where it fits; in a narrower block (beside the live pane) the torch
+    verdicts and flags move under the table, one line per format, instead of being squeezed out."""
+
+    def __init__(self, rows: Sequence[Any], torch_values: dict[str, float] | None = None) -> None:
+        self.rows, self.torch_values = list(rows), torch_values
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        full = encoding_table(self.rows, self.torch_values)
+        natural = console.measure(full, options=options.update_width(10_000)).maximum  # unclamped
+        if natural <= options.max_width:
+            yield full
+            return
+        yield encoding_table(self.rows, self.torch_values, last_column=False)
+        notes = [(encoding.format.name, check_text(encoding, self.torch_values)) for encoding in self.rows]
+        notes = [(name, text) for name, text in notes if text.plain]
+        if notes:
+            title = "torch" if self.torch_values is not None else "notes"
+            yield Text(title, style="bold")
+            for name, text in notes:
+                yield Text.assemble(f"  {name}: ", text)
 
 
 class BitsBlock(LessonBlock):
@@ -133,7 +169,7 @@ hardware stores exactly what the theory says (the first use loads torch: a few s
             status.update(str(error))
             return False
         status.set_classes("status")
-        self.query_one("#table", Static).update(encoding_table(rows, torch_values))
+        self.query_one("#table", Static).update(EncodingView(rows, torch_values))
         if torch_values is not None:
             same = sum(bool(torch_agrees(e, torch_values.get(e.format.name))) for e in rows)
             cast = sum(e.format.name in torch_values for e in rows)

@@ -17,6 +17,25 @@ def say(static: Static, content: Any, style_class: str | None = None) -> None:
         static.set_classes(style_class)
 
 
+def fully_visible(widget: Any) -> bool:
+    """Whether all of `widget` is on screen now (not scrolled out of its container, not hidden)."""
+    try:
+        geometry = widget.screen.find_widget(widget)
+    except Exception:  # not laid out (yet): nothing to reveal
+        return False
+    region = geometry.region
+    return bool(region.area) and region.intersection(geometry.clip) == region
+
+
+def reveal(widget: Any) -> bool:
+    """True when `widget` is fully on screen; otherwise scroll it into view and return False, so
+    that a key press on something the learner cannot see shows it instead of acting on it."""
+    if fully_visible(widget):
+        return True
+    widget.scroll_visible(animate=False)
+    return False
+
+
 def block_id(block: Any) -> str:
     """The id progress is recorded under: the block's own `id` (quiz, predict), else kind@line."""
     own = getattr(block, "id", None)

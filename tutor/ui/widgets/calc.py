@@ -15,9 +15,11 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Grid
+from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Label, Select, Static
 
 from tutor.errors import UserError
+from tutor.formatting import format_bytes, format_number, format_percent
 from tutor.theory import activations as acts
 from tutor.theory import fit as fitting
 from tutor.theory.units import GiB
@@ -33,8 +35,8 @@ DEFAULT_FIELDS = {
     "parallel": ("model", "mode", "dp", "tp", "pp", "zero"),
     "flops": ("model", "tokens", "dp", "mfu"),
     "roofline": ("m", "n", "k", "dtype"),
-    "fit": ("model", "mode", "dtype", "recipe", "batch", "seq", "dp", "tp", "pp", "zero", "recompute", "attention",
-            "impl"),
+    "fit": ("model", "mode", "device", "dtype", "recipe", "optimizer", "batch", "seq", "dp", "tp", "pp", "ep", "zero",
+            "sequence_parallel", "recompute", "attention", "impl", "kv_dtype"),
 }
 # Starting values of fields a lesson leaves unset (FitRequest's own defaults for the rest).
 DEFAULTS: dict[str, Any] = {"model": "llama-3.1-8b", "mode": "inference", "dtype": "bf16", "recipe": "mixed",
@@ -42,11 +44,28 @@ DEFAULTS: dict[str, Any] = {"model": "llama-3.1-8b", "mode": "inference", "dtype
                             "zero": 0, "recompute": "none", "attention": "sdpa", "impl": "hf", "kv_dtype": "bf16",
                             "tokens": "15T", "mfu": 0.4, "device": "this", "m": 4096, "n": 4096, "k": 4096,
                             "lora_rank": 16, "lora_targets": "all-linear", "sequence_parallel": False}
-WHOLE = ("batch", "seq", "dp", "tp", "pp", "ep", "zero", "microbatches", "lora_rank", "m", "n", "k")
+WHOLE = ("batch", "dp", "tp", "pp", "ep", "zero", "microbatches", "lora_rank")
+LENGTHS = ("seq", "m", "n", "k")  # typed as 4096 or 4k: binary k (tutor.lessons.calc_fields.parse_length)
 FLAGS = ("sequence_parallel", "gpu")
-CHOICES = {"mode": fitting.MODES, "recompute": acts.RECOMPUTE_MODES, "attention": acts.ATTENTION_KINDS,
-           "impl": acts.IMPLEMENTATIONS}
 NON_REQUEST = ("model", "params", "memory", "tokens", "device", "mfu", "m", "n", "k")
+LABELS = {"sequence_parallel": "sp", "kv_dtype": "kv dtype", "lora_rank": "lora rank", "lora_targets": "lora targets"}
+"""Field labels where the field name is too long for the form's label column (sp: `fit --sp`)."""
+# What the input shows while empty: the units a bare number is read in, and examples.
+PLACEHOLDERS = {"memory": "80 = 80 GB, or 24GiB", "seq": "4096 or 128k (k = 1,024)", "m": "4096 or 4k",
+                "n": "4096 or 4k", "k": "4096 or 4k", "tokens": "15T, 300B", "params": "7B, 350M",
+                "device": "this, h100, a100-40gb, rtx-4090…", "batch": "sequences", "mfu": "0.4 or 40%"}
+FIT_DEVICE_PLACEHOLDER = "this, h100, a100-40gb, 24GiB, cpu"
+
+
+def choices(name: str) -> tuple[Any, ...] | None:
+    """The values a field offers in a drop-down (all of them: a learner sees what exists), or None for typed fields."""
+    from tutor.theory.kv_cache import KV_DTYPES
+    from tutor.theory.memory import OPTIMIZERS, WEIGHT_FORMATS
+
+    return {"mode": fitting.MODES, "recompute": acts.RECOMPUTE_MODES, "attention": acts.ATTENTION_KINDS,
+            "impl": acts.IMPLEMENTATIONS, "dtype": tuple(WEIGHT_FORMATS), "recipe": fitting.RECIPES,
+            "optimizer": tuple(OPTIMIZERS), "kv_dtype": tuple(KV_DTYPES), "zero": (0, 1, 2, 3),
+            "sequence_parallel": (False, True)}.get(name)
 
 
 def preset_names() -> list[str]:
@@ -55,9 +74,17 @@ def preset_names() -> list[str]:
     return [preset.name for preset in list_presets()]
 
 
-def coerce(name: str, text: str) -> Any:
+def coerce(name: str, text: str, kind: str = "memory") -> Any:
     """A field's typed value from what the learner typed; UserError naming the field otherwise."""
+    from tutor.lessons.calc_fields import CALC_FIELDS
+
     text = text.strip()
+    if name in LENGTHS or name == "memory":
+        return CALC_FIELDS[name].check(text)
+    if name == "device":
+        if kind == "fit":  # the Fit screen's device is `fit --device`: a card, a size, cpu or a GPU index
+            return text or "this"
+        return CALC_FIELDS["device"].check(text)
     if name in WHOLE:
         try:
             return int(text.replace(",", "").replace("_", ""))
@@ -75,12 +102,18 @@ def coerce(name: str, text: str) -> Any:
     return text
 
 
-def shown(value: Any) -> str:
-    """A typed value as the learner types it back."""
+def shown(value: Any, name: str = "") -> str:
+    """A typed value as the learner types it back (a memory size in GB or GiB, never a bare byte count)."""
+    if name == "memory" and isinstance(value, int) and not isinstance(value, bool):
+        from tutor.lessons.calc_fields import memory_text
+
+        return memory_text(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
+    if isinstance(value, int) and value >= 10_000:
+        return f"{value:,}"  # 131,072 reads at a glance; every whole-number field accepts the commas back
     return str(value)
 
 
@@ -91,6 +124,28 @@ def machine_capacity(machine: Any) -> tuple[int | None, str, bool]:
     budget = device_budget(None, machine)
     name = "this machine's available RAM" if budget.kind == "cpu" else f"{budget.name} free memory"
     return budget.capacity, name, budget.gpu
+
+
+def chosen_budget(values: dict[str, Any], machine: Any) -> Any:
+    """The DeviceBudget the fields name: `memory` (a size), `device` (as `tensor-tutor fit --device` reads
+    it: a card from the spec table, a size, cpu), else this machine (tutor.hardware.memory_budget)."""
+    from tutor.hardware.memory_budget import DeviceBudget, device_budget
+    from tutor.lessons.calc_fields import CALC_FIELDS
+
+    if values.get("memory"):
+        capacity = CALC_FIELDS["memory"].check(values["memory"])
+        return DeviceBudget(f"a {format_bytes(capacity, si_beside=True)} device", "given", capacity, "as given",
+                            gpu=True)
+    device = str(values.get("device") or "this").strip()
+    return device_budget(None if device == "this" else device, machine)
+
+
+def chosen_capacity(values: dict[str, Any], machine: Any) -> tuple[int | None, str, bool]:
+    """(bytes, what they are, is a GPU) of the device the fields name (chosen_budget)."""
+    if not values.get("memory") and str(values.get("device") or "this").strip() == "this":
+        return machine_capacity(machine)
+    budget = chosen_budget(values, machine)
+    return budget.capacity, budget.name, budget.gpu
 
 
 def build_request(values: dict[str, Any], *, gpu: bool) -> fitting.FitRequest:
@@ -107,9 +162,7 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
     from tutor.lessons.calc_fields import CALC_FIELDS
     from tutor.theory.models import resolve_model
 
-    capacity, capacity_name, gpu = machine_capacity(machine)
-    if values.get("memory"):
-        capacity, capacity_name, gpu = CALC_FIELDS["memory"].check(values["memory"]), f"a {values['memory']} device", True
+    capacity, capacity_name, gpu = chosen_capacity(values, machine)
     if kind == "kv-cache":
         values = {**values, "mode": "inference"}
     request = build_request(values, gpu=gpu)
@@ -126,16 +179,17 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
     if kind == "kv-cache":
         kv = worst.component("kv_cache")
         tokens = request.batch * request.seq_len
-        lines.append(Text(f"KV cache: {kv / GiB:,.3f} GiB for {tokens:,} tokens = {kv / tokens / 1024:,.1f} KiB "
+        lines.append(Text(f"KV cache: {format_bytes(kv)} for {tokens:,} tokens = {format_bytes(kv / tokens)} "
                           "per token"))
     if request.devices > 1:
-        lines.append(Text(f"layout: dp {request.dp} x tp {request.tp} x pp {request.pp} = {request.devices} devices; "
+        lines.append(Text(f"layout: dp {request.dp} x tp {request.tp} x pp {request.pp} = {request.devices} GPUs; "
                           "the figures are for the most loaded one"))
     if capacity:
         fraction = worst.total / capacity
-        lines.append(gauge_text(f"{capacity_name} {capacity / GiB:,.1f} GiB:", fraction, 70, suffix="used")
+        lines.append(gauge_text(f"{capacity_name} {format_bytes(capacity)}:", fraction, 70, suffix="used")
                      if fraction <= 1 else
-                     Text(f"does not fit: {fraction:.1f}x {capacity_name} ({capacity / GiB:,.1f} GiB)", style="bold red"))
+                     Text(f"does not fit: {format_number(fraction)}x {capacity_name} ({format_bytes(capacity)})",
+                          style="bold red"))
     if kind == "fit":
         lines[1:1] = [component_bars(worst, capacity)]
         if capacity and arch is not None:
@@ -197,15 +251,41 @@ def component_bars(worst: Any, capacity: int | None) -> Text:
 
 
 def fit_advice(arch: Any, request: fitting.FitRequest, capacity: int, fits: bool) -> list[Text]:
-    """The largest batch and sequence that fit, or the changes that would make the model fit."""
+    """The largest batch and sequence that fit, or the changes that would make the model fit, said as
+    the fields to change (tutor.theory.fit.suggestions, the same search as `tensor-tutor fit`)."""
     if fits:
         batch = fitting.largest_batch(arch, request, capacity)
         seq = fitting.largest_seq_len(arch, request, capacity)
-        return [Text(f"largest batch that fits: {batch:,}; largest sequence: {seq:,} tokens", style="green")]
+        return [Text(f"largest batch that fits: {batch:,}; largest seq: {seq:,} tokens", style="green")]
     found = fitting.suggestions(arch, request, capacity)
     if not found:
-        return [Text("no single change makes it fit here: try a smaller model or more devices")]
-    return [Text("would fit: " + "; ".join(f"{s.change} ({s.total / GiB:,.1f} GiB)" for s in found))]
+        return [Text("no single change makes it fit here: pick a smaller model or a larger device")]
+    lines = [Text("would fit with one of these changes:", style="bold")]
+    for suggestion in found:
+        lines.append(Text(f"  {change_in_fields(request, suggestion.request)}: {format_bytes(suggestion.total)} "
+                          "per GPU"))
+    return lines
+
+
+def field_changes(before: fitting.FitRequest, after: fitting.FitRequest) -> list[tuple[str, Any]]:
+    """(field name, new value) for every calculator field that differs between two requests, in form order."""
+    from tutor.lessons.calc_fields import CALC_FIELDS
+
+    changes = []
+    for name, field in CALC_FIELDS.items():
+        attribute = field.fit_attribute
+        if attribute and attribute != "gpu" and getattr(before, attribute) != getattr(after, attribute):
+            changes.append((name, getattr(after, attribute)))
+    return changes
+
+
+def change_in_fields(before: fitting.FitRequest, after: fitting.FitRequest) -> str:
+    """A suggested change in the form's own words: 'set recompute to full, zero to 3, dp to 8 (8 GPUs)'."""
+    words = [f"{LABELS.get(name, name)} to {shown(value)}" for name, value in field_changes(before, after)]
+    text = "set " + ", ".join(words)
+    if after.devices != before.devices:
+        text += f" ({after.devices:,} GPUs)"
+    return text
 
 
 def device_peaks(machine: Any, device: str, dtype: str) -> tuple[float | None, float | None, str]:
@@ -216,7 +296,9 @@ def device_peaks(machine: Any, device: str, dtype: str) -> tuple[float | None, f
 
         found = lookup_gpu_spec(device)
         if found is None:
-            raise UserError(f"unknown GPU {device!r}: use 'this' or a key such as {REFERENCE_GPU_KEY}")
+            from tutor.lessons.calc_fields import unknown_device_message
+
+            raise UserError(unknown_device_message(device))
         spec = found[0]
         tflops = spec.peak_tflops(dtype)
         return (tflops * 1e12 if tflops else None), spec.bandwidth_gbps * 1e9, spec.name
@@ -264,7 +346,7 @@ def flops_renderable(values: dict[str, Any], machine: Any) -> Group:
     else:
         total, formula = 2 * active * tokens, "2"
     lines: list[Any] = [Text(f"{name}: {formula} x {active:,} active parameters x {tokens:,} tokens "
-                             f"= {total:.3e} FLOPs", style="bold")]
+                             f"= {format_number(float(total))} FLOPs", style="bold")]
     if values.get("batch") and values.get("seq"):
         per_step = int(values["batch"]) * int(values["seq"]) * devices
         lines.append(Text(f"{per_step:,} tokens per step (batch x seq x dp): {tokens / per_step:,.0f} steps"))
@@ -274,7 +356,7 @@ def flops_renderable(values: dict[str, Any], machine: Any) -> Group:
             lines.append(Text(f"{label}: no {dtype} peak known", style="dim"))
             continue
         seconds = total / (peak * devices * mfu)
-        lines.append(Text(f"{devices} x {label} at {mfu:.0%} of its {dtype} peak: {duration(seconds)}"))
+        lines.append(Text(f"{devices:,} x {label} at {format_percent(mfu)} of its {dtype} peak: {duration(seconds)}"))
     return Group(*lines)
 
 
@@ -322,7 +404,7 @@ def decode_bound(values: dict[str, Any], machine: Any, dtype: str) -> list[Text]
             lines.append(Text(f"{label}: memory bandwidth unknown, no decode bound", style="dim"))
             continue
         rate = decode_tokens_per_second_bound(weight_bytes=weights, bandwidth=bandwidth, batch=batch)
-        lines.append(Text(f"decode {arch.name or values['model']} ({weights / GiB:,.1f} GiB of {dtype} weights) "
+        lines.append(Text(f"decode {arch.name or values['model']} ({format_bytes(weights)} of {dtype} weights) "
                           f"on {label}: at most {rate:,.0f} tokens/s at batch {batch}"))
     return lines
 
@@ -390,26 +472,47 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
     def compose(self) -> ComposeResult:
         if self.goal is not None:
             yield Static(Text(getattr(self.block, "goal_text", "") or "Meet the goal.", style="bold"), id="goal")
+        from tutor.lessons.calc_fields import CALC_FIELDS
+
         with Grid():
             for name in self.fields:
-                yield Label(name.replace("_", " "))
+                label = Label(LABELS.get(name, name.replace("_", " ")))
+                label.tooltip = CALC_FIELDS[name].help if name in CALC_FIELDS else None
+                yield label
                 value = self.values.get(name, "")
+                options = choices(name)
                 if name == "model":
                     names = preset_names()
                     if value not in names:
                         names.insert(0, str(value))
                     yield Select([(n, n) for n in names], value=str(value), allow_blank=False, compact=True,
                                  id="field-model")
-                elif name in CHOICES:
-                    yield Select([(c, c) for c in CHOICES[name]], value=str(value or CHOICES[name][0]),
-                                 allow_blank=False, compact=True, id=f"field-{name}")
+                elif options is not None:
+                    listed = list(options)
+                    if value not in listed and value != "":
+                        listed.insert(0, value)  # a lesson's alias (adamw8bit) stays as the lesson wrote it
+                    yield Select([(shown(option), option) for option in listed],
+                                 value=listed[0] if value == "" else value, allow_blank=False, compact=True,
+                                 id=f"field-{name}")
                 else:
-                    yield Input(value=shown(value), compact=True, id=f"field-{name}")
+                    yield self._input(name, value)
         if self.goal is not None:
             yield Button("Check", id="check-goal", variant="primary")
             yield Static(id="goal-verdict", classes="status")
             yield Static(id="goal-hints", classes="status")
         yield Static(id="output")
+
+    def _input(self, name: str, value: Any) -> Input:
+        """A typed field, with what a bare number means as its placeholder, and the known card names
+        completed as you type in a device field."""
+        from tutor.lessons.calc_fields import CALC_FIELDS, device_names
+
+        placeholder = FIT_DEVICE_PLACEHOLDER if (name, self.calc_kind) == ("device", "fit") else PLACEHOLDERS.get(name, "")
+        suggester = SuggestFromList(("this", *device_names()), case_sensitive=False) if name == "device" else None
+        field = Input(value=shown(value, name), placeholder=placeholder, compact=True, suggester=suggester,
+                      id=f"field-{name}")
+        field.tooltip = CALC_FIELDS[name].help if name in CALC_FIELDS else None
+        return field
 
     @on(Button.Pressed, "#check-goal")
     def check_goal(self, event: Any = None) -> None:
@@ -447,7 +550,8 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
         if name not in self.fields:
             return
         try:
-            self.values[name] = coerce(name, str(event.value)) if isinstance(event, Input.Changed) else event.value
+            self.values[name] = (coerce(name, str(event.value), self.calc_kind) if isinstance(event, Input.Changed)
+                                 else event.value)
         except UserError as error:
             self._show_error(str(error))
             return

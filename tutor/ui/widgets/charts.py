@@ -16,6 +16,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from tutor.formatting import format_quantity
+
 FULL, PARTIALS = "█", " ▏▎▍▌▋▊▉"
 
 
@@ -39,28 +41,46 @@ class Comparison:
     unit: str
 
 
+def quantity_text(value: float, unit: str) -> str:
+    """A figure with its unit the project's one way (tutor.formatting: bytes in KiB/MiB/GiB, rates
+    scaled to G/T, no scientific notation)."""
+    return format_quantity(value, unit)
+
+
 def _number(value: float | None, unit: str) -> str:
-    if value is None:
-        return "N/A"
-    return f"{value:,.3g} {unit}" if abs(value) < 1000 else f"{value:,.0f} {unit}"
+    return "N/A" if value is None else quantity_text(value, unit)
+
+
+KIND_WIDTH = 10  # " measured "
 
 
 def comparison_lines(items: Sequence[Comparison], width: int) -> Text:
     """Two bars per item (theory, then measured). Bars of one unit share a scale, the largest
-    figure of that unit filling the width; figures in different units are never compared."""
-    label_width = min(max((len(item.label) for item in items), default=0), max(width // 3, 8))
+    figure of that unit filling the width; figures in different units are never compared.
+
+    Labels are never cut: when one does not fit the label column, every item's label goes on a
+    line of its own above its bars (wrapped at spaces if it must), so no row is lost and
+    `128x128x128` stays whole."""
+    width = max(width, 20)
     tops: dict[str, float] = {}
     for item in items:
         for value in (item.measured, item.theory):
             if value is not None and value > 0:
                 tops[item.unit] = max(tops.get(item.unit, 0.0), value)
-    bar_width = max(width - label_width - 10 - 14, 4)
-    lines = Text()
+    numbers = [_number(value, item.unit) for item in items for value in (item.theory, item.measured)]
+    number_width = max((len(number) for number in numbers), default=3)
+    longest = max((len(item.label) for item in items), default=0)
+    label_width = longest if longest <= max(width // 3, 8) else 0  # 0: labels on their own lines
+    bar_width = max(width - label_width - KIND_WIDTH - 1 - number_width, 4)
+    lines = Text(no_wrap=False)
     for item in items:
         top = tops.get(item.unit, 1.0)
+        if not label_width:
+            lines.append(item.label, style="bold")
+            lines.append("\n")
         for kind, value, style in (("theory", item.theory, "blue"), ("measured", item.measured, "green")):
-            label = item.label[:label_width] if kind == "theory" else ""
-            lines.append(label.ljust(label_width), style="bold")
+            if label_width:
+                lines.append((item.label if kind == "theory" else "").ljust(label_width), style="bold")
             lines.append(f" {kind:>8} ", style="dim")
             if value is None:
                 lines.append("N/A", style="dim")
@@ -73,7 +93,7 @@ def comparison_lines(items: Sequence[Comparison], width: int) -> Text:
 
 
 class ComparisonBars(Widget):
-    """Measured (green) against theoretical (blue) bars, one pair per figure."""
+    """Measured (green) against theoretical (blue) bars, one pair per figure; as tall as its rows."""
 
     DEFAULT_CSS = """
     ComparisonBars { height: auto; }
@@ -88,7 +108,17 @@ class ComparisonBars(Widget):
         return comparison_lines(self.items, self.size.width or 60)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        return max(len(self.items) * 2, 1)
+        if not self.items:
+            return 1
+        return rendered_height(comparison_lines(self.items, width or 60), width or 60)
+
+
+def rendered_height(text: Text, width: int) -> int:
+    """How many lines `text` takes at `width` cells once wrapped (what the widget must be tall)."""
+    from rich.console import Console
+
+    console = Console(width=max(width, 1), legacy_windows=False)
+    return max(len(text.wrap(console, max(width, 1))), 1)
 
 
 def gauge_text(label: str, fraction: float | None, width: int, reason: str = "", suffix: str = "of peak") -> Text:
@@ -99,7 +129,12 @@ def gauge_text(label: str, fraction: float | None, width: int, reason: str = "",
         text.append(reason or "no theoretical peak: measured only", style="italic")
         return text
     tail = f"] {fraction * 100:5.1f} % {suffix}"
-    inner = max(width - text.cell_len - 1 - len(tail), 4)
+    if width - text.cell_len - 1 - len(tail) < 4:  # a long label: the gauge goes on the next line
+        text.append("\n")
+        text.append(" " * 2)
+        inner = max(width - 3 - len(tail), 4)
+    else:
+        inner = width - text.cell_len - 1 - len(tail)
     text.append("[")
     text.append(bar_text(fraction, inner), style="green" if fraction >= 0.5 else "yellow")
     text.append(tail)
@@ -110,7 +145,7 @@ class PeakGauge(Widget):
     """A single "% of peak" gauge; fraction None shows the reason instead of a number."""
 
     DEFAULT_CSS = """
-    PeakGauge { height: 1; }
+    PeakGauge { height: auto; }
     """
 
     fraction: reactive[float | None] = reactive(None)
@@ -124,3 +159,6 @@ class PeakGauge(Widget):
 
     def render(self) -> Text:
         return gauge_text(self.label, self.fraction, self.size.width or 60, self.reason)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return rendered_height(gauge_text(self.label, self.fraction, width or 60, self.reason), width or 60)

@@ -32,8 +32,24 @@ def device_title(machine: Any) -> str:
     return f"CPU only ({reason}) · {model}"
 
 
+def device_label(machine: Any) -> str:
+    """The header's short form of `device_title`: the GPU as is, else why there is none in two or
+    three words ('no NVIDIA GPU', 'NVML unavailable'); the full reason stays in the live pane and F1."""
+    gpus = list(getattr(machine, "gpus", []) or [])
+    if gpus:
+        return device_title(machine)
+    nvml = getattr(machine, "nvml", None)
+    reason = getattr(nvml, "reason", None) or ""
+    no_gpu = getattr(nvml, "available", False) or not reason or reason.startswith("no NVIDIA driver")
+    model = getattr(getattr(machine, "cpu", None), "model_name", None) or "unknown CPU"
+    return f"CPU only · {'no NVIDIA GPU' if no_gpu else 'NVML unavailable'} · {model}"
+
+
 class DeviceHeader(Widget):
-    """A one-line header: 'tensor-tutor', the current place (screen or lesson), the device."""
+    """A one-line header: 'tensor-tutor', the current place (screen or lesson), the device.
+
+    The place always shows in full: the device is shortened first (`label`, from `device_label`),
+    then cut with an ellipsis; the full device line is the header's tooltip."""
 
     DEFAULT_CSS = """
     DeviceHeader {
@@ -50,21 +66,30 @@ class DeviceHeader(Widget):
     device = reactive("", layout=False)
     """The device line from `device_title`."""
 
-    def __init__(self, device: str, place: str = "", **kwargs: Any) -> None:
+    def __init__(self, device: str, place: str = "", *, label: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.device = device
+        self.label = label or device
         self.place = place
+        self.tooltip = device
 
     def render(self) -> Text:
-        width = self.size.width
-        left = Text.assemble(("tensor-tutor", "bold"), ("  " + self.place if self.place else ""))
-        right = Text(self.device, style="italic")
-        space = width - left.cell_len - right.cell_len - 2
-        if space < 1:
-            # Narrow terminals: the device wins over the place, then is cut with an ellipsis.
-            left = Text("tensor-tutor", style="bold")
-            space = width - left.cell_len - right.cell_len - 2
-            if space < 1:
-                right.truncate(max(width - left.cell_len - 3, 1), overflow="ellipsis")
-                space = 1
-        return Text.assemble(" ", left, " " * space, right, " ")
+        return header_line(self.place, self.label, self.size.width)
+
+
+def header_line(place: str, device: str, width: int) -> Text:
+    """' tensor-tutor  <place>   <device> ' in `width` cells: the place always whole (it is where
+    the learner is), the device cut with an ellipsis or left out when there is no room."""
+    left = Text.assemble(("tensor-tutor", "bold"), ("  " + place if place else ""))
+    if left.cell_len + 2 > width:  # so narrow that the place alone fills it: the place wins
+        left = Text(place or "tensor-tutor", style="bold")
+        left.truncate(max(width - 2, 1), overflow="ellipsis")
+        return Text.assemble(" ", left, " ")
+    right = Text(device, style="italic")
+    room = width - left.cell_len - 4
+    if right.cell_len > room:
+        if room < 8:  # no room for a device name that still reads
+            return Text.assemble(" ", left, " ")
+        right.truncate(room, overflow="ellipsis")
+    space = width - left.cell_len - right.cell_len - 2
+    return Text.assemble(" ", left, " " * space, right, " ")

@@ -18,7 +18,9 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
+from tutor.formatting import format_bytes
 from tutor.theory.units import GiB
+from tutor.ui.widgets.charts import bar_text
 from tutor.ui.widgets.device_header import device_title
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -41,33 +43,109 @@ def spark_text(values: Sequence[float | None], low: float, high: float, width: i
     return "".join(cells).rjust(width)
 
 
+def spark_rows(values: Sequence[float | None], low: float, high: float, width: int, rows: int,
+               mine: Sequence[float | None] | None = None) -> list[Text]:
+    """A chart `rows` tall of the last `width` values on the fixed scale low..high, each column
+    filled to its value in eighths of a row. With `mine` (this app's share of each value), the
+    part of a column up to it is drawn in its own colour (cyan) under the others' (green)."""
+    if width <= 0 or rows <= 0:
+        return []
+    span = high - low if high > low else 1.0
+    shown = list(values)[-width:]
+    shown = [None] * (width - len(shown)) + shown
+    own = list(mine)[-width:] if mine is not None else []
+    own = [None] * (width - len(own)) + own
+
+    def eighths(value: float | None) -> int:
+        if value is None:
+            return 0
+        return round((min(max(value, low), high) - low) / span * rows * 8)
+
+    levels, own_levels = [eighths(v) for v in shown], [eighths(v) for v in own]
+    lines = []
+    for row in range(rows - 1, -1, -1):  # top row first
+        line = Text()
+        for level, own_level in zip(levels, own_levels):
+            fill = min(max(level - row * 8, 0), 8)
+            cell = BARS[fill - 1] if fill else " "
+            line.append(cell, style="cyan" if mine is not None and own_level >= row * 8 + fill and fill else "green")
+        lines.append(line)
+    return lines
+
+
+def window_text(timestamps: Sequence[float], width: int) -> str:
+    """The time the last `width` samples span, as 'last 30 s' / 'last 2 min'."""
+    shown = list(timestamps)[-width:]
+    if len(shown) < 2:
+        return "just started"
+    seconds = shown[-1] - shown[0]
+    return f"last {seconds:.0f} s" if seconds < 120 else f"last {seconds / 60:.0f} min"
+
+
 @dataclass(frozen=True)
 class Series:
-    """One trace: its label, readings, scale and the latest reading in words."""
+    """One trace: its label, readings, scale and the latest reading in words; `mine` is this
+    app's part of each reading (its process and the worker it starts) where known."""
 
     label: str
     values: tuple[float | None, ...]
     low: float
     high: float
     reading: str
+    scale: str = ""
+    mine: tuple[float | None, ...] | None = None
+    timestamps: tuple[float, ...] = ()
 
 
 def host_series(samples: Sequence[Any]) -> list[Series]:
-    """CPU load (mean over logical cores, %) and RAM used, from Sampler samples."""
+    """CPU load (mean over logical cores, %) and RAM used, from Sampler samples, with this app's
+    share of each where the sampler read it."""
     loads = [sum(s.cpu_percent) / len(s.cpu_percent) if s.cpu_percent else None for s in samples]
     used = [s.ram_used_bytes for s in samples]
     total = next((s.ram_total_bytes for s in reversed(samples) if s.ram_total_bytes), None)
     latest = samples[-1] if samples else None
     cores = len(latest.cpu_percent) if latest is not None and latest.cpu_percent else None
+    app_cpu = [getattr(s, "process_cpu_percent", None) for s in samples]
+    app_rss = [getattr(s, "process_rss_bytes", None) for s in samples]
+    knows_app = any(value is not None for value in app_cpu + app_rss)
     load_now = loads[-1] if loads else None
     load_text = "N/A" if load_now is None else f"{load_now:5.1f} %" + (f" of {cores} cores" if cores else "")
+    if load_now is not None and app_cpu and app_cpu[-1] is not None:
+        load_text += f", app {app_cpu[-1]:.0f} %"
     used_now = used[-1] if used else None
     ram_text = "N/A" if used_now is None else f"{used_now / GiB:.1f}" + (
         f" / {total / GiB:.1f} GiB" if total else " GiB")
+    if used_now is not None and app_rss and app_rss[-1] is not None:
+        ram_text += f", app {format_bytes(app_rss[-1])}"
+    stamps = tuple(float(s.timestamp) for s in samples)
     return [
-        Series("CPU load", tuple(loads), 0.0, 100.0, load_text),
-        Series("RAM used", tuple(None if u is None else float(u) for u in used), 0.0, float(total or 1), ram_text),
+        Series("CPU load", tuple(loads), 0.0, 100.0, load_text, "0-100 %",
+               tuple(app_cpu) if knows_app else None, stamps),
+        Series("RAM used", tuple(None if u is None else float(u) for u in used), 0.0, float(total or 1), ram_text,
+               f"0-{total / GiB:.0f} GiB" if total else "", 
+               tuple(None if r is None else float(r) for r in app_rss) if knows_app else None, stamps),
     ]
+
+
+def core_lines(sample: Any, width: int, max_rows: int) -> Text:
+    """This instant's load of every logical core: a labelled bar each where they fit in `max_rows`
+    lines, else one block character per core (wrapped), so a 96-core machine still fits."""
+    loads = list(getattr(sample, "cpu_percent", None) or ())
+    if not loads:
+        return Text("per core: N/A", style="dim")
+    text = Text("per core, now", style="bold")
+    if len(loads) <= max_rows - 1:
+        label_width = len(f"cpu {len(loads) - 1}")
+        bar_width = max(width - label_width - 9, 4)
+        for index, load in enumerate(loads):
+            text.append(f"\n{f'cpu {index}':<{label_width}} ")
+            text.append(bar_text(load / 100, bar_width), style="green")
+            text.append(f" {load:5.1f} %")
+        return text
+    text.append(f" (one cell per core, of {len(loads)})", style="dim")
+    text.append("\n")
+    text.append("".join(BARS[min(int(load / 100 * len(BARS)), len(BARS) - 1)] for load in loads), style="green")
+    return text
 
 
 def gpu_series(samples: Sequence[Any], gpu: Any) -> list[Series]:
@@ -95,15 +173,21 @@ def gpu_series(samples: Sequence[Any], gpu: Any) -> list[Series]:
         return "N/A" if value is None else text
 
     u, m, c, p, t = last(util), last(memory), last(clock), last(power), last(temp)
+    memory_top = float(total or max([v or 0 for v in memory] + [1.0]))
+    clock_top = float(clock_max or max([v or 0 for v in clock] + [1.0]))
+    power_top = float(power_limit or max([v or 0 for v in power] + [1.0]))
+    stamps = tuple(float(s.timestamp) for s in samples)
     return [
-        Series("GPU util", tuple(util), 0.0, 100.0, show(u, f"{u or 0:5.1f} %")),
-        Series("GPU memory", tuple(memory), 0.0, float(total or max([v or 0 for v in memory] + [1.0])),
-               show(m, f"{(m or 0) / GiB:.1f}" + (f" / {total / GiB:.0f} GiB" if total else " GiB"))),
-        Series("SM clock", tuple(clock), 0.0, float(clock_max or max([v or 0 for v in clock] + [1.0])),
-               show(c, f"{c or 0:.0f} MHz")),
-        Series("Power", tuple(power), 0.0, float(power_limit or max([v or 0 for v in power] + [1.0])),
-               show(p, f"{p or 0:.0f} W" + (f" / {power_limit:.0f} W" if power_limit else ""))),
-        Series("Temperature", tuple(temp), 0.0, 100.0, show(t, f"{t or 0:.0f} °C")),
+        Series("GPU util", tuple(util), 0.0, 100.0, show(u, f"{u or 0:5.1f} %"), "0-100 %", None, stamps),
+        Series("GPU memory", tuple(memory), 0.0, memory_top,
+               show(m, f"{(m or 0) / GiB:.1f}" + (f" / {total / GiB:.0f} GiB" if total else " GiB")),
+               f"0-{memory_top / GiB:.0f} GiB", None, stamps),
+        Series("SM clock", tuple(clock), 0.0, clock_top, show(c, f"{c or 0:.0f} MHz"),
+               f"0-{clock_top:.0f} MHz", None, stamps),
+        Series("Power", tuple(power), 0.0, power_top,
+               show(p, f"{p or 0:.0f} W" + (f" / {power_limit:.0f} W" if power_limit else "")),
+               f"0-{power_top:.0f} W", None, stamps),
+        Series("Temperature", tuple(temp), 0.0, 100.0, show(t, f"{t or 0:.0f} °C"), "0-100 °C", None, stamps),
     ]
 
 
@@ -136,20 +220,28 @@ def peak_lines(machine: Any) -> list[str]:
 
 
 class Trace(Widget):
-    """One labelled sparkline with its latest reading: one line when wide enough, else two."""
+    """One labelled trace: its latest reading, then a chart `chart_rows` tall with its scale and
+    time window; at one row, a sparkline on the reading's line when wide enough, else below it."""
 
     DEFAULT_CSS = """
     Trace { height: auto; }
     """
 
     ONE_LINE_WIDTH = 60
-    HEAD_WIDTH = 30
+    HEAD_WIDTH = 40
 
     series: reactive[Series | None] = reactive(None, layout=True)
     """The trace shown; None before the first sample."""
 
+    chart_rows: reactive[int] = reactive(1, layout=True)
+    """How tall the chart is (the live pane shares its height out among its traces)."""
+
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        return 1 if width >= self.ONE_LINE_WIDTH or self.series is None else 2
+        if self.series is None:
+            return 1
+        if self.chart_rows > 1:
+            return 2 + self.chart_rows
+        return 1 if width >= self.ONE_LINE_WIDTH else 2
 
     def render(self) -> Text:
         series = self.series
@@ -157,12 +249,43 @@ class Trace(Widget):
             return Text("waiting for the first sample…", style="dim")
         width = max(self.size.width, 1)
         head = Text.assemble((series.label, "bold"), " ", series.reading)
+        if self.chart_rows > 1:
+            head.truncate(width, overflow="ellipsis")
+            legend = Text(" · ".join(part for part in (series.scale, window_text(series.timestamps, width)) if part),
+                          style="dim")
+            if series.mine is not None:
+                legend.append("  ")
+                legend.append("█", style="cyan")
+                legend.append(" app ", style="dim")
+                legend.append("█", style="green")
+                legend.append(" others", style="dim")
+            legend.truncate(width, overflow="ellipsis")
+            chart = spark_rows(series.values, series.low, series.high, width, self.chart_rows, series.mine)
+            return Text("\n").join([head, legend, *chart])
         if width >= self.ONE_LINE_WIDTH:
             head.truncate(self.HEAD_WIDTH, overflow="ellipsis", pad=True)
             spark_width = width - self.HEAD_WIDTH - 1
             return Text.assemble(head, " ", (spark_text(series.values, series.low, series.high, spark_width), "green"))
         spark = Text(spark_text(series.values, series.low, series.high, width), style="green")
+        head.truncate(width, overflow="ellipsis")
         return Text("\n").join([head, spark])
+
+
+class CoreLoads(Widget):
+    """Every logical core's load at the latest sample."""
+
+    DEFAULT_CSS = """
+    CoreLoads { height: auto; margin-top: 1; }
+    """
+
+    sample: reactive[Any] = reactive(None, layout=True)
+    max_rows: reactive[int] = reactive(9, layout=True)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(core_lines(self.sample, width, self.max_rows).split("\n"))
+
+    def render(self) -> Text:
+        return core_lines(self.sample, max(self.size.width, 1), self.max_rows)
 
 
 class LivePane(VerticalScroll):
@@ -173,7 +296,10 @@ class LivePane(VerticalScroll):
 
 What this machine is doing right now, sampled from a background thread (1 to 4 times a second):
 
-- **CPU load** is the mean over all logical cores; **RAM used** is total minus available.
+- **CPU load** is the mean over all logical cores; **RAM used** is total minus available. Where
+  known, the part used by this app (its own process and the measurement worker) is drawn in
+  cyan under everybody else's (green); **per core** shows each core's load now.
+- Each chart shows its **scale** (bottom to top) and the **time window** it covers.
 - With an NVIDIA GPU: utilization, memory, SM clock, power and temperature from NVML.
 
 The **peaks** are the theoretical figures that measurements are read against (datasheet for a
@@ -188,6 +314,7 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
     }
     LivePane #device { color: $text-muted; }
     LivePane #peaks { margin-bottom: 1; }
+    LivePane .trace { margin-bottom: 1; }
     """
 
     can_focus = True
@@ -199,24 +326,71 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
         self.interval_s = interval_s if interval_s is not None else getattr(sampler, "interval_s", 0.5)
         self.border_title = "This machine, live"
 
+    MAX_CHART_ROWS = 8
+
     def compose(self) -> ComposeResult:
         yield Static(device_title(self.machine), id="device")
         yield Static("\n".join(peak_lines(self.machine)), id="peaks")
         count = 5 if shown_gpu(self.machine) is not None else 2
         for index in range(count):
-            yield Trace(id=f"trace-{index}")
+            yield Trace(id=f"trace-{index}", classes="trace")
+        yield CoreLoads(id="cores")
 
     def on_mount(self) -> None:
         self.refresh_traces()
         self.set_interval(self.interval_s, self.refresh_traces)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.share_height)
+
+    def share_height(self) -> None:
+        """Give the traces the pane's height: charts several rows tall on a tall pane, one row when
+        the pane is stacked under the lesson (narrow terminals)."""
+        traces = list(self.query(Trace))
+        if not traces or not self.is_mounted:
+            return
+        cores = self.query_one("#cores", CoreLoads)
+        if self.screen.has_class("-narrow"):
+            cores.display = False
+            for trace in traces:
+                trace.chart_rows = 1
+            self.border_subtitle = self.window_subtitle(self.sampler.samples())
+            return
+        height = self.scrollable_content_region.height
+        fixed = sum(self.query_one(name).outer_size.height for name in ("#device", "#peaks"))
+        cores.display = True
+        cores.max_rows = max(min(height // 4, 9), 2)
+        cores_height = len(core_lines(cores.sample, max(self.scrollable_content_region.width, 1),
+                                      cores.max_rows).split("\n")) + 1
+        left = height - fixed - cores_height - len(traces)  # a blank line under each trace
+        rows = min(max(left // len(traces) - 2, 1), self.MAX_CHART_ROWS)
+        for trace in traces:
+            trace.chart_rows = rows
+        self.border_subtitle = self.window_subtitle(self.sampler.samples())
+
+    def window_subtitle(self, samples: Any) -> str:
+        """The time window of one-row sparklines (stacked pane), whose lines have no room to say it;
+        tall charts say it under their reading."""
+        traces = list(self.query(Trace))
+        if not samples or not traces or traces[0].chart_rows > 1:
+            return ""
+        width = traces[0].size.width
+        spark_width = width - Trace.HEAD_WIDTH - 1 if width >= Trace.ONE_LINE_WIDTH else width
+        return window_text([s.timestamp for s in samples], max(spark_width, 2))
 
     def refresh_traces(self) -> None:
         """Copy the sampler's buffer into the traces (cheap: never waits on a device)."""
         samples = self.sampler.samples()
         gpu = shown_gpu(self.machine)
         series = gpu_series(samples, gpu) if gpu is not None else host_series(samples)
-        for index, item in enumerate(series):
-            try:
+        try:
+            for index, item in enumerate(series):
                 self.query_one(f"#trace-{index}", Trace).series = item if samples else None
-            except Exception:  # the pane is being torn down
-                return
+            cores = self.query_one("#cores", CoreLoads)
+            first_sample = cores.sample is None and bool(samples)
+            cores.sample = samples[-1] if samples else None
+            if first_sample:  # the per-core list now has its height: share the rest again
+                self.call_after_refresh(self.share_height)
+            self.border_subtitle = self.window_subtitle(samples)
+        except Exception:  # the pane is being torn down
+            return

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -24,20 +26,74 @@ from textual.reactive import reactive
 from textual.widgets import Button, ProgressBar, Static
 
 from tutor.errors import UserError
-from tutor.ui.widgets.block import LessonBlock, say
-from tutor.ui.widgets.charts import Comparison, ComparisonBars
+from tutor.formatting import format_params
+from tutor.ui.widgets.block import LessonBlock, reveal, say
+from tutor.ui.widgets.charts import Comparison, ComparisonBars, quantity_text
 from tutor.ui.workers import yield_cpu_to_the_interface
 
 
 def format_value(value: float | None, unit: str) -> str:
-    """A figure with its unit, 4 significant digits; N/A for None."""
+    """A figure with its unit in the project's one way of writing numbers (tutor.formatting):
+    scaled units, no scientific notation; N/A for None."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "N/A"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    magnitude = abs(value)
-    text = f"{value:,.0f}" if magnitude >= 1e4 else f"{value:.4g}"
-    return f"{text} {unit}".strip()
+    return quantity_text(float(value), unit)
+
+
+def param_text(params: dict) -> str:
+    """A probe's parameters as 'dtypes fp32, bf16 · budget 3 s' (not `dtypes=['fp32'], budget_s=3`)."""
+    return format_params(params)
+
+
+def now() -> float:
+    """Wall-clock seconds (a function of its own so that tests can freeze it)."""
+    return time.time()
+
+
+def age_text(seconds: float) -> str:
+    """'just now', '40 s ago', '3 min ago', '2 h ago'."""
+    seconds = max(seconds, 0.0)
+    if seconds < 10:
+        return "just now"
+    if seconds < 60:
+        return f"{seconds:.0f} s ago"
+    if seconds < 2 * 3600:
+        return f"{seconds // 60:.0f} min ago"
+    return f"{seconds // 3600:.0f} h ago"
+
+
+@dataclass(frozen=True)
+class KeptResult:
+    """A finished measurement and when it finished (seconds since the epoch)."""
+
+    result: Any
+    at: float
+
+
+class ResultStore:
+    """Measure results kept while the app runs, per lesson and block: leaving a lesson and coming
+    back shows them again instead of asking for another run. Not saved to disk: a result belongs
+    to the machine's state of the moment."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], KeptResult] = {}
+
+    def keep(self, lesson_id: str, block_id: str, result: Any) -> None:
+        self._kept[(lesson_id, block_id)] = KeptResult(result, now())
+
+    def recall(self, lesson_id: str, block_id: str) -> KeptResult | None:
+        return self._kept.get((lesson_id, block_id))
+
+
+def result_store(app: Any) -> ResultStore:
+    """The app's store of measure results (made on first use)."""
+    store = getattr(app, "measured_results", None)
+    if store is None:
+        store = ResultStore()
+        app.measured_results = store
+    return store
 
 
 def percent_cell(row: Any) -> str:
@@ -240,11 +296,32 @@ class ProbeRunner(LessonBlock):
             self._show_error(message.error)
             return
         self.result = message.result
-        self.query_one(ProgressBar).update(progress=100)
+        self.app.last_result = message.result  # what the palette's export writes
+        if not getattr(message.result, "cancelled", False):
+            self.query_one(ProgressBar).update(progress=100)  # a cancelled run keeps the bar where it stopped
+        self.keep_result(message.result)
         self.show_result(message.result)
+
+    def keep_result(self, result: Any) -> None:
+        """Remember the result for this lesson and block (measure blocks show it again on return)."""
 
     def show_result(self, result: Any) -> None:
         raise NotImplementedError
+
+    def drawing(self, result: Any) -> Any:
+        """The probe's own picture of its result (Probe.render: timelines, per-rank bars), or None."""
+        if not getattr(result, "details", None):
+            return None
+        try:
+            render = getattr(self.services.probe(self.probe_name), "render", None)
+        except UserError:
+            return None
+        if render is None:
+            return None
+        try:
+            return render(result)
+        except Exception as error:  # a broken drawing is a line in the block, never a crash
+            return Text(f"could not draw the result: {type(error).__name__}", style="red")
 
     def _set_status(self, text: str) -> None:
         status = self.query_one("#status", Static)
@@ -276,32 +353,42 @@ Runs a real measurement (a *probe*) on this machine in the background: the app s
     def compose(self) -> ComposeResult:
         explain = getattr(self.block, "explain", "")
         yield Static(Text.assemble(("probe ", "dim"), (self.probe_name, "bold"),
-                                   ("  " + self._param_text() if self.block.params else "", "dim")))
+                                   ("  " + param_text(self.params) if self.params else "", "dim")))
         with Horizontal(classes="row"):
             yield Button("Run", id="run", variant="primary")
             yield ProgressBar(total=100, show_eta=False, id="progress")
         yield Static("press Run (Enter) to measure", id="status", classes="status")
         yield Static(id="table")
+        yield Static(id="drawing")
         yield ComparisonBars(id="bars")
         yield Static(explain, id="explain", classes="status")
 
-    def _param_text(self) -> str:
-        return ", ".join(f"{key}={value}" for key, value in self.params.items())
-
     def on_mount(self) -> None:
-        for name in ("#explain", "#bars", "#table"):
+        for name in ("#explain", "#bars", "#table", "#drawing"):
             self.query_one(name).display = False
+        kept = result_store(self.app).recall(self.lesson_id, self.block_id)
+        if kept is not None:  # measured earlier in this session: show it again, with its age
+            self.result = kept.result
+            if not getattr(kept.result, "cancelled", False):
+                self.query_one(ProgressBar).update(total=100, progress=100)
+            self.show_result(kept.result, age=now() - kept.at)
+
+    def keep_result(self, result: Any) -> None:
+        result_store(self.app).keep(self.lesson_id, self.block_id, result)
 
     @on(Button.Pressed, "#run")
     def _run_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        self.start_probe()
+        if reveal(event.button):  # Enter on a Run the learner cannot see scrolls to it first
+            self.start_probe()
 
-    def show_result(self, result: Any) -> None:
+    def show_result(self, result: Any, age: float | None = None) -> None:
         cancelled = getattr(result, "cancelled", False)
-        self._set_status(("cancelled: the rows below are what finished. " if cancelled else "")
+        self._set_status((f"measured {age_text(age)}: " if age is not None else "")
+                         + ("cancelled: the rows below are what finished. " if cancelled else "")
                          + (getattr(result, "summary", "") or "done"))
         say(self.query_one("#table", Static), ResultView(result))
+        say(self.query_one("#drawing", Static), self.drawing(result) or "")
         bars = self.query_one("#bars", ComparisonBars)
         bars.items = comparisons(result)
         bars.display = bool(bars.items)

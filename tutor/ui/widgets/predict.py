@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, ScrollableContainer
 from textual.widgets import Button, Input, ProgressBar, Static
 
 from tutor.ui.widgets.block import say
@@ -99,10 +99,21 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         except ValueError as error:
             self._show_error(str(error))
             return
+        self.keep_focus_in_the_lesson()
         self.query_one("#guess", Input).disabled = True
         self.query_one("#commit", Button).disabled = True
         self.query_one("#progress").display = True
         self.start_probe()
+
+    def keep_focus_in_the_lesson(self) -> None:
+        """Disabling the focused input would leave nothing focused (PgDn dead): hand focus to the
+        scroller the block sits in, so the keys keep reading the lesson while it measures."""
+        focused = self.app.focused
+        if focused is None or self not in focused.ancestors_with_self:
+            return
+        scroller = next((node for node in self.ancestors if isinstance(node, ScrollableContainer)), None)
+        if scroller is not None:
+            scroller.focus(scroll_visible=False)
 
     def _unlock(self) -> None:
         self.query_one("#guess", Input).disabled = False
@@ -121,12 +132,15 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         if getattr(result, "cancelled", False) or measured is None:
             why = "cancelled before" if getattr(result, "cancelled", False) else "the probe did not report"
             self._set_status(f"{why} {metric}: commit again to measure")
+            self.call_after_refresh(self.query_one("#status").scroll_visible, animate=False)
             return
         self._set_status(getattr(result, "summary", "") or "measured")
-        say(self.query_one("#verdict", Static), Text.assemble(
+        verdict_line = self.query_one("#verdict", Static)
+        say(verdict_line, Text.assemble(
             "you predicted ", (format_value(self.predicted, unit), "bold"),
             ", measured ", (format_value(float(measured), unit), "bold"),
             ": ", (verdict(self.predicted, float(measured)), "bold")))
+        self.call_after_refresh(verdict_line.scroll_visible, animate=False)  # the answer, not below the fold
         try:
             self.services.progress.record_prediction(self.lesson_id, self.block_id, self.predicted, float(measured))
         except Exception as error:  # progress is a convenience: a full disk must not break the lesson

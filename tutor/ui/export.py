@@ -1,0 +1,223 @@
+"""Export a result as JSON, CSV or Markdown: pure functions from a result to text, and one that saves it.
+
+A result is what a screen shows: a lab's ProbeResult (a lesson's measure block), a Bench run (a
+notebook Run, or a BenchOutcome that could not be saved), or the Fit screen's form (FitValues).
+JSON is the same JSON the command line prints (`lab NAME --json`, `bench --json`, `fit --json`);
+CSV has one row per measurement (per memory component for a fit), numbers in plain digits;
+Markdown is a table with the numbers as the app shows them. No Textual here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from tutor.formatting import format_bytes, format_quantity
+
+FORMATS = {"json": "json", "csv": "csv", "markdown": "md"}
+"""Export format -> file extension."""
+EXPORTS_FOLDER = "exports"
+
+
+@dataclass(frozen=True)
+class FitValues:
+    """The Fit screen's fields (calculator values) and the machine they are checked against."""
+
+    values: dict[str, Any]
+    machine: Any
+
+
+@dataclass(frozen=True)
+class Table:
+    """A result reduced to what every format needs: a name, its JSON, and rows of (column -> value)."""
+
+    name: str
+    title: str
+    data: dict[str, Any]
+    columns: tuple[str, ...]
+    rows: tuple[dict[str, Any], ...]
+    units: dict[str, str]
+    """Unit of each numeric column, for the Markdown table ("B" for bytes)."""
+
+
+# ---- each kind of result as a Table ---------------------------------------------------------------
+
+def probe_table(result: Any) -> Table:
+    """A lab's ProbeResult: `lab NAME --json`'s object; one row per measurement."""
+    columns = ("label", "measured", "theory", "unit", "percent_of_theory", "theory_source", "note")
+    rows = tuple({"label": row.label, "measured": row.measured, "theory": row.theory, "unit": row.unit,
+                  "percent_of_theory": row.percent_of_theory, "theory_source": row.theory_source, "note": row.note}
+                 for row in result.rows)
+    title = f"lab {result.probe} on {result.device}" + (" (cancelled)" if result.cancelled else "")
+    return Table(f"lab-{result.probe}", title, result.to_json(), columns, rows, {"percent_of_theory": "%"})
+
+
+def run_table(run: Any) -> Table:
+    """A stored bench run: `bench --json`'s object ({"device": header, "results": [...]}); one row per result."""
+    from tutor.bench.notebook import case_key, case_label, case_size, headline_value
+
+    rows = []
+    for result in run.results:
+        key, figure = case_key(result), headline_value(result)
+        if key is None or figure is None:
+            continue
+        unit = {"tflops_median": "TFLOP/s", "gbps_median": "GB/s", "busbw_gbps": "GB/s"}.get(figure[0], "")
+        peak = result.get("peak_tflops") if result.get("kind") == "matmul" else result.get("peak_gbps")
+        rows.append({"case": case_label(key), "size": case_size(result), "figure": figure[0], "value": figure[1],
+                     "unit": unit, "peak": peak, "percent_of_peak": result.get("percent_of_peak"),
+                     "noisy": result.get("noisy")})
+    title = f"bench run {run.number}, {run.date}, {run.device}" + (" (cancelled)" if run.cancelled else "")
+    columns = ("case", "size", "figure", "value", "unit", "peak", "percent_of_peak", "noisy")
+    return Table(f"bench-run-{run.number}", title, {"device": run.header, "results": list(run.results)}, columns,
+                 tuple(rows), {"percent_of_peak": "%"})
+
+
+def outcome_table(outcome: Any) -> Table:
+    """A Bench outcome that is not in the notebook (its save failed): the screen's rows."""
+    rows = tuple({"label": row.label, "measured": row.measured, "peak": row.peak, "unit": row.unit, "note": row.note}
+                 for row in outcome.rows)
+    data = {"device": outcome.device, "cancelled": outcome.cancelled, "failures": list(outcome.failures),
+            "rows": [dict(row) for row in rows]}
+    return Table("bench", f"bench on {outcome.device}", data, ("label", "measured", "peak", "unit", "note"), rows, {})
+
+
+def fit_report(values: dict[str, Any], machine: Any) -> dict[str, Any]:
+    """`tensor-tutor fit --json`'s report for the calculator's values (the command's own report builder)."""
+    from tutor.commands.fit import _report_json
+    from tutor.theory import fit as fitting
+    from tutor.theory.models import resolve_model
+    from tutor.ui.widgets.calc import build_request, chosen_budget
+
+    budget = chosen_budget(values, machine)
+    capacity = budget.capacity
+    request = build_request(values, gpu=budget.gpu)
+    arch, source = resolve_model(str(values.get("model")))
+    estimate = fitting.estimate(arch, request)
+    fits = None if capacity is None else estimate.worst.total <= capacity
+    searches: dict[str, Any] = {"largest_batch": None, "largest_seq_len": None, "suggestions": [], "flag_notes": []}
+    if capacity is not None:
+        searches["largest_batch"] = fitting.largest_batch(arch, request, capacity)
+        searches["largest_seq_len"] = fitting.largest_seq_len(arch, request, capacity)
+        if not fits:
+            searches["suggestions"] = fitting.suggestions(arch, request, capacity)
+    return _report_json(estimate, arch.name or str(values.get("model")), str(source), budget, fits, searches)
+
+
+def fit_table(fit: FitValues) -> Table:
+    """The Fit screen: the report as `fit --json` prints it; one row per memory component."""
+    report = fit_report(fit.values, fit.machine)
+    at_peak = report["peak"]["per_category_bytes"]
+    rows = tuple({"component": c["name"], "bytes": c["bytes"], "at_peak_bytes": at_peak.get(c["name"]),
+                  "formula": c["formula"]} for c in report["components"])
+    rows += ({"component": "total", "bytes": report["per_device_bytes"]["total"], "at_peak_bytes": None,
+              "formula": "what must fit"},)
+    device = (report.get("device") or {}).get("name", "")
+    title = f"fit {report['model']['name']} ({report['mode']}) on {device}"
+    return Table(f"fit-{values_name(fit.values)}", title, report, ("component", "bytes", "at_peak_bytes", "formula"),
+                 rows, {"bytes": "B", "at_peak_bytes": "B"})
+
+
+def values_name(values: dict[str, Any]) -> str:
+    return f"{values.get('model', 'model')}-{values.get('mode', 'inference')}"
+
+
+def as_table(result: Any) -> Table:
+    """The Table of any exportable result; TypeError for anything else."""
+    from tutor.bench.notebook import Run
+    from tutor.labs import ProbeResult
+    from tutor.ui.services import BenchOutcome
+
+    if isinstance(result, ProbeResult):
+        return probe_table(result)
+    if isinstance(result, Run):
+        return run_table(result)
+    if isinstance(result, BenchOutcome):
+        return outcome_table(result)
+    if isinstance(result, FitValues):
+        return fit_table(result)
+    raise TypeError(f"cannot export a {type(result).__name__}")
+
+
+# ---- formats ----------------------------------------------------------------------------------------
+
+def to_json(result: Any) -> str:
+    """The JSON the command line prints for this result."""
+    return json.dumps(as_table(result).data, indent=2, default=str) + "\n"
+
+
+def plain_number(value: Any) -> str:
+    """A number for a spreadsheet: every digit, never scientific notation ('0.0000012', not '1.2e-06')."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return format(Decimal(repr(value)), "f") if value == value and abs(value) != float("inf") else ""
+    if value is None:
+        return ""
+    return str(value)
+
+
+def to_csv(result: Any) -> str:
+    """One row per measurement, a header row first."""
+    table = as_table(result)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(table.columns)
+    for row in table.rows:
+        writer.writerow(plain_number(row.get(column)) for column in table.columns)
+    return buffer.getvalue()
+
+
+def _cell(value: Any, unit: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_bytes(value) if unit == "B" else format_quantity(value, unit)
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(result: Any) -> str:
+    """A heading and a table, numbers as the app shows them (units scaled, no scientific notation)."""
+    table = as_table(result)
+    row_units = [{column: table.units.get(column) or (row.get("unit", "") if column in ("measured", "theory", "peak",
+                                                                                            "value") else "")
+                  for column in table.columns} for row in table.rows]
+    shown_columns = [c for c in table.columns if c != "unit"]
+    lines = [f"# {table.title}", ""]
+    summary = table.data.get("summary") if isinstance(table.data, dict) else None
+    if summary:
+        lines += [str(summary), ""]
+    lines.append("| " + " | ".join(c.replace("_", " ") for c in shown_columns) + " |")
+    lines.append("|" + "|".join(" --- " for _ in shown_columns) + "|")
+    for row, units in zip(table.rows, row_units):
+        lines.append("| " + " | ".join(_cell(row.get(c), units[c]) for c in shown_columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+EXPORTERS = {"json": to_json, "csv": to_csv, "markdown": to_markdown}
+
+
+def export_text(result: Any, fmt: str) -> str:
+    return EXPORTERS[fmt](result)
+
+
+def save_export(result: Any, fmt: str, folder: Path | None = None, now: datetime | None = None) -> Path:
+    """Write the result under the data dir's exports/ folder; returns the file's path (OSError if it cannot)."""
+    from tutor.storage import data_dir
+
+    target = folder or data_dir() / EXPORTS_FOLDER
+    target.mkdir(parents=True, exist_ok=True)
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    text = export_text(result, fmt)
+    path = target / f"{as_table(result).name}-{stamp}.{FORMATS[fmt]}"
+    counter = 1
+    while path.exists():
+        counter += 1
+        path = target / f"{as_table(result).name}-{stamp}-{counter}.{FORMATS[fmt]}"
+    path.write_text(text, encoding="utf-8")
+    return path

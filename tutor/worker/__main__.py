@@ -1,0 +1,213 @@
+"""The measurement process: `python -m tutor.worker --fd N --parent PID [--probes MODULE] [--no-warm]`.
+
+Started by tutor.worker.client.WorkerClient (never by a user). It imports torch and warms it while
+the learner reads, then runs one job at a time in a thread (probes, the bench suite, torch casts)
+and answers on the socket it inherited as fd N. The main thread only reads commands, so a cancel
+reaches the job's Event at once. It dies with the app: end of stream on the socket, or the parent's
+death (Linux PR_SET_PDEATHSIG), kills its whole process group (rank processes included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Mapping
+from tutor.errors import UserError
+from tutor.labs import Probe, ProgressFn
+from tutor.worker.protocol import Channel, ChannelClosed, Frame
+
+MEASUREMENT_NICENESS = 10
+"""The worker's nice value: the app's interface thread gets a core as soon as it needs one."""
+PROGRESS_INTERVAL_S = 0.02
+"""Progress reports closer together than this are dropped (the bar cannot show them)."""
+MEMORY_LIMIT_ENV = "TENSOR_TUTOR_WORKER_MEMORY_LIMIT"
+"""Address-space limit for the worker (e.g. 3GiB): a way to rehearse running out of memory."""
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to send SIGTERM when the parent dies (the handler then ends the process group);
+    leave at once if the parent is already gone. Elsewhere the socket's end of stream does it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass  # no prctl: the end of stream on the socket still ends the worker
+    if os.getppid() != parent_pid:
+        end_process_group()
+
+
+def end_process_group() -> None:
+    """Kill this process and every process it started (rank processes share its group)."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os._exit(0)
+
+
+def lower_priority() -> None:
+    """Nice the whole worker (threads and the rank processes it spawns inherit it)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, MEASUREMENT_NICENESS)
+    except OSError:
+        pass  # not allowed here: the measurement just competes evenly
+
+
+def apply_memory_limit() -> None:
+    """RLIMIT_AS from TENSOR_TUTOR_WORKER_MEMORY_LIMIT (bytes, or 3GiB, 500MB), if set."""
+    text = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if not text:
+        return
+    import resource
+
+    from tutor.theory.units import parse_bytes
+
+    limit = parse_bytes(text)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def warm_torch(channel: Channel) -> None:
+    """Import torch and run a few small matmuls: the first timed run then meets a loaded library,
+    a started thread pool and faulted-in kernels."""
+    channel.send({"event": "state", "phase": "loading torch"})
+    import torch
+
+    a = torch.randn(256, 256)
+    for _ in range(3):
+        a = (a @ a).clamp_(-1.0, 1.0)
+
+
+def load_probes(module_name: str | None) -> Mapping[str, Probe]:
+    """The registry the jobs run: tutor.labs.PROBES, or PROBES of a test module."""
+    module: types.ModuleType = importlib.import_module(module_name or "tutor.labs")
+    return module.PROBES
+
+
+def job_function(job: Frame, probes: Mapping[str, Probe]) -> Callable[[ProgressFn, threading.Event], object]:
+    """What a "run" command asks for, as fn(progress, cancel)."""
+    kind = job["kind"]
+    if kind == "probe":
+        probe = probes.get(job["name"])
+        if probe is None:
+            raise UserError(f"unknown probe {job['name']!r}")
+        return lambda progress, cancel: probe.run(dict(job["params"]), progress, cancel)
+    if kind == "bench":
+        from tutor.worker.jobs import run_bench_suite
+
+        return run_bench_suite
+    if kind == "cast":
+        from tutor.worker.jobs import torch_cast
+
+        return lambda progress, cancel: torch_cast(job["value"], job["formats"])
+    raise UserError(f"unknown job kind {kind!r}")
+
+
+class Worker:
+    """Reads commands, runs one job at a time, reports."""
+
+    def __init__(self, channel: Channel, probes: Mapping[str, Probe]) -> None:
+        self.channel = channel
+        self.probes = probes
+        self.current: tuple[int, threading.Event] | None = None
+        self._lock = threading.Lock()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                command = self.channel.receive()
+            except ChannelClosed:
+                return
+            op = command.get("op")
+            if op == "exit":
+                return
+            if op == "cancel":
+                with self._lock:
+                    if self.current is not None and self.current[0] == command["job"]:
+                        self.current[1].set()
+            elif op == "run":
+                self.start(command)
+
+    def start(self, job: Frame) -> None:
+        with self._lock:
+            if self.current is not None:
+                self.send({"event": "error", "job": job["job"], "message": "the measurement process is busy"})
+                return
+            cancel = threading.Event()
+            self.current = (job["job"], cancel)
+        threading.Thread(target=self.run, args=(job, cancel), daemon=True, name=f"job-{job['job']}").start()
+
+    def run(self, job: Frame, cancel: threading.Event) -> None:
+        job_id = job["job"]
+        last = [0.0]
+
+        def progress(fraction: float, text: str) -> None:
+            now = time.monotonic()
+            if fraction < 1.0 and now - last[0] < PROGRESS_INTERVAL_S:
+                return
+            last[0] = now
+            self.send({"event": "progress", "job": job_id, "fraction": float(fraction), "text": str(text)})
+
+        try:
+            value = job_function(job, self.probes)(progress, cancel)
+        except UserError as error:
+            reply = {"event": "error", "job": job_id, "message": str(error)}
+        except MemoryError as error:
+            reply = {"event": "error", "job": job_id, "message": f"out of memory: {error}".rstrip(": ")}
+        except Exception as error:  # noqa: BLE001 - arbitrary probe code: any failure is a message to the app
+            first = str(error).splitlines()[0] if str(error) else ""
+            reply = {"event": "error", "job": job_id, "message": f"{type(error).__name__}: {first}".rstrip(": ")}
+        else:
+            reply = {"event": "result", "job": job_id, "value": value}
+        with self._lock:
+            self.current = None
+        try:
+            self.channel.send(reply)
+        except ChannelClosed:
+            end_process_group()
+        except (pickle.PicklingError, TypeError, AttributeError) as error:  # a result pickle cannot carry
+            self.send({"event": "error", "job": job_id, "message": f"the result could not be sent back: {error}"})
+
+    def send(self, message: Frame) -> None:
+        try:
+            self.channel.send(message)
+        except ChannelClosed:
+            end_process_group()  # nobody is listening: the app is gone
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tutor.worker", description="tensor-tutor's measurement process")
+    parser.add_argument("--fd", type=int, required=True, help="the inherited socket's file descriptor")
+    parser.add_argument("--parent", type=int, required=True, help="the app's process id")
+    parser.add_argument("--probes", default=None, help="module whose PROBES the jobs run (tests)")
+    parser.add_argument("--no-warm", action="store_true", help="do not import torch at start (tests)")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: end_process_group())
+    die_with_parent(args.parent)
+    os.set_inheritable(args.fd, False)  # rank processes must not hold the app's socket open
+    channel = Channel(socket.socket(fileno=args.fd))
+    lower_priority()
+    apply_memory_limit()
+    try:
+        probes = load_probes(args.probes)
+        if not args.no_warm:
+            warm_torch(channel)
+        channel.send({"event": "state", "phase": "ready"})
+    except ChannelClosed:
+        end_process_group()
+    Worker(channel, probes).serve()
+    end_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Probes, the bench suite and the torch cast, as the app calls them, run by the worker process.
+
+Each proxy has the signature of what it replaces, so the widgets keep calling `probe.run(params,
+progress, cancel)`, `run_bench(progress, cancel)` and `torch_cast(value, formats)` from their thread
+workers; the call blocks until the worker answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Mapping, Sequence
+
+from tutor.errors import UserError
+from tutor.labs import Probe, ProbeResult, ProgressFn
+from tutor.worker.client import CANCELLED, WorkerClient
+from tutor.worker.jobs import BenchOutcome
+
+
+def _no_progress(fraction: float, text: str) -> None:
+    """Progress nobody shows (the torch cast reports none)."""
+
+
+def worker_probe(client: WorkerClient, probe: Probe) -> Probe:
+    """`probe` with everything it describes (title, params, metrics, render) kept, and `run` sent to
+    the worker. A cancel that killed the worker returns an empty cancelled result."""
+
+    def run(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+        value = client.run_job(probe.name, {"kind": "probe", "name": probe.name, "params": dict(params)},
+                               progress, cancel)
+        if value is CANCELLED:
+            return ProbeResult(probe.name, (), {}, "cancelled before any figure was measured", cancelled=True)
+        if not isinstance(value, ProbeResult):
+            raise UserError(f"{probe.name}: the measurement process answered with {type(value).__name__}")
+        return value
+
+    return dataclasses.replace(probe, run=run)
+
+
+def worker_probes(client: WorkerClient, probes: Mapping[str, Probe]) -> dict[str, Probe]:
+    """Every probe of `probes` as a worker probe."""
+    return {name: worker_probe(client, probe) for name, probe in probes.items()}
+
+
+def worker_bench(client: WorkerClient) -> Callable[[ProgressFn, threading.Event], BenchOutcome]:
+    """The Bench screen's quick suite (tutor.worker.jobs.run_bench_suite), run by the worker."""
+
+    def run_bench(progress: ProgressFn, cancel: threading.Event) -> BenchOutcome:
+        value = client.run_job("the benchmark suite", {"kind": "bench"}, progress, cancel)
+        if value is CANCELLED:
+            return BenchOutcome((), cancelled=True)
+        if not isinstance(value, BenchOutcome):
+            raise UserError(f"the measurement process answered with {type(value).__name__}")
+        return value
+
+    return run_bench
+
+
+def worker_cast(client: WorkerClient) -> Callable[[str, Sequence[str]], dict[str, float]]:
+    """The bits explorer's torch cast (tutor.worker.jobs.torch_cast), run by the worker."""
+
+    def torch_cast(value: str, formats: Sequence[str]) -> dict[str, float]:
+        answer = client.run_job("a torch cast", {"kind": "cast", "value": value, "formats": list(formats)},
+                                _no_progress, threading.Event())
+        if answer is CANCELLED or not isinstance(answer, dict):
+            raise UserError("the torch cast did not finish")
+        return answer
+
+    return torch_cast
