@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
-
 import pytest
 import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
@@ -14,13 +12,13 @@ from tutor.bench.counting import stream_bytes
 from tutor.bench.environment import FALLBACK_LLC_BYTES, cpu_llc_bytes
 from tutor.errors import UserError
 
+from tests.machines import recorded_h100, recorded_machine
+
 BANDWIDTH_KEYS = {"kind", "device", "op", "bytes", "bytes_counting", "gbps_median", "gbps_best", "peak_gbps"}
 
 
-def fake_machine(llc: int | None = 2**20, peak_gbps: float | None = None):
-    return SimpleNamespace(cpu=SimpleNamespace(flags=(), last_level_cache_bytes=llc),
-                           peak_tflops=lambda device, dtype: None, peak_source=lambda device, dtype: "",
-                           peak_memory_gbps=lambda device: peak_gbps)
+def fake_machine(llc: int | None = 2**20):
+    return recorded_machine(llc_bytes=llc)
 
 
 def test_every_op_is_measured_with_stream_byte_counting() -> None:
@@ -39,8 +37,10 @@ def test_every_op_is_measured_with_stream_byte_counting() -> None:
     assert "write-allocate" in by_op["copy"].bytes_counting
 
 
-def test_percent_of_a_known_peak_uses_the_best_iteration() -> None:
-    (triad,) = memory_bandwidth("cpu", budget_s=0.2, machine=fake_machine(peak_gbps=1e6), ops=("triad",),
+def test_percent_of_a_known_peak_uses_the_best_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a CPU has no DRAM peak (CPU_MEMORY_PEAK_NOTE): stand one in as a GPU's datasheet would give it
+    monkeypatch.setattr("tutor.bench.bandwidth.peak_memory_gbps", lambda machine, device: 1e6)
+    (triad,) = memory_bandwidth("cpu", budget_s=0.2, machine=fake_machine(), ops=("triad",),
                                 array_elements=FILL_BLOCK_ELEMENTS)
     assert triad.percent_of_peak == pytest.approx(100 * triad.gbps_best / 1e6)
 
@@ -82,13 +82,12 @@ def test_op_parsing_and_transfer_needs_cuda() -> None:
         host_device_transfer("cpu", budget_s=1.0, machine=fake_machine())
 
 
-def test_transfer_peak_is_the_gpus_pcie_link() -> None:
-    from types import SimpleNamespace
-
+def test_transfer_peak_is_the_gpus_pcie_link(monkeypatch: pytest.MonkeyPatch) -> None:
     from tutor.bench.bandwidth import pcie_link_peak_gbps
 
-    gpu = SimpleNamespace(pcie_generation_max=5, pcie_width_max=16)
-    peak, note = pcie_link_peak_gbps(SimpleNamespace(gpu_for=lambda device: gpu), "cuda:0")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    peak, note = pcie_link_peak_gbps(recorded_machine(gpus=[recorded_h100()]), "cuda:0")
     assert peak == pytest.approx(63.015, rel=1e-4) and note == "PCIe Gen5 x16 link, one way"
-    unknown = SimpleNamespace(gpu_for=lambda device: SimpleNamespace(pcie_generation_max=None, pcie_width_max=16))
+    unknown = recorded_machine(gpus=[recorded_h100(pcie_generation_max=None)])
     assert pcie_link_peak_gbps(unknown, "cuda:0") == (None, "PCIe link unknown (NVML)")
+    assert pcie_link_peak_gbps(recorded_machine(), "cuda:0") == (None, "PCIe link unknown (NVML)")

@@ -94,3 +94,35 @@ def test_a_cpu_hog_inside_this_process_tree_is_not_another_process() -> None:
     assert hog_s > 0.1, "the hog never got a core"
     assert share.own_cpu_s >= 0.85 * hog_s - 0.05
     assert share.own_share >= 0.85 * hog_s / (WINDOW_S * share.cores) - 0.05
+
+
+# ---- the app's interface, counted apart (issue 9) --------------------------------------------------
+
+def test_the_app_interface_is_counted_apart_from_other_processes() -> None:
+    first = CpuSnapshot(wall_s=0.0, machine_busy_s=100.0, own_s=5.0, interface_s=20.0)
+    last = CpuSnapshot(wall_s=2.0, machine_busy_s=103.0, own_s=7.0, interface_s=20.48)
+    share = busy_share_between(first, last, cores=2)
+    assert share.interface_cpu_s == pytest.approx(0.48) and share.interface_share == pytest.approx(0.12)
+    assert share.other_cpu_s == pytest.approx(0.52) and share.other_share == pytest.approx(0.13)
+    assert not share.busy  # 25% with the interface; 13% without it
+    assert share.describe() == ("other processes used only 13% of 2 cores during the measurement; "
+                                "this app's interface used 12%")
+    assert share.to_json()["interface_share"] == pytest.approx(0.12)
+    cli = busy_share_between(CpuSnapshot(0.0, 100.0, 5.0), CpuSnapshot(2.0, 103.0, 7.0), cores=2)
+    assert cli.interface_share is None and "interface" not in cli.describe()
+
+
+def test_a_hog_named_as_the_interface_is_not_other_processes(monkeypatch) -> None:
+    from tutor.bench.busy import INTERFACE_PID_ENV, interface_process
+
+    hog = _hog_outside_this_tree()
+    try:
+        monkeypatch.setenv(INTERFACE_PID_ENV, str(hog.pid))
+        assert interface_process().pid == hog.pid
+        share, hog_s = _measure_with(hog)
+    finally:
+        os.kill(hog.pid, signal.SIGKILL)
+    assert hog_s > 0.1, "the hog never got a core"
+    assert share.interface_cpu_s >= 0.85 * hog_s - 0.05
+    monkeypatch.setenv(INTERFACE_PID_ENV, str(os.getpid()))
+    assert interface_process() is None  # a process is never its own interface

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
@@ -20,17 +19,13 @@ from click.testing import CliRunner
 from tutor.cli import main
 from tutor.commands.bench import bench
 
+from tests.machines import recorded_machine
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def fake_machine():
-    return SimpleNamespace(
-        cpu=SimpleNamespace(flags=("avx2", "fma"), last_level_cache_bytes=2**20),
-        peak_tflops=lambda device, dtype: {"fp32": 50.0, "bf16": 100.0, "fp16": 100.0}.get(dtype),
-        peak_source=lambda device, dtype: "test table",
-        peak_memory_gbps=lambda device: None,
-        to_json=lambda: {"cpu": {"model_name": "fake cpu"}},
-    )
+    return recorded_machine(peaks_tflops={"fp32": 50.0, "bf16": 100.0, "fp16": 100.0}, flags=("avx2", "fma"))
 
 
 @pytest.fixture
@@ -49,7 +44,7 @@ def run_json(args: list[str]) -> dict:
 def test_matmul_json_with_a_tiny_budget(data_dir: Path) -> None:
     payload = run_json(["matmul", "--dtype", "fp32", "--budget", "1", "--json"])
     assert set(payload) == {"device", "results"}
-    assert payload["device"]["machine"] == {"cpu": {"model_name": "fake cpu"}}
+    assert payload["device"]["machine"] == fake_machine().to_json()
     assert payload["device"]["torch_threads"] >= 1 and payload["device"]["device_under_test"] == "cpu"
     kinds = {(r["kind"], r["dtype"]) for r in payload["results"]}
     assert kinds == {("matmul", "fp32")}
@@ -117,7 +112,7 @@ def test_ctrl_c_stops_within_seconds_prints_what_finished_and_exits_130(tmp_path
     env = {**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path), "PYTHONPATH": str(ROOT),
            "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "tutor", "bench", "matmul", "--dtype", "fp32,bf16,fp16",
-                                "--budget", "600", "--json"], cwd=ROOT, env=env,
+                                "--budget", "30", "--json"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     chunks: list[str] = []
     started = threading.Event()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
-
 import pytest
 import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
@@ -13,19 +11,17 @@ from tutor.bench.matmul import (MatmulShape, headline_entry, matmul_throughput, 
 from tutor.bench.timing import Timing, timing_from_samples
 from tutor.errors import UserError
 
+from tests.machines import recorded_machine
+
 MATMUL_KEYS = {"kind", "device", "dtype", "m", "n", "k", "backend", "tflops_median", "tflops_best",
                "peak_tflops", "percent_of_peak"}
 
 
-def fake_machine(peaks: dict[str, float | None] | None = None, flags: tuple[str, ...] = ("avx2", "fma")):
+def fake_machine(peaks: dict[str, float | None] | None = None, flags: tuple[str, ...] = ("avx2", "fma"),
+                 clock_hz: float | None = 2.6e9):
+    """A real Machine from recorded facts whose CPU peaks (TFLOP/s) are `peaks` (default 100: far above)."""
     peaks = {"fp32": 100.0, "bf16": 100.0, "fp16": 100.0} if peaks is None else peaks
-    return SimpleNamespace(
-        cpu=SimpleNamespace(flags=flags, last_level_cache_bytes=2**20),
-        peak_tflops=lambda device, dtype: peaks.get(dtype),
-        peak_source=lambda device, dtype: "test table",
-        peak_memory_gbps=lambda device: None,
-        to_json=lambda: {"cpu": {"model_name": "fake"}},
-    )
+    return recorded_machine(peaks_tflops=peaks, flags=flags, clock_hz=clock_hz)
 
 
 def test_fp32_reports_torch_and_numpy_side_by_side() -> None:
@@ -69,13 +65,12 @@ def test_unknown_peak_gives_no_percent() -> None:
 def test_measured_above_a_too_low_peak_is_explained_not_over_100() -> None:
     (result,) = matmul_throughput("cpu", "fp16", budget_s=0.05, machine=fake_machine({"fp16": 1e-9}))
     assert result.percent_of_peak is None
-    assert any(note.startswith("above the theoretical peak") for note in result.notes)
+    assert any(note.startswith("above the peak computed at 2.60 GHz") for note in result.notes)
     assert result.peak_note
 
 
 def test_above_peak_says_what_clock_the_measurement_implies() -> None:
-    machine = fake_machine({"fp16": 1e-9})
-    machine.peak_clock_hz = lambda device: 2.0e9
+    machine = fake_machine({"fp16": 1e-9}, clock_hz=2.0e9)
     (result,) = matmul_throughput("cpu", "fp16", budget_s=0.05, machine=machine)
     implied = result.tflops_median / 1e-9 * 2.0
     assert f"the clock must have been at least {implied:.2f} GHz" in " ".join(result.notes)

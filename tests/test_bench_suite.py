@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from tutor.bench.suite import BenchCase, Progress, case_budgets, default_kinds, plan_suite, run_suite
+
+from tests.machines import recorded_machine
 
 
 class Result:
@@ -96,8 +97,7 @@ def test_cancel_from_another_thread_stops_promptly_and_keeps_finished_results() 
 
 
 def test_real_matmul_case_can_be_cancelled_mid_sweep() -> None:
-    machine = SimpleNamespace(cpu=SimpleNamespace(flags=(), last_level_cache_bytes=2**20),
-                              peak_tflops=lambda d, t: None, peak_source=lambda d, t: "", peak_memory_gbps=lambda d: None)
+    machine = recorded_machine()
     cases = plan_suite(("matmul",), device="cpu", machine=machine, dtypes=("fp32", "bf16", "fp16"))
     cancel = threading.Event()
 
@@ -115,7 +115,7 @@ def test_real_matmul_case_can_be_cancelled_mid_sweep() -> None:
 
 
 def test_plan_orders_fp32_first_and_default_kinds() -> None:
-    machine = SimpleNamespace()
+    machine = recorded_machine()
     cases = plan_suite(("matmul", "bandwidth", "collective"), device="cpu", machine=machine,
                        dtypes=("bf16", "fp32"), ranks=2)
     assert [c.name for c in cases] == ["matmul fp32", "matmul bf16", "bandwidth", "collective x2"]

@@ -63,7 +63,7 @@ def test_fit_bare_count() -> None:
 
 
 def test_fit_reads_a_config_file_and_a_folder_with_safetensors(tmp_path: Path) -> None:
-    from tutor.theory.models import load_preset
+    from tutor.model_files import load_preset
 
     config, _ = load_preset("qwen2.5-1.5b")
     (tmp_path / "config.json").write_text(json.dumps(config))

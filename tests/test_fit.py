@@ -10,7 +10,8 @@ import pytest
 from tutor.errors import UserError
 from tutor.theory import fit as fitting
 from tutor.theory.activations import input_ids_bytes, logits_bytes
-from tutor.theory.models import architecture_from_config, count_parameters, list_presets, resolve_model
+from tutor.model_files import list_presets, resolve_model
+from tutor.theory.models import architecture_from_config, count_parameters
 from tutor.theory.units import GB, GiB
 
 PRESETS = [info.name for info in list_presets()]
@@ -212,4 +213,21 @@ def test_adapting_attention_only_is_suggested_when_it_is_what_fits() -> None:
     request = fitting.FitRequest(mode="train", recipe="qlora")
     attention_only = fitting.estimate(model, dataclasses.replace(request, lora_targets=("q", "k", "v", "o")))
     found = fitting.suggestions(model, request, attention_only.worst.total)
-    assert any(s.change.startswith("--lora-targets q,k,v,o") for s in found)
+    assert any(s.changes == (fitting.Change("lora_targets", ("q", "k", "v", "o")),) for s in found)
+
+
+@pytest.mark.parametrize(("name", "request_", "capacity"), [
+    ("llama-3.1-70b", fitting.FitRequest(mode="train", batch=4), 24 * GiB),
+    ("mixtral-8x7b", fitting.FitRequest(mode="train", dp=8, ep=8), 24 * GiB),
+    ("llama-3.1-70b", fitting.FitRequest(batch=8, seq_len=32768), 80 * GiB),
+])
+def test_a_suggestion_is_its_changes_applied_one_per_kind(name: str, request_: fitting.FitRequest,
+                                                          capacity: int) -> None:
+    found = fitting.suggestions(arch(name), request_, capacity)
+    assert found
+    for suggestion in found:
+        changed = dataclasses.replace(request_, **{c.field: c.value for c in suggestion.changes})
+        assert suggestion.request == changed and suggestion.devices == changed.devices
+        assert suggestion.kind == {c.field for c in suggestion.changes}
+        assert suggestion.changes_layout == bool(suggestion.kind & {"dp", "tp", "pp"})
+    assert len({s.kind for s in found}) == len(found)

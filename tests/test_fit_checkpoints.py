@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tutor.cli import cli, main
-from tutor.theory.models import load_preset
+from tutor.model_files import load_preset
 
 
 def write_header_only(path: Path, tensors: dict[str, list[int]]) -> None:

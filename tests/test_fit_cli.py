@@ -109,3 +109,32 @@ def test_bare_count_has_a_peak_and_no_implementation_line() -> None:
 def test_bad_impl_or_attention_is_one_line_and_exit_2(flag: str, value: str) -> None:
     line = error_of(["fit", "llama-3.1-8b", flag, value])
     assert flag.lstrip("-") in line.lower() or repr(value) in line
+
+
+@pytest.mark.parametrize("args", [
+    ["llama-3.1-8b", "--mode", "train", "--device", "h100"],
+    # Experts are carved out of dp: the tensor-parallel plan must say --ep 1, or the flags give another layout.
+    ["mixtral-8x7b", "--mode", "train", "--dp", "8", "--ep", "8", "--device", "24GiB"],
+    ["llama-3.1-70b", "--batch", "4", "--seq", "32768", "--device", "80GB"],
+])
+def test_each_suggestion_run_as_flags_gives_its_total_and_fits(args: list[str]) -> None:
+    report = fit_json(args)
+    assert report["fits"] is False and report["suggestions"]
+    for suggestion in report["suggestions"]:
+        flags = suggestion["change"].split(" (")[0].split()  # the flags, without the (reason; devices) note
+        changed = fit_json([*args, *flags])
+        assert changed["per_device_bytes"]["total"] == suggestion["total_bytes"], suggestion["change"]
+        assert changed["fits"] is True and changed["request"]["devices"] == suggestion["devices"]
+        for change in suggestion["changes"]:
+            assert changed["request"][change["field"]] == change["value"], change
+
+
+def test_suggestions_are_one_per_kind_and_text_matches_json() -> None:
+    args = ["mixtral-8x7b", "--mode", "train", "--dp", "8", "--ep", "8", "--device", "24GiB"]
+    report = fit_json(args)
+    kinds = [frozenset(change["field"] for change in s["changes"]) for s in report["suggestions"]]
+    assert len(kinds) == len(set(kinds))
+    text = fit_text(args)
+    assert "--ep 1" in text
+    for suggestion in report["suggestions"]:
+        assert f"  {suggestion['change']}: {suggestion['total_bytes'] / 2**30:,.2f} GiB per device" in text

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from tutor.errors import UserError
 from tutor.hardware.memory_budget import device_budget
 
-CPU = SimpleNamespace(model_name="Test CPU", ram_available_bytes=20 * 2**30)
-GPU = SimpleNamespace(index=0, name="NVIDIA H100 80GB HBM3", memory_free_bytes=79 * 10**9)
-NO_GPU = SimpleNamespace(cpu=CPU, gpus=[], nvml=SimpleNamespace(reason="NVML Shared Library Not Found"))
-ONE_GPU = SimpleNamespace(cpu=CPU, gpus=[GPU], nvml=SimpleNamespace(reason=None))
+from tests.machines import recorded_h100, recorded_machine
+
+NO_GPU = recorded_machine(ram_available_bytes=20 * 2**30, nvml_reason="NVML Shared Library Not Found")
+ONE_GPU = recorded_machine(ram_available_bytes=20 * 2**30, gpus=[recorded_h100(memory_free_bytes=79 * 10**9)])
+
+
+@pytest.fixture(autouse=True)
+def _all_gpus_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
 def test_a_gpu_offers_its_free_memory_and_a_cpu_its_available_ram() -> None:

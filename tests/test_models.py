@@ -17,23 +17,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tutor.errors import UserError
+from tutor.model_files import (
+    list_presets,
+    load_config,
+    load_preset,
+    read_safetensors_header,
+    resolve_model,
+    safetensors_summary,
+)
 from tutor.theory.models import (
     SUPPORTED_MODEL_TYPES,
     Architecture,
     architecture_from_config,
     count_parameters,
-    list_presets,
-    load_config,
-    load_preset,
     matmul_parameters,
     parameters_per_layer,
-    resolve_model,
 )
-from tutor.theory.safetensors_header import (
-    MAX_HEADER_BYTES,
-    read_safetensors_header,
-    safetensors_summary,
-)
+from tutor.theory.safetensors_header import MAX_HEADER_BYTES
 
 PRESETS = {info.name: info for info in list_presets()}
 
@@ -672,6 +672,20 @@ def test_fuzz_safetensors_headers_only_raise_user_error(tmp_path: Path, tail: by
         assert "\n" not in str(exc)
         return
     assert isinstance(parsed, dict)
+
+
+def test_header_bytes_are_parsed_and_counted_without_a_file() -> None:
+    from tutor.theory.safetensors_header import header_length, parse_header, summarize_headers
+
+    raw = json.dumps({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]},
+                      "__metadata__": {"format": "pt"}}).encode()
+    length = header_length(struct.pack("<Q", len(raw)), 8 + len(raw) + 12, "in memory")
+    header = parse_header(raw, 12, "in memory")
+    summary = summarize_headers([header, header], "hf-shards")
+    assert length == len(raw) and (summary.files, summary.tensors, summary.total_bytes) == (2, 2, 24)
+    assert summary.elements_by_dtype == {"BF16": 12}
+    with pytest.raises(UserError, match="in memory is not a valid safetensors file: .*does not match its 11 bytes"):
+        parse_header(raw.replace(b"12]", b"11]"), 12, "in memory")
 
 
 def test_truncated_real_file_is_detected(tmp_path: Path) -> None:

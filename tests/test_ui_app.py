@@ -186,7 +186,17 @@ def test_bits_block_redraws_and_confirms_with_a_cast():
             bits.query_one("#value").value = "65504"
             await pilot.press("enter")
             await pilot.pause()
-            assert "65504" in text_of(bits.query_one("#table"))
+            table = text_of(bits.query_one("#table"))
+            assert "65,504" in table  # stored value and rel.err in tutor.formatting's words
+            assert "0.99" in table and "e-" not in table and "e+" not in table
+            bits.query_one("#value").value = "0.1"
+            await pilot.press("enter")
+            await pilot.pause()
+            table = text_of(bits.query_one("#table"))
+            assert "1.5 × 10⁻⁸" in table and "e-0" not in table  # fp32's error on 0.1, not 1.5e-08
+            bits.query_one("#value").value = "65504"
+            await pilot.press("enter")
+            await pilot.pause()
             bits.query_one("#torch").press()
             await settle(pilot, app)
             assert casts == [("65504", ("fp32", "bf16", "fp16", "fp8-e4m3"))]

@@ -94,7 +94,7 @@ def text_of(widget: Static) -> str:
 
 def test_lengths_take_a_binary_k_as_model_cards_mean_it():
     # Llama-3.1's "128K context" is max_position_embeddings = 131072 in its config.json.
-    from tutor.theory.models import load_preset
+    from tutor.model_files import load_preset
 
     config, _ = load_preset("llama-3.1-8b")
     assert parse_length("128k") == config["max_position_embeddings"] == 131_072
@@ -174,10 +174,12 @@ async def test_a_device_field_completes_card_names():
 # ---- Fit screen ------------------------------------------------------------------------------------
 
 def test_advice_names_the_fields_to_change():
-    before = fitting.FitRequest(mode="train", seq_len=8192)
     after = fitting.FitRequest(mode="train", seq_len=8192, recompute="full", zero=3, dp=8, tp=8,
                                sequence_parallel=True)
-    assert change_in_fields(before, after) == "set dp to 8, tp to 8, zero to 3, sp to yes, recompute to full (64 GPUs)"
+    changes = tuple(fitting.Change(name, getattr(after, name))
+                    for name in ("recompute", "tp", "sequence_parallel", "zero", "dp"))
+    suggestion = fitting.Suggestion(changes, "", after, 0)
+    assert change_in_fields(suggestion) == "set dp to 8, tp to 8, zero to 3, sp to yes, recompute to full (64 GPUs)"
 
 
 async def fit_screen(pilot, **values) -> CalcBlock:
@@ -206,10 +208,10 @@ async def test_fit_screen_has_every_fit_option_and_advises_in_its_own_terms(data
         text = text_of(form.query_one("#output", Static))
         assert "does not fit" in text and "H100 SXM5 80GB" in text
         assert "set " in text and " to " in text and "--" not in text  # fields, never command-line flags
-        arch, _ = __import__("tutor.theory.models", fromlist=["x"]).resolve_model("llama-3.1-70b")
+        arch, _ = __import__("tutor.model_files", fromlist=["x"]).resolve_model("llama-3.1-70b")
         request = fitting.FitRequest(mode="train", seq_len=8192)
         found = fitting.suggestions(arch, request, fitting_capacity("h100"))
-        assert change_in_fields(request, found[0].request) in text
+        assert change_in_fields(found[0]) in text
         # A size works as the device too, as in `fit --device 24GiB`; nonsense says why in one line.
         app.screen.query_one("#field-device", Input).value = "640GB"
         await pilot.pause()

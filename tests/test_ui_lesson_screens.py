@@ -163,9 +163,28 @@ def long_services(**changes):
 
 
 @sync
-async def test_a_lesson_opens_with_focus_at_its_top_and_the_first_tab_reaches_run():
-    app = TutorApp(fake_services(), lesson_id="precision/speed")
+async def test_a_lesson_whose_first_run_is_on_screen_opens_on_it_and_enter_measures():
+    services = fake_services()
+    probe = services.probes["matmul"]
+    app = TutorApp(services, lesson_id="precision/speed")
     async with app.run_test(size=SMALL) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        run = app.screen.query_one("#run", Button)
+        assert app.focused is run and measure_visible(app, run)
+        assert app.screen.query_one("#lesson").scroll_y == 0
+        calls = len(probe.calls)
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert len(probe.calls) == calls + 1
+
+
+@sync
+async def test_a_lesson_whose_first_run_is_below_the_fold_opens_at_its_top_and_the_first_tab_reaches_run():
+    app = TutorApp(long_services(), lesson_id="long/run")
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.pause()
         await pilot.pause()
         assert app.focused is app.screen.query_one("#lesson") and app.focused.scroll_y == 0
         await pilot.press("tab")

@@ -56,3 +56,61 @@ def test_probes_run_in_the_worker_while_the_app_runs_and_the_app_never_imports_t
     while Path(f"/proc/{report['pid']}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{report['pid']}").exists(), "the worker outlived the app"
+
+
+LAB_BLOCK_SCRIPT = textwrap.dedent("""
+    import asyncio, dataclasses, json, sys, time
+    sys.path.insert(0, "tests")
+    from ui_fakes import FakeCurriculum
+    from tutor.lessons.model import Lesson, Measure, Prose, Track
+    from tutor.lessons.model import LessonInfo as Info
+    from tutor.ui.app import TutorApp
+    from tutor.ui.services import default_services
+    from tutor.ui.widgets.measure import MeasureBlock
+
+    LESSON = Lesson(Info("par/tensor", "Tensor parallel, tiny", "par", 5, (), "two ranks"), (
+        Prose("Two ranks split one MLP and attention block."),
+        Measure("tensor", {"ranks": 2, "hidden": 64, "heads": 2, "seq": 16, "batch": 1}, "", id="measure-1"),
+    ))
+    TRACK = Track("par", "Parallelism", "Ranks.", ("par/tensor",))
+
+    async def main():
+        services = dataclasses.replace(default_services(), curriculum=FakeCurriculum((LESSON,), (TRACK,)))
+        app = TutorApp(services, lesson_id="par/tensor")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await pilot.pause()
+            block = app.screen.query_one(MeasureBlock)
+            focused_run = app.focused is block.query_one("#run")
+            header_seen = set()
+            await pilot.press("enter")  # the Run button has focus: the lab starts at once
+            started = time.monotonic()
+            await pilot.pause()
+            was_running = block.running
+            while block.running and time.monotonic() - started < 180:
+                header_seen.add(app.screen.query_one("DeviceHeader").worker)
+                await asyncio.sleep(0.1)
+            await pilot.pause()
+            result = block.result
+            print(json.dumps({"focused_run": focused_run, "was_running": was_running, "running": block.running,
+                              "error": "error" in block.query_one("#status").classes,
+                              "metrics": dict(result.metrics) if result is not None else None,
+                              "details": sorted(result.details) if result is not None else [],
+                              "drawing_shown": block.query_one("#drawing").display,
+                              "header": sorted(header_seen), "torch": "torch" in sys.modules}))
+
+    asyncio.run(main())
+""")
+
+
+def test_a_two_rank_lab_block_runs_from_its_lesson_through_the_real_worker():
+    done = subprocess.run([sys.executable, "-c", LAB_BLOCK_SCRIPT], capture_output=True, text=True, cwd=ROOT,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["focused_run"] and report["was_running"], report
+    assert not report["running"] and not report["error"], report
+    assert report["metrics"] and report["metrics"]["max_abs_error"] <= 1e-4, report
+    assert report["drawing_shown"], "the lab's own drawing (Probe.render) is not shown"
+    assert "measuring…" in report["header"], report["header"]
+    assert report["torch"] is False, "the app's process imported torch"

@@ -73,7 +73,32 @@ def _probe(name: str, run) -> Probe:  # type: ignore[no-untyped-def]
                  params_schema={}, run=run, default_params={"value": 1.5} if name == "quick" else {})
 
 
+def _chatty(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+    """Reports progress as fast as it can for `seconds`, then a last step and a pause: a probe
+    that would flood the app's interface."""
+    end = time.monotonic() + float(params.get("seconds", 0.6))
+    count = 0
+    while time.monotonic() < end:
+        count += 1
+        progress(min(count / 1e6, 0.9), f"report {count}")
+    progress(0.95, "the last step")
+    time.sleep(0.3)  # longer than the throttle's interval: the held last step must still arrive
+    return ProbeResult("chatty", (Measurement("reports", float(count), "reports"),), {"reports": float(count)}, "done")
+
+
+def _busy(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+    """A BusyMeter reading over `seconds`, as a measurement in the worker takes it."""
+    from tutor.bench.busy import INTERFACE_PID_ENV, BusyMeter
+
+    meter = BusyMeter.start()
+    time.sleep(float(params.get("seconds", 1.0)))
+    share = meter.stop()
+    return ProbeResult("busy", (), {"other_share": share.other_share}, share.describe(),
+                       details={"interface_pid": os.environ.get(INTERFACE_PID_ENV), "busy": share.to_json()})
+
+
 PROBES = {probe.name: probe for probe in (
+    _probe("chatty", _chatty), _probe("busy", _busy),
     _probe("quick", _quick), _probe("sleepy", _sleepy), _probe("stubborn", _stubborn), _probe("oom", _oom),
     _probe("broken", _broken), _probe("refuses", _refuses),
     _probe("limits", _limits), _probe("unpicklable", _unpicklable))}

@@ -20,6 +20,7 @@ from tutor.bench.counting import compare_with_peak, gbps, stream_bytes, stream_b
 from tutor.bench.environment import cpu_llc_bytes, peak_memory_gbps
 from tutor.bench.timing import BenchCancelled, Timing, time_case, use_all_cpu_threads
 from tutor.errors import UserError
+from tutor.hardware.machine import Machine
 from tutor.theory.interconnect import PCIE_GENERATIONS, pcie_bandwidth_bytes_per_s
 
 BANDWIDTH_OPS = ("copy", "scale", "add", "triad", "read", "write")
@@ -107,7 +108,7 @@ def _free_bytes(device: str) -> int | None:
     return int(free)
 
 
-def _cache_bytes(device: str, machine: Any) -> tuple[int, str]:
+def _cache_bytes(device: str, machine: Machine) -> tuple[int, str]:
     if device == "cpu":
         return cpu_llc_bytes(machine)
     import torch
@@ -162,7 +163,7 @@ def _result(device: str, op: str, n_bytes: int, counting: str, array_bytes: int,
     )
 
 
-def memory_bandwidth(device: str, *, budget_s: float, machine: Any, ops: tuple[str, ...] = BANDWIDTH_OPS,
+def memory_bandwidth(device: str, *, budget_s: float, machine: Machine, ops: tuple[str, ...] = BANDWIDTH_OPS,
                      cancel: threading.Event | None = None, array_elements: int | None = None) -> list[BandwidthResult]:
     """STREAM-like kernels on `device` within about `budget_s` (the arrays are never made smaller
     than 4x the cache to fit the budget: each op then runs its minimum iterations).
@@ -202,18 +203,17 @@ def memory_bandwidth(device: str, *, budget_s: float, machine: Any, ops: tuple[s
     return results
 
 
-def pcie_link_peak_gbps(machine: Any, device: str) -> tuple[float | None, str]:
+def pcie_link_peak_gbps(machine: Machine, device: str) -> tuple[float | None, str]:
     """(GB/s one way of the GPU's PCIe link at its max generation and width, a note), or (None, why)."""
-    gpu_for = getattr(machine, "gpu_for", None)
-    gpu = gpu_for(device) if gpu_for is not None else None
-    generation = getattr(gpu, "pcie_generation_max", None)
-    width = getattr(gpu, "pcie_width_max", None)
+    gpu = machine.gpu_for(device)
+    generation = gpu.pcie_generation_max if gpu is not None else None
+    width = gpu.pcie_width_max if gpu is not None else None
     if not generation or not width or generation not in PCIE_GENERATIONS:
         return None, "PCIe link unknown (NVML)"
     return pcie_bandwidth_bytes_per_s(generation, width) / 1e9, f"PCIe Gen{generation} x{width} link, one way"
 
 
-def host_device_transfer(device: str, *, budget_s: float, machine: Any, cancel: threading.Event | None = None,
+def host_device_transfer(device: str, *, budget_s: float, machine: Machine, cancel: threading.Event | None = None,
                          size_bytes: int = TRANSFER_BYTES) -> list[BandwidthResult]:
     """Host-to-device and device-to-host copies of `size_bytes`, from pinned and from pageable host
     memory (NVIDIA nvbandwidth pins; CUDA samples' bandwidthTest offers both). Buffer counted once.

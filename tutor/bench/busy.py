@@ -5,6 +5,11 @@ guess, this module measures it: the CPU time every process spent on the cores th
 (psutil.cpu_times per CPU, i.e. /proc/stat), minus the CPU time of this process and its children,
 as a share of those cores over the same wall-clock window.
 
+In the app the measurement runs in a process of its own (tutor.worker) whose parent is the app's
+interface. That interface is the measurement's own app, not another program: the worker names it in
+TENSOR_TUTOR_INTERFACE_PID, and its CPU time is counted apart ("this app's interface used 6%") and
+left out of "other processes".
+
     meter = BusyMeter.start()
     ...  # measure
     busy = meter.stop()          # BusyShare: busy.other_share 0..1, busy.describe()
@@ -21,6 +26,8 @@ from typing import Any
 # Other processes taking at least this share of the usable cores make the machine "busy" in what a
 # learner reads. A desktop at rest (browser, editor, the tutor's own interface) stays well under it.
 BUSY_SHARE = 0.15
+INTERFACE_PID_ENV = "TENSOR_TUTOR_INTERFACE_PID"
+"""The app interface's process id, set by the measurement process for everything it runs."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,8 @@ class CpuSnapshot:
     wall_s: float
     machine_busy_s: float
     own_s: float
+    interface_s: float | None = None
+    """CPU seconds of the app's interface process; None when the measurement has no interface (CLI)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,8 @@ class BusyShare:
     cores: int
     other_cpu_s: float
     own_cpu_s: float
+    interface_cpu_s: float | None = None
+    """The app interface's CPU seconds (not in other_cpu_s); None without one (the CLI)."""
 
     @property
     def other_share(self) -> float:
@@ -52,6 +63,13 @@ class BusyShare:
         return share_of_cores(self.own_cpu_s, self.window_s, self.cores)
 
     @property
+    def interface_share(self) -> float | None:
+        """The app interface's CPU time as a share (0..1) of the usable cores; None without one."""
+        if self.interface_cpu_s is None:
+            return None
+        return share_of_cores(self.interface_cpu_s, self.window_s, self.cores)
+
+    @property
     def busy(self) -> bool:
         """True when other processes took at least BUSY_SHARE of the usable cores."""
         return self.other_share >= BUSY_SHARE
@@ -62,14 +80,17 @@ class BusyShare:
 
         cores = f"{self.cores} core" + ("s" if self.cores != 1 else "")
         share = format_percent(self.other_share, digits=2)
+        interface = self.interface_share
+        besides = "" if interface is None else f"; this app's interface used {format_percent(interface, digits=2)}"
         if self.busy:
-            return f"machine busy: other processes used {share} of {cores} during the measurement"
-        return f"other processes used only {share} of {cores} during the measurement"
+            return f"machine busy: other processes used {share} of {cores} during the measurement{besides}"
+        return f"other processes used only {share} of {cores} during the measurement{besides}"
 
     def to_json(self) -> dict[str, Any]:
         return {"other_share": self.other_share, "own_share": self.own_share, "busy": self.busy,
                 "cores": self.cores, "window_s": self.window_s, "other_cpu_s": self.other_cpu_s,
-                "own_cpu_s": self.own_cpu_s, "threshold": BUSY_SHARE}
+                "own_cpu_s": self.own_cpu_s, "threshold": BUSY_SHARE,
+                "interface_share": self.interface_share, "interface_cpu_s": self.interface_cpu_s}
 
 
 def share_of_cores(cpu_s: float, window_s: float, cores: int) -> float:
@@ -122,6 +143,32 @@ def process_tree_seconds(root: Any | None = None) -> float:
     return total
 
 
+def process_seconds(process: Any) -> float | None:
+    """CPU seconds so far of `process` alone (not its children: the app's children are the
+    measurement itself); None once it is gone."""
+    import psutil
+
+    try:
+        times = process.cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+    return times.user + times.system
+
+
+def interface_process() -> Any | None:
+    """The app interface this measurement runs for (TENSOR_TUTOR_INTERFACE_PID, set by the
+    measurement process), as a psutil.Process; None from the CLI, or when it is this process."""
+    import psutil
+
+    text = os.environ.get(INTERFACE_PID_ENV, "").strip()
+    if not text.isdigit() or int(text) == os.getpid():
+        return None
+    try:
+        return psutil.Process(int(text))
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
 def _descendants(root: Any) -> list[Any]:
     import psutil
 
@@ -135,9 +182,10 @@ class BusyMeter:
     """Two snapshots of CPU time, at start and stop; nothing runs in between."""
 
     def __init__(self, *, cpus: Sequence[int] | None = None, root: Any | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 interface: Any | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.cpus = list(cpus) if cpus is not None else usable_cpus()
         self.root = root
+        self.interface = interface if interface is not None else interface_process()
         self.clock = clock
         self.first: CpuSnapshot | None = None
 
@@ -148,8 +196,9 @@ class BusyMeter:
         return meter
 
     def snapshot(self) -> CpuSnapshot:
+        interface = process_seconds(self.interface) if self.interface is not None else None
         return CpuSnapshot(wall_s=self.clock(), machine_busy_s=machine_busy_seconds(self.cpus),
-                           own_s=process_tree_seconds(self.root))
+                           own_s=process_tree_seconds(self.root), interface_s=interface)
 
     def stop(self) -> BusyShare:
         """The share other processes took since start()."""
@@ -160,8 +209,13 @@ class BusyMeter:
 
 def busy_share_between(first: CpuSnapshot, last: CpuSnapshot, *, cores: int) -> BusyShare:
     """What happened between two snapshots: other processes' CPU seconds are the machine's non-idle
-    seconds minus this tree's (never below zero: /proc/stat and per-process times tick separately)."""
+    seconds minus this tree's and the app interface's (never below zero: /proc/stat and per-process
+    times tick separately)."""
     window = max(0.0, last.wall_s - first.wall_s)
     own = max(0.0, last.own_s - first.own_s)
     machine = max(0.0, last.machine_busy_s - first.machine_busy_s)
-    return BusyShare(window_s=window, cores=max(1, cores), other_cpu_s=max(0.0, machine - own), own_cpu_s=own)
+    interface: float | None = None
+    if first.interface_s is not None and last.interface_s is not None:
+        interface = max(0.0, last.interface_s - first.interface_s)
+    return BusyShare(window_s=window, cores=max(1, cores), other_cpu_s=max(0.0, machine - own - (interface or 0.0)),
+                     own_cpu_s=own, interface_cpu_s=interface)

@@ -228,6 +228,16 @@ def collective_bandwidth(*, ranks: int, budget_s: float, ops: tuple[str, ...] = 
                              state=state, message=str(payload)) for op in ops]
 
 
+def _result_line(result: CollectiveResult) -> str:
+    """One rank-0 line of the torchrun output, in human units; a case that did not run says why."""
+    from tutor.formatting import format_decimal_bytes as format_bytes, format_rate  # sizes are typed as 1M, 64M
+
+    if result.algbw_gbps is None or result.busbw_gbps is None:
+        return f"{result.op:15} {format_bytes(result.bytes):>10}  {result.state}: {result.message}"
+    return (f"{result.op:15} {format_bytes(result.bytes):>10}  algbw {format_rate(result.algbw_gbps * 1e9, 'B/s'):>11}"
+            f"  busbw {format_rate(result.busbw_gbps * 1e9, 'B/s'):>11}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """`torchrun ... -m tutor.bench.collective`: every rank measures, rank 0 prints the results."""
     import argparse
@@ -266,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(result.to_json()))
             else:
-                print(f"{result.op:15} {result.bytes:>12} B  algbw {result.algbw_gbps:8.2f} GB/s  "
-                      f"busbw {result.busbw_gbps:8.2f} GB/s")
+                print(_result_line(result))
     return 0
 
 

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from tutor.errors import UserError
+from tutor.hardware.machine import Machine
 
 # STREAM's rule needs the last-level cache; when the machine does not report it we assume 32 MiB
 # (a large desktop L3) and say so in the output.
@@ -20,7 +21,7 @@ FALLBACK_LLC_BYTES = 32 * 2**20
 BENCHMARK_VERSION = 1
 
 
-def load_machine() -> Any:
+def load_machine() -> Machine:
     """The detected Machine (tutor.hardware.detect_machine)."""
     from tutor.hardware import detect_machine
 
@@ -55,44 +56,26 @@ def resolve_device(text: str | None) -> str:
     raise UserError(f"unknown device {text!r} (use cpu, cuda or cuda:N)")
 
 
-def _first_attribute(obj: Any, names: tuple[str, ...]) -> Any:
-    for name in names:
-        value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-        if value:
-            return value
-    return None
-
-
-def cpu_llc_bytes(machine: Any) -> tuple[int, str]:
+def cpu_llc_bytes(machine: Machine) -> tuple[int, str]:
     """Last-level cache size in bytes from the machine's CPU info, and where it came from."""
-    cpu = getattr(machine, "cpu", None)
-    value = _first_attribute(cpu, ("llc_bytes", "last_level_cache_bytes", "l3_cache_bytes", "l3_bytes",
-                                   "l2_cache_bytes", "l2_bytes")) if cpu is not None else None
-    if isinstance(value, (int, float)) and value > 0:
-        return int(value), "last-level cache reported by the machine"
+    value = machine.cpu.last_level_cache_bytes
+    if value is not None and value > 0:
+        return value, "last-level cache reported by the machine"
     return FALLBACK_LLC_BYTES, "last-level cache unknown: assumed 32 MiB"
 
 
-def cpu_flags(machine: Any) -> frozenset[str]:
+def cpu_flags(machine: Machine) -> frozenset[str]:
     """The CPU's ISA flags as the machine reports them (empty when unknown)."""
-    cpu = getattr(machine, "cpu", None)
-    flags = _first_attribute(cpu, ("flags", "isa_flags")) if cpu is not None else None
-    if isinstance(flags, str):
-        return frozenset(flags.split())
-    return frozenset(str(flag).lower() for flag in flags) if flags else frozenset()
+    return frozenset(flag.lower() for flag in machine.cpu.flags)
 
 
-def peak_tflops(machine: Any, device: str, dtype: str) -> tuple[float | None, str]:
+def peak_tflops(machine: Machine, device: str, dtype: str) -> tuple[float | None, str]:
     """Theoretical dense peak (TFLOP/s) of `dtype` on `device` and its source, None when unknown."""
     peak = machine.peak_tflops(device, dtype)
-    try:
-        source = machine.peak_source(device, dtype)
-    except Exception:  # a missing source must not cost the measurement
-        source = ""
-    return (float(peak) if peak else None), str(source or "")
+    return (float(peak) if peak else None), machine.peak_source(device, dtype)
 
 
-def peak_memory_gbps(machine: Any, device: str) -> float | None:
+def peak_memory_gbps(machine: Machine, device: str) -> float | None:
     peak = machine.peak_memory_gbps(device)
     return float(peak) if peak else None
 
@@ -114,16 +97,11 @@ def float32_matmul_precision() -> str:
     return f"cuda.matmul.fp32_precision={value}" if value is not None else "unknown"
 
 
-def accelerator_note(machine: Any) -> str | None:
+def accelerator_note(machine: Machine) -> str | None:
     """Why NVML and torch disagree about this machine's GPUs, if they do (a CPU wheel beside a driver)."""
     from tutor.hardware.torch_devices import accelerator_agreement, detect_torch_devices
 
-    try:
-        nvml = getattr(machine, "nvml", None)
-        return accelerator_agreement(len(getattr(machine, "gpus", None) or []), getattr(nvml, "reason", None),
-                                     detect_torch_devices())
-    except Exception:  # a header field must not cost the run
-        return None
+    return accelerator_agreement(len(machine.gpus), machine.nvml.reason, detect_torch_devices())
 
 
 def torch_environment() -> dict[str, Any]:
@@ -147,12 +125,8 @@ def torch_environment() -> dict[str, Any]:
     return info
 
 
-def environment_header(machine: Any, *, command: str) -> dict[str, Any]:
+def environment_header(machine: Machine, *, command: str) -> dict[str, Any]:
     """The header stored with every run: date, command, versions, threads and the machine."""
-    try:
-        machine_json = machine.to_json()
-    except Exception as error:  # the run still counts without a full header
-        machine_json = {"error": f"machine description unavailable: {error}"}
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
@@ -161,5 +135,5 @@ def environment_header(machine: Any, *, command: str) -> dict[str, Any]:
         "platform": platform.platform(),
         **torch_environment(),
         "accelerator_note": accelerator_note(machine),
-        "machine": machine_json,
+        "machine": machine.to_json(),
     }

@@ -31,6 +31,7 @@ from tutor.bench.counting import compare_with_peak, tflops
 from tutor.bench.environment import cpu_flags, peak_tflops
 from tutor.bench.timing import STABLE_MIN_ITERS, BenchCancelled, Timing, time_case, use_all_cpu_threads
 from tutor.errors import UserError
+from tutor.hardware.machine import Machine
 from tutor.theory.flops import matmul_flops
 
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -177,7 +178,7 @@ def numpy_backend_name() -> str:
         config = numpy.show_config(mode="dicts")
         blas = config["Build Dependencies"]["blas"]
         return f"numpy/{blas.get('name', 'blas')} {blas.get('version', '')}".strip()
-    except Exception:  # numpy < 1.25 has no mode="dicts"
+    except (TypeError, KeyError):  # numpy < 1.25 has no mode="dicts"; a build that names no BLAS
         return "numpy/blas"
 
 
@@ -391,12 +392,6 @@ def _retime_if_noisy(measured: list[tuple[MatmulShape, Timing]], make_case: Call
         measured[index] = again
 
 
-def _peak_clock(machine, device: str) -> float | None:
-    """The clock behind the device's peak, so an above-peak result can say what clock it implies."""
-    clock = getattr(machine, "peak_clock_hz", None)  # test fakes may not describe clocks
-    return clock(device) if clock is not None else None
-
-
 def stability_notes(sweep: list[tuple[MatmulShape, Timing]], headline: MatmulShape, timing: Timing,
                     busy: BusyShare | None) -> tuple[str, ...]:
     """What a reader needs to trust the figure: how busy the machine was (when it was, or when the
@@ -430,7 +425,7 @@ def _gap_notes(device: str, dtype: str, best: MatmulShape, timing: Timing, flags
     return tuple(notes)
 
 
-def matmul_throughput(device: str, dtype: str, *, budget_s: float, machine: Any,
+def matmul_throughput(device: str, dtype: str, *, budget_s: float, machine: Machine,
                       cancel: threading.Event | None = None, include_numpy: bool = True,
                       fp32_tflops: float | None = None) -> list[MatmulResult]:
     """Sweep `dtype` on `device` within `budget_s` seconds: one result per backend (torch, and
@@ -458,7 +453,7 @@ def matmul_throughput(device: str, dtype: str, *, budget_s: float, machine: Any,
         if not sweep:
             break
         best, timing = headline_entry(sweep)
-        comparison = compare_with_peak(best.tflops_median, peak, assumed_clock_hz=_peak_clock(machine, device))
+        comparison = compare_with_peak(best.tflops_median, peak, assumed_clock_hz=machine.peak_clock_hz(device))
         results.append(MatmulResult(
             device=device, dtype=dtype, backend=backend, m=best.m, n=best.n, k=best.k,
             tflops_median=best.tflops_median, tflops_best=best.tflops_best,

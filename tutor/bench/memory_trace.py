@@ -359,7 +359,7 @@ def build_config(config: dict, attention: str):
     fields = {k: v for k, v in config.items() if k != "model_type"}
     try:
         hf_config = transformers.AutoConfig.for_model(model_type, **fields)
-    except Exception as exc:  # transformers raises ValueError, KeyError, TypeError ... for what it rejects
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # what PretrainedConfig raises for what it rejects
         raise UserError(f"transformers {transformers.__version__} cannot build model_type {model_type!r}: "
                         f"{_one_line(exc)}") from None
     hf_config._attn_implementation = attention
@@ -410,7 +410,8 @@ def build_model(config: dict, setup: TraceSetup, seed: int | None = None):
             return model
         torch.manual_seed(seed)
         return model_class._from_config(hf_config, attn_implementation=setup.attention, dtype=dtype)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - guards `fit --trace` on any config.json: model code built from
+        # arbitrary fields raises anything (asserts included); the user sees one line, exit 2, not a traceback
         raise UserError(f"transformers {transformers.__version__} cannot build {model_class.__name__} from this "
                         f"config: {_one_line(exc)}") from None
 
@@ -682,7 +683,8 @@ def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: st
                                          autocast_dtype=torch.bfloat16 if setup.autocast else None)
     except UserError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - guards `fit --trace`: the model's own forward/backward on the
+        # user's config may raise anything; one line naming the transformers version, exit 2
         what = "training step" if setup.mode == "train" else "prefill"
         raise UserError(f"the traced {what} of {type(model).__name__} failed in transformers "
                         f"{transformers_version}: {_one_line(exc)}") from None

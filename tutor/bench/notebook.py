@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tutor.hardware.machine import Machine
+
 NOTEBOOK_FILE = "results.jsonl"
 NOTEBOOK_VERSION = 1
 TORN_TAG = "torn"
@@ -308,3 +310,30 @@ def compare_runs_at_same_sizes(before: Run, after: Run) -> tuple[list[CaseCompar
     same = [row for row in compare_runs(before, after) if old.get(row.case) == new.get(row.case)]
     differ = [SizeMismatch(case, old[case], new[case]) for case in old if case in new and old[case] != new[case]]
     return same, differ
+
+
+def _same_machine(recorded: Any, machine: Machine) -> bool:
+    """Whether a run's header describes `machine`: the same CPU model and cores, the same GPUs by name
+    (free memory and clocks move between runs; the hardware does not)."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("cpu"), dict):
+        return False
+    cpu = recorded["cpu"]
+    gpus = recorded.get("gpus") if isinstance(recorded.get("gpus"), list) else []
+    return (cpu.get("model_name") == machine.cpu.model_name and cpu.get("logical_cores") == machine.cpu.logical_cores
+            and [g.get("name") for g in gpus if isinstance(g, dict)] == [g.name for g in machine.gpus])
+
+
+def last_matmul_tflops(notebook: Notebook, *, device: str, dtype: str, machine: Machine) -> tuple[float, str] | None:
+    """(TFLOP/s, date) of the newest finished `bench matmul` headline for `dtype` on `device` of this
+    machine, None when the notebook has none (a cancelled run's figure may be a tiny size: skipped)."""
+    for run in reversed(notebook.runs):
+        if run.cancelled or not _same_machine(run.header.get("machine"), machine):
+            continue
+        figures = [r.get("tflops_median") for r in run.results
+                   if r.get("kind") == "matmul" and r.get("device") == device and r.get("dtype") == dtype
+                   and r.get("headline", True)]
+        rates = [float(f) for f in figures if isinstance(f, (int, float)) and not isinstance(f, bool)
+                 and math.isfinite(f) and f > 0]
+        if rates:
+            return max(rates), run.date
+    return None

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tutor.hardware.machine import Machine
+
 QUICK_BUDGET_S = 18.0  # `bench --quick` must finish in 30 s on 2 cores, start-up included
 DEFAULT_BUDGET_S = 60.0
 SUITE_KINDS = ("matmul", "bandwidth", "transfer", "collective")
@@ -94,7 +96,8 @@ def run_suite(cases: Sequence[BenchCase], *, budget_s: float, progress: Progress
         report(case, index, "start")
         try:
             case_results = list(case.run(share, cancel))
-        except Exception as error:  # one broken case must not cost the others
+        except Exception as error:  # noqa: BLE001 - guards the suite's table/Bench screen: one broken case
+            # (any error from torch, a BLAS or a rank) is a failure line and must not cost the others
             detail = str(error).splitlines()[0] if str(error) else ""
             failures.append(f"{case.name}: {type(error).__name__}: {detail}".rstrip(": "))
             report(case, index, "failed", failures[-1])
@@ -125,7 +128,7 @@ def default_kinds(device: str, *, ranks: int | None) -> tuple[str, ...]:
     return tuple(kinds)
 
 
-def plan_suite(kinds: Sequence[str], *, device: str, machine: Any, dtypes: Sequence[str],
+def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: Sequence[str],
                ranks: int | None = None, quick: bool = False) -> list[BenchCase]:
     """The cases for `kinds` on `device`: one matmul case per dtype (fp32 first: the bf16/fp16
     notes compare with it), one bandwidth case, one transfer case, one collective case."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -219,28 +220,67 @@ def _validate(options: dict[str, Any]) -> None:
         raise UserError(f"--ranks must be at least 1, got {ranks}")
 
 
+class _Interrupts:
+    """Ctrl-C for the whole of a bench run, as a flag rather than only an exception.
+
+    Python's own handler raises KeyboardInterrupt wherever the main thread happens to be: inside a
+    finaliser or a weakref callback while torch loads it is printed as "Exception ignored" and lost
+    (the run then ignores the Ctrl-C), and after the results it escapes and the interpreter kills
+    itself with SIGINT (exit -2, nothing saved). This handler records every Ctrl-C in `seen`, sets
+    `cancel` (the suite stops at its next iteration boundary), and raises KeyboardInterrupt only
+    while `raising` (torch's import, which only an exception can stop); `seen` is checked after
+    each phase so a swallowed exception still counts."""
+
+    def __init__(self) -> None:
+        self.seen = threading.Event()
+        self.cancel = threading.Event()
+        self.raising = True
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.seen.set()
+        self.cancel.set()
+        if self.raising:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "_Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
 def _run(ctx: click.Context, kinds: tuple[str, ...] | None, options: dict[str, Any]) -> None:
     _validate(options)
+    with _Interrupts() as interrupts:
+        _run_interruptible(kinds, options, interrupts)
+
+
+def _run_interruptible(kinds: tuple[str, ...] | None, options: dict[str, Any], interrupts: _Interrupts) -> None:
     quick, as_json = bool(options.get("quick")), bool(options.get("as_json"))
     command = "tensor-tutor bench " + " ".join(sys.argv[2:])
     try:
         device, machine, cases, budget = _plan(kinds, options, quick)
+        interrupts.raising = False  # from here on a Ctrl-C is the cancel event, never an exception
+        if interrupts.seen.is_set():  # a KeyboardInterrupt that something inside the import swallowed
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
+        interrupts.raising = False
         # Ctrl-C while torch loads: nothing finished, but a --json caller still gets JSON.
         if as_json:
             click.echo(json.dumps({"device": _bare_header(command, options), "results": []}))
         click.echo("tensor-tutor: cancelled before any measurement finished", err=True)
         sys.exit(130)
-    outcome, interrupted = _run_with_progress(cases, budget)
+    outcome, _ = _run_with_progress(cases, budget, cancel=interrupts.cancel)
     from tutor.bench.environment import environment_header
     from tutor.bench.memory import memory_accounting
 
-    try:
-        header = environment_header(machine, command=command)
-        header["memory"] = memory_accounting(device).to_json()
-    except KeyboardInterrupt:  # a second Ctrl-C must not cost what finished
-        interrupted = True
-        header = _bare_header(command, options)
+    header = environment_header(machine, command=command)
+    header["memory"] = memory_accounting(device).to_json()
+    interrupted = interrupts.seen.is_set()
     header["device_under_test"] = device
     header["budget_s"] = budget
     header["elapsed_s"] = round(outcome.elapsed_s, 3)
@@ -259,7 +299,7 @@ def _run(ctx: click.Context, kinds: tuple[str, ...] | None, options: dict[str, A
         from tutor.bench.render import render_results
 
         render_results(outcome.results, header)
-    if interrupted:
+    if interrupted or interrupts.seen.is_set():
         click.echo("tensor-tutor: cancelled; the results above are what finished", err=True)
         # sys.exit, not ctx.exit: click's main(standalone_mode=False) returns an Exit's code
         # instead of exiting with it, and tutor.cli.main ignores that return value.
@@ -298,7 +338,7 @@ def _bare_header(command: str, options: dict[str, Any]) -> dict[str, Any]:
             "device_under_test": options.get("device"), "cancelled": True}
 
 
-def _run_with_progress(cases: list[Any], budget: float) -> tuple[Any, bool]:
+def _run_with_progress(cases: list[Any], budget: float, cancel: threading.Event | None = None) -> tuple[Any, bool]:
     """Run the suite in a worker thread so Ctrl-C reaches the main thread at once; it sets the
     cancel event and the worker stops at its next iteration boundary."""
     from rich.console import Console
@@ -306,7 +346,7 @@ def _run_with_progress(cases: list[Any], budget: float) -> tuple[Any, bool]:
 
     from tutor.bench.suite import run_suite
 
-    cancel = threading.Event()
+    cancel = cancel if cancel is not None else threading.Event()
     holder: dict[str, Any] = {}
     console = Console(stderr=True)
     # A bar redrawn in place is for a terminal; a pipe or a log file gets one plain line per finished case.

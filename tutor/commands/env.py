@@ -14,6 +14,8 @@ import click
 from tutor.commands.safe_text import as_text, markup_safe
 from tutor.hardware import Machine, detect_machine
 from tutor.hardware.machine import CPU_MEMORY_PEAK_NOTE, DTYPES, UNKNOWN_GPU
+from tutor.hardware.nvidia import GpuInfo
+from tutor.hardware.torch_devices import TorchView
 from tutor.formatting import format_bytes, format_number, format_rate
 
 
@@ -27,13 +29,13 @@ def _rate(value: float | None, unit: str = "FLOP/s") -> str:
     return "-" if value is None else format_rate(value, unit)
 
 
-def _torch_json(view: Any) -> dict[str, Any]:
+def _torch_json(view: TorchView) -> dict[str, Any]:
     import dataclasses
 
     return dataclasses.asdict(view)
 
 
-def _render(machine: Machine, torch_view: Any | None) -> None:
+def _render(machine: Machine, torch_view: TorchView | None) -> None:
     from rich.console import Console, Group
     from rich.panel import Panel
     from rich.table import Table
@@ -98,7 +100,7 @@ def _render(machine: Machine, torch_view: Any | None) -> None:
     console.print(f"[dim]{markup_safe(versions)}[/]")
 
 
-def _gpu_panel(machine: Machine, gpu: Any) -> Any:
+def _gpu_panel(machine: Machine, gpu: GpuInfo) -> Any:
     from rich.console import Group
     from rich.panel import Panel
     from rich.table import Table
@@ -169,7 +171,7 @@ def _gpu_panel(machine: Machine, gpu: Any) -> Any:
     return Panel(Group(*parts), title=title, title_align="left")
 
 
-def _torch_panel(view: Any) -> Any:
+def _torch_panel(view: TorchView) -> Any:
     from rich.panel import Panel
     from rich.table import Table
 

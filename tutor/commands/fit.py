@@ -12,6 +12,7 @@ import click
 from tutor.commands.safe_text import markup_safe, plain
 from tutor.errors import UserError
 from tutor.hardware.memory_budget import DeviceBudget, device_budget
+from tutor.model_files import checkpoint_summary
 from tutor.theory import fit as fitting
 from tutor.theory.activations import IMPLEMENTATION_MEANING
 from tutor.theory.lora import parse_lora_targets
@@ -46,7 +47,7 @@ def _request_json(request: fitting.FitRequest) -> dict:
         "batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp, "pp": request.pp,
         "ep": request.ep, "zero": request.zero, "sequence_parallel": request.sequence_parallel,
         "recompute": request.recompute, "attention": request.attention, "impl": request.impl,
-        "kv_dtype": request.kv_dtype,
+        "kv_dtype": request.kv_dtype, "lora_rank": request.lora_rank, "lora_targets": list(request.lora_targets),
         "microbatches": request.microbatches or request.pp, "devices": request.devices,
     }
 
@@ -60,26 +61,10 @@ def _resolve(model: str | None, params: str | None):
         return None, f"{params} parameters", "--params (bare count: model states only)", count
     if not model:
         raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json, a model folder, or --params 7B")
-    from tutor.theory.models import resolve_model
+    from tutor.model_files import resolve_model
 
     arch, source = resolve_model(model)
     return arch, arch.name or model, source, None
-
-
-def checkpoint_summary(model: str | None):
-    """The safetensors headers of a local model folder (headers only, never the weights), or None."""
-    if not model:
-        return None
-    from pathlib import Path
-
-    from tutor.theory.safetensors_header import INDEX_FILE, safetensors_summary
-
-    folder = Path(model).expanduser()
-    if folder.is_file():
-        folder = folder.parent if folder.name == "config.json" else folder
-    if not folder.is_dir() or not ((folder / INDEX_FILE).is_file() or any(folder.glob("*.safetensors"))):
-        return None
-    return safetensors_summary(folder)
 
 
 @click.command("fit")
@@ -128,7 +113,7 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
     MODEL is a preset name (tensor-tutor models), a config.json, or a local model folder.
     """
     arch, name, source, count = _resolve(model, params)
-    checkpoint = checkpoint_summary(model) if arch is not None else None
+    checkpoint = checkpoint_summary(model) if arch is not None else None  # a local folder's safetensors
     stored = checkpoint.total_bytes if checkpoint and mode == "inference" and dtype is None else None
     budget = device_budget(device)
     request = fitting.FitRequest(
@@ -176,14 +161,38 @@ _INFERENCE_ONLY = ("kv_dtype",)
 _ADAPTER_ONLY = ("lora_rank", "lora_targets")
 
 
+# The option of each parameter whose flag is not its name with dashes.
+_FLAG_NAMES = {"seq_len": "--seq", "sequence_parallel": "--sp", "as_json": "--json"}
+
+
+def flag_name(parameter: str) -> str:
+    """The command-line option that sets `parameter` (a FitRequest field or a click parameter)."""
+    return _FLAG_NAMES.get(parameter, "--" + parameter.replace("_", "-"))
+
+
+def change_flags(suggestion: fitting.Suggestion) -> str:
+    """A suggestion as the flags that make it: '--recompute full --zero 3 --dp 8 (8 devices)'."""
+    words = []
+    for change in suggestion.changes:
+        value = change.value
+        if value is True:
+            words.append(flag_name(change.field))  # an on/off flag: given means on
+        else:
+            shown = ",".join(value) if isinstance(value, tuple) else str(value)
+            words.append(f"{flag_name(change.field)} {shown}")
+    why = [suggestion.reason] if suggestion.reason else []
+    if suggestion.changes_layout:
+        why.append(f"{suggestion.devices:,} devices")
+    return " ".join(words) + (f" ({'; '.join(why)})" if why else "")
+
+
 def _flags_that_do_not_apply(mode: str, recipe: str) -> list[str]:
     """Notes naming each flag the user typed that this mode (or recipe) ignores."""
     from click.core import ParameterSource
 
     ctx = click.get_current_context()
     given = [name for name in ctx.params if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
-    flag = {name: "--" + name.replace("_", "-") for name in given}
-    flag.update({"seq_len": "--seq", "as_json": "--json"})
+    flag = {name: flag_name(name) for name in given}
     if mode == "inference":
         groups = [(_TRAIN_ONLY, "only apply to training (--mode train)")]
     else:
@@ -221,6 +230,14 @@ def _checkpoint_line(checkpoint, params_total: int) -> str:
     return line
 
 
+def _suggestion_json(suggestion: fitting.Suggestion) -> dict:
+    """One suggestion: `change` as flags (for people and old scripts), `changes` as FitRequest fields."""
+    return {"change": change_flags(suggestion),
+            "changes": [{"field": c.field, "value": list(c.value) if isinstance(c.value, tuple) else c.value}
+                        for c in suggestion.changes],
+            "reason": suggestion.reason or None, "devices": suggestion.devices, "total_bytes": suggestion.total}
+
+
 def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: DeviceBudget, fits, searches) -> dict:
     params = estimate.params
     return {
@@ -249,7 +266,7 @@ def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: 
         # the figure is "at least", not the largest that fits.
         "largest_batch_at_search_bound": searches["largest_batch"] == fitting.BATCH_SEARCH_BOUND,
         "largest_seq_len_at_search_bound": searches["largest_seq_len"] == fitting.SEQ_SEARCH_BOUND,
-        "suggestions": [{"change": s.change, "total_bytes": s.total} for s in searches["suggestions"]],
+        "suggestions": [_suggestion_json(s) for s in searches["suggestions"]],
         "notes": list(estimate.notes) + searches["flag_notes"],
     }
 
@@ -349,7 +366,7 @@ def _render(estimate: fitting.FitEstimate, name: str, source: str, budget: Devic
     if searches["suggestions"]:
         console.print("\nWhat would make it fit:")
         for suggestion in searches["suggestions"]:
-            console.print(f"  {markup_safe(suggestion.change)}: {_size(suggestion.total)} GiB per device")
+            console.print(f"  {markup_safe(change_flags(suggestion))}: {_size(suggestion.total)} GiB per device")
     elif fits is False:
         console.print("\nNo single change tried here makes it fit; combine them (e.g. --zero 3 with --recompute full) "
                       "or use a larger device.")

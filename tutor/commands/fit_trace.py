@@ -9,9 +9,7 @@ torch and transformers are imported only when --trace is given.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tutor.errors import UserError
 from tutor.theory.units import GiB
@@ -41,21 +39,11 @@ class TracedFit:
 
 def load_model_config(model: str | None) -> dict:
     """The config.json dict of a preset, a config.json path or a model folder (as `fit` resolves it)."""
-    from tutor.theory.models import list_presets, load_config, load_preset, resolve_model
+    from tutor.model_files import read_model_config
 
     if not model or not isinstance(model, str):
         raise UserError("--trace needs a model: a preset, a config.json or a model folder (not --params)")
-    spec = model.strip()
-    if spec.lower() in {preset.name for preset in list_presets()}:
-        return load_preset(spec)[0]
-    try:
-        exists = Path(os.path.expanduser(spec)).exists()
-    except (OSError, ValueError):
-        exists = False
-    if exists:
-        return load_config(Path(os.path.expanduser(spec)))
-    resolve_model(spec)  # raises the same one-line message as `fit`
-    raise UserError(f"cannot read a config for {spec!r}")
+    return read_model_config(model).config  # the same reading, and one-line messages, as `fit`
 
 
 def trace_setup(request) -> tuple[object, tuple[str, ...]]:

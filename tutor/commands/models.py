@@ -16,7 +16,8 @@ def models(devices: bool, as_json: bool) -> None:
     if devices:
         _devices(as_json)
         return
-    from tutor.theory.models import count_parameters, list_presets, load_preset, architecture_from_config
+    from tutor.model_files import list_presets, load_preset
+    from tutor.theory.models import architecture_from_config, count_parameters
 
     rows = []
     for info in list_presets():

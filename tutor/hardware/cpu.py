@@ -12,6 +12,7 @@ import platform
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from tutor.theory import peaks
 
@@ -350,6 +351,13 @@ def _read_text(path: Path) -> str:
         return ""
 
 
+def psutil_errors(psutil: ModuleType) -> tuple[type[BaseException], ...]:
+    """What a psutil reading raises where the platform cannot answer: psutil.Error (NoSuchProcess,
+    AccessDenied, ZombieProcess), OSError from /proc or sysctl, NotImplementedError on platforms without
+    the reading, RuntimeError from its C extension (psutil docs, "Exceptions")."""
+    return (psutil.Error, OSError, NotImplementedError, RuntimeError)
+
+
 def detect_cpu(cpuinfo_text: str | None = None, cache_root: Path = SYS_CACHE) -> CpuInfo:
     """Describe this machine's CPU and RAM. Never raises: what cannot be read is None/"unknown"."""
     import psutil
@@ -359,13 +367,13 @@ def detect_cpu(cpuinfo_text: str | None = None, cache_root: Path = SYS_CACHE) ->
     try:
         physical = psutil.cpu_count(logical=False)
         logical = psutil.cpu_count(logical=True)
-    except Exception:  # psutil raises odd errors on exotic platforms; counts are then unknown
+    except psutil_errors(psutil):  # counts are then unknown
         physical, logical = None, None
     logical = logical or info.logical_cpus or os.cpu_count()
     try:
         freq = psutil.cpu_freq()
-    except Exception:  # psutil #2382/#2642/#2841: cpu_freq fails on some Apple Silicon releases
-        freq = None
+    except (*psutil_errors(psutil), AttributeError):  # psutil #2382/#2642/#2841: cpu_freq fails on some
+        freq = None  # Apple Silicon releases; AttributeError: platforms where psutil has no cpu_freq
     freq_max = freq.max if freq is not None and freq.max else None
     freq_current = freq.current if freq is not None and freq.current else None
     peak_clock = choose_peak_clock(cpufreq_max_mhz=freq_max, cpuinfo_mhz=info.mhz, model_name=info.model_name,
@@ -379,7 +387,7 @@ def detect_cpu(cpuinfo_text: str | None = None, cache_root: Path = SYS_CACHE) ->
     try:
         memory = psutil.virtual_memory()
         ram_total, ram_available = int(memory.total), int(memory.available)
-    except Exception:
+    except psutil_errors(psutil):
         ram_total = ram_available = None
     caches = read_caches(cache_root)
     if not caches and info.cache_size_bytes:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
-
 from tutor.errors import UserError
+from tutor.hardware.machine import Machine, cuda_devices
+from tutor.hardware.nvidia import GpuInfo
 from tutor.theory.units import parse_bytes
 
 _CUDA_DEVICE = re.compile(r"cuda(?::(\d+))?", re.IGNORECASE)
@@ -36,7 +36,7 @@ class DeviceBudget:
         return data
 
 
-def device_budget(spec: str | None = None, machine: Any = None) -> DeviceBudget:
+def device_budget(spec: str | None = None, machine: Machine | None = None) -> DeviceBudget:
     """The device to fit on: a size ('24GiB'), a card from the spec table ('h100', 'a100-40gb', 'rtx-4090'),
     a GPU index ('0' or 'cuda:0'), 'cpu', or by default this machine's first GPU (else its RAM).
     `machine` defaults to tutor.hardware.detect_machine()."""
@@ -54,11 +54,11 @@ def device_budget(spec: str | None = None, machine: Any = None) -> DeviceBudget:
         from tutor.hardware import detect_machine
 
         machine = detect_machine()
-    gpus = list(getattr(machine, "gpus", None) or [])
+    gpus = machine.gpus
     if cuda or (text and text.isdigit()):
         index = int(cuda.group(1) or 0) if cuda else int(text)
         if not gpus:
-            reason = getattr(machine.nvml, "reason", None) or "NVML found no NVIDIA GPU"
+            reason = machine.nvml.reason or "NVML found no NVIDIA GPU"
             raise UserError(f"no GPU {index} on this machine ({reason}); use --device h100 or --device 24GiB "
                             "for a card you do not have")
         gpu = cuda_gpu(machine, index)
@@ -70,27 +70,22 @@ def device_budget(spec: str | None = None, machine: Any = None) -> DeviceBudget:
         if gpu is not None:
             return gpu_budget(gpu)
     cpu = machine.cpu
-    name = f"CPU RAM ({cpu.model_name})" if getattr(cpu, "model_name", None) else "CPU RAM"
+    name = f"CPU RAM ({cpu.model_name})" if cpu.model_name else "CPU RAM"
     return DeviceBudget(name, "cpu", cpu.ram_available_bytes, "available RAM now (psutil)", gpu=False)
 
 
-def cuda_gpu(machine: Any, index: int) -> Any:
+def cuda_gpu(machine: Machine, index: int) -> GpuInfo | None:
     """The GPU torch calls cuda:N (machine.gpu_for: CUDA_VISIBLE_DEVICES, MIG and UUIDs respected)."""
-    if hasattr(machine, "gpu_for"):
-        return machine.gpu_for(f"cuda:{index}")
-    gpus = list(getattr(machine, "gpus", None) or [])
-    return gpus[index] if index < len(gpus) else None
+    return machine.gpu_for(f"cuda:{index}")
 
 
-def visible_gpus_text(machine: Any, count: int) -> str:
+def visible_gpus_text(machine: Machine, count: int) -> str:
     """How many GPUs CUDA sees here, in words, for the error that names a missing one."""
     import os
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or not hasattr(machine, "gpu_for"):
+    if visible is None:
         return f"this machine has {count} (0..{count - 1})"
-    from tutor.hardware.machine import cuda_devices
-
     seen = len(cuda_devices(list(machine.gpus), visible))
     listed = f"0..{seen - 1}" if seen else "none"
     return f"CUDA_VISIBLE_DEVICES={visible!r} shows CUDA {seen} of this machine's {count} GPUs ({listed})"
@@ -128,13 +123,13 @@ def card_budget(text: str) -> DeviceBudget | None:
     return DeviceBudget(spec.name, "spec", spec.memory_bytes, source, gpu=True, source_detail=spec.memory_source)
 
 
-def gpu_budget(gpu: Any) -> DeviceBudget:
+def gpu_budget(gpu: GpuInfo) -> DeviceBudget:
     """A GPU's (or MIG device's) free memory now, as NVML reports it."""
-    if getattr(gpu, "parent_name", None):
+    if gpu.parent_name:
         return DeviceBudget(f"GPU {gpu.index} MIG device {gpu.mig_index}: {gpu.name}", "cuda", gpu.memory_free_bytes,
                             "free memory of the MIG device now (NVML)", gpu=True)
     source = "free memory now (NVML)"
     if gpu.memory_free_bytes is None:
-        reason = (getattr(gpu, "unavailable", None) or {}).get("memory")
+        reason = gpu.unavailable.get("memory")
         source = f"NVML gave no free memory ({reason})" if reason else source
     return DeviceBudget(f"GPU {gpu.index}: {gpu.name}", "cuda", gpu.memory_free_bytes, source, gpu=True)

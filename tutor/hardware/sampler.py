@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 from tutor.errors import UserError
+from tutor.hardware.cpu import psutil_errors
 
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.25, 1.0
 DEFAULT_HISTORY = 240
@@ -79,10 +80,11 @@ class ProcessTree:
     def __call__(self) -> tuple[float | None, int | None]:
         import psutil
 
+        errors = psutil_errors(psutil)
         try:
             me = psutil.Process()
             tree = [me, *me.children(recursive=True)]
-        except Exception:
+        except errors:
             return None, None
         cpu, rss, seen = 0.0, 0, {}
         for process in tree:
@@ -90,7 +92,7 @@ class ProcessTree:
             try:
                 cpu += process.cpu_percent(interval=None)
                 rss += process.memory_info().rss
-            except Exception:  # exited between the listing and the read
+            except errors:  # exited between the listing and the read
                 continue
             seen[process.pid] = process
         self._processes = seen
@@ -104,14 +106,15 @@ def read_host() -> HostSample:
     """CPU percent per core since the previous call, RAM, and this app's share of both, via psutil."""
     import psutil
 
+    errors = psutil_errors(psutil)
     try:
         cpu: tuple[float, ...] | None = tuple(psutil.cpu_percent(interval=None, percpu=True))
-    except Exception:
+    except errors:
         cpu = None
     try:
         memory = psutil.virtual_memory()
         used, total = int(memory.total - memory.available), int(memory.total)
-    except Exception:
+    except errors:
         used = total = None
     process_cpu, process_rss = _PROCESS_TREE()
     return HostSample(cpu, used, total, process_cpu, process_rss)
@@ -230,20 +233,19 @@ class Sampler:
 
     def sample_once(self) -> Sample:
         """Take one sample now, append it and return it. Never raises."""
+        # Guards the sampling thread behind the live CPU/GPU panes: the readers are injectable
+        # callables, and one that fails must read as "no value" for a tick, not end the thread.
         try:
             host = self._host_reader()
-        except Exception:
+        except Exception:  # noqa: BLE001 - any reader failure is one blank tick of the live panes
             host = HostSample()
         gpus: tuple[GpuSample, ...] = ()
         if self._gpu_reader is not None:
             try:
                 gpus = tuple(self._gpu_reader())
-            except Exception:
+            except Exception:  # noqa: BLE001 - same: one blank tick of the GPU pane
                 gpus = ()
-        try:
-            timestamp = float(self._clock())
-        except Exception:
-            timestamp = time.time()
+        timestamp = float(self._clock())
         sample = Sample(timestamp, host.cpu_percent, host.ram_used_bytes, host.ram_total_bytes, gpus,
                         host.process_cpu_percent, host.process_rss_bytes)
         with self._lock:
@@ -260,10 +262,7 @@ class Sampler:
         if self.running:
             return
         if self._owns_gpu_reader and self._gpu_reader is None:
-            try:
-                self._gpu_reader = NvmlReader()
-            except Exception:
-                self._gpu_reader = None
+            self._gpu_reader = NvmlReader()  # never raises: NVML failures become its `reason`
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="tensor-tutor-sampler", daemon=True)
         self._thread.start()

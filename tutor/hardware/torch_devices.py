@@ -56,7 +56,8 @@ def torch_uuid(device: str) -> str | None:
         return None
     try:
         uuid = getattr(torch.cuda.get_device_properties(index or 0), "uuid", None)
-    except Exception:  # a device that vanished: the caller falls back to CUDA_VISIBLE_DEVICES
+    except (RuntimeError, AssertionError):  # a device that vanished (CUDA error / "Invalid device id"):
+        # the caller falls back to CUDA_VISIBLE_DEVICES
         return None
     return str(uuid) if uuid is not None else None
 
@@ -86,13 +87,13 @@ def detect_torch_devices() -> TorchView:
     """Import torch (seconds) and list its devices. Never raises."""
     try:
         import torch
-    except Exception as error:  # not installed, or a broken build
+    except (ImportError, OSError) as error:  # not installed, or a broken build (a shared library missing)
         return TorchView(None, None, None, None, (), f"torch unavailable: {type(error).__name__}: {error}")
     devices: list[TorchDevice] = []
     hip = getattr(torch.version, "hip", None)
     try:
         capability = torch.backends.cpu.get_cpu_capability()
-    except Exception:
+    except (AttributeError, RuntimeError):  # torch < 2.1 has no get_cpu_capability
         capability = None
     devices.append(TorchDevice("cpu", "cpu", "cpu", None, None, None, None))
     try:
@@ -107,7 +108,7 @@ def detect_torch_devices() -> TorchView:
         mps = getattr(torch.backends, "mps", None)
         if mps is not None and mps.is_available():
             devices.append(TorchDevice("mps", "mps", "Apple GPU (MPS)", None, None, None, None))
-    except Exception as error:
+    except (RuntimeError, AssertionError) as error:  # CUDA init errors; "Invalid device id" for a vanished one
         return TorchView(torch.__version__, torch.version.cuda, hip, capability, tuple(devices),
                          f"torch device query failed: {type(error).__name__}: {error}")
     return TorchView(torch.__version__, torch.version.cuda, hip, capability, tuple(devices))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 
+from tutor.formatting import format_bytes, format_rate
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
-from tutor.formatting import format_bytes as human_bytes
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -30,7 +30,7 @@ def _check_machine(params: dict) -> None:
     buffers = collective_buffer_bytes(largest, ranks)
     runtime = psutil.Process().memory_info().rss
     check_lab_fits("collective", memory_bytes=ranks * (buffers + runtime),
-                   memory_what=f"{ranks} ranks x ({human_bytes(buffers)} of buffers + {human_bytes(runtime)} "
+                   memory_what=f"{ranks} ranks x ({format_bytes(buffers)} of buffers + {format_bytes(runtime)} "
                                f"for Python and torch)",
                    fix="lower ranks or sizes")
 
@@ -51,7 +51,7 @@ def _collective(params: dict, progress: ProgressFn, cancel: threading.Event) -> 
     metrics: dict[str, float] = {}
     largest: dict[str, int] = {}
     for result in results:
-        size = f"{result.bytes / 2**20:.3g} MiB" if result.bytes else "-"
+        size = format_bytes(result.bytes) if result.bytes else "-"
         if result.state != "ok" or result.algbw_gbps is None:
             rows.append(Measurement(f"{result.op} {size}", None, "GB/s", note=f"{result.state}: {result.message}"))
             continue
@@ -69,7 +69,7 @@ def _collective(params: dict, progress: ProgressFn, cancel: threading.Event) -> 
     device = results[0].device if results else "cpu"
     cancelled = cancel.is_set() or any(result.state == "cancelled" for result in results)
     progress(1.0, "done")
-    summary = ", ".join(f"{op} busbw {metrics[f'busbw_{op}']:.3g} GB/s" for op in largest) or (
+    summary = ", ".join(f"{op} busbw {format_rate(metrics[f'busbw_{op}'], 'GB/s')}" for op in largest) or (
         rows[0].note if rows else "nothing measured")
     return ProbeResult(probe="collective", rows=tuple(rows), metrics=metrics,
                        summary=f"{summary} ({ranks} local ranks)", cancelled=cancelled, device=device)

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from tutor.formatting import format_duration, format_number
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 
@@ -232,10 +233,10 @@ def ddp_result(reports: list[dict], params: dict) -> ProbeResult:
     rows = (
         Measurement("replicas identical after training (1 = yes)", 1.0 if identical else 0.0, "", 1.0,
                     "all-reduced gradients and the same optimizer keep every replica equal",
-                    f"largest difference from rank 0: {max_difference:.3g}; {first['steps']} measured steps"),
+                    f"largest difference from rank 0: {format_number(max_difference)}; {first['steps']} measured steps"),
         Measurement("gradient bytes all-reduced per step (sum of DDP's buckets)", float(bucket_bytes), "B",
                     float(4 * n_params), "parameters x 4 B (FP32 gradients)",
-                    f"{len(first['buckets'])} buckets, bucket_cap_mb = {params['bucket_cap_mb']:g}"),
+                    f"{len(first['buckets'])} buckets, bucket_cap_mb = {format_number(params['bucket_cap_mb'])}"),
         Measurement("bytes each rank sends per step, ring all-reduce of those buckets", float(ring), "B",
                     float(theory.bytes_per_rank), dp_source, f"{world} ranks, {first['backend']}"),
         Measurement("compute: forward + backward without all-reduce (no_sync)", compute * 1e3, "ms",
@@ -246,7 +247,8 @@ def ddp_result(reports: list[dict], params: dict) -> ProbeResult:
                     f"overlap {overlap:.0%} of the communication hidden behind the backward pass"),
     )
     summary = (f"{world} ranks: replicas {'identical' if identical else 'DIFFER'} after {first['steps']} steps; "
-               f"step {step * 1e3:.3g} ms = compute {compute * 1e3:.3g} ms + communication {comm * 1e3:.3g} ms "
+               f"step {format_duration(step)} = compute {format_duration(compute)} + communication "
+               f"{format_duration(comm)} "
                f"with {overlap:.0%} overlap")
     return ProbeResult(probe="ddp", rows=rows, metrics=metrics, summary=summary, device=first["device"],
                        details=details)

@@ -21,10 +21,27 @@ import time
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
-from tutor.labs.moe_routing import route
-from tutor.formatting import format_bytes, format_quantity
+from tutor.labs.moe_routing import CALIBRATION_TOKENS, route
+from tutor.formatting import format_bytes, format_duration, format_quantity
 
 BYTES_PER_VALUE = 2  # BF16 activations, as the theory's default
+
+
+def _check_step_time(params: dict, bias: list[float]) -> None:
+    """Refuse when the first step, which always runs whole (ep ranks x tokens routings), would outlast
+    budget_s. Routing is Python, not FLOPs: its cost is timed on a sample here, as moe-routing does."""
+    sample = min(params["tokens"] * params["ep"], CALIBRATION_TOKENS)
+    rng = random.Random(params["seed"] + 1)
+    start = time.perf_counter()
+    for _ in range(sample):
+        route([rng.gauss(0.0, 1.0) + b for b in bias], params["top_k"])
+    per_token = (time.perf_counter() - start) / sample
+    step_s = per_token * params["tokens"] * params["ep"]
+    if step_s > params["budget_s"]:
+        raise UserError(f"moe-alltoall: one step of {params['ep']:,} ranks x {params['tokens']:,} tokens over "
+                        f"{params['experts']:,} experts takes about {format_duration(step_s)} here "
+                        f"({format_duration(per_token)} a token, timed on {sample}), more than budget_s="
+                        f"{format_duration(params['budget_s'])}; lower tokens, ep or experts, or raise budget_s")
 
 
 def _moe_alltoall(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
@@ -37,6 +54,7 @@ def _moe_alltoall(params: dict, progress: ProgressFn, cancel: threading.Event) -
     local = experts_per_rank(experts, ep)  # a UserError when ep does not divide the experts
     rng = random.Random(params["seed"])
     bias = [-skew * math.log(i + 1) for i in range(experts)]
+    _check_step_time(params, bias)
     deadline = time.perf_counter() + params["budget_s"]
     sent_pairs = [0] * ep  # (token, expert) pairs leaving each source rank
     sent_dedup = [0] * ep  # tokens leaving each source rank, once per destination rank

@@ -28,7 +28,7 @@ def _capacity(params: dict) -> tuple[int | None, str, bool, str]:
 
 def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.theory import fit as fitting
-    from tutor.theory.models import resolve_model
+    from tutor.model_files import resolve_model
     from tutor.formatting import format_bytes
 
     if cancel.is_set():

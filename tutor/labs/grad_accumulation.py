@@ -24,6 +24,34 @@ def activation_bytes_ratio(micro_batch: int, batch: int) -> float:
     return micro_batch / batch
 
 
+def mlp_parameters(hidden: int, layers: int) -> int:
+    """The lab's MLP: `layers` Linear(h, h) with bias, then Linear(h, 1)."""
+    return layers * (hidden * hidden + hidden) + hidden + 1
+
+
+def mlp_saved_bytes(batch: int, hidden: int, layers: int) -> int:
+    """FP32 bytes autograd keeps for backward of the big batch: each Linear saves its input (addmm's
+    mat1) and each GELU its input, b·h values apiece, and mse_loss its input and target, b values each
+    (PyTorch derivatives.yaml); tests/test_lab_limits.py checks it against the saved-tensor hooks' count."""
+    return 4 * batch * (hidden * (2 * layers + 1) + 2)
+
+
+def _check_fits(params: dict) -> None:
+    """Weights, .grad and the three gradient copies the lab keeps, the inputs and the big batch's
+    saved activations; training FLOPs 6·N per example (Kaplan et al. 2020 §2.1) for the big batch
+    and the two accumulated passes."""
+    from tutor.labs.limits import check_lab_fits
+
+    batch, hidden, layers = params["batch"], params["hidden"], params["layers"]
+    n_params = mlp_parameters(hidden, layers)
+    states = 5 * 4 * n_params
+    activations = mlp_saved_bytes(batch, hidden, layers) + 4 * batch * (hidden + 1)  # + inputs and targets
+    check_lab_fits("grad-accumulation", memory_bytes=states + activations,
+                   memory_what=f"weights, gradients and their copies {format_bytes(states)}, "
+                               f"activations {format_bytes(activations)}",
+                   flops=3 * 6 * n_params * batch, fix="lower batch, hidden or layers")
+
+
 def _grad_accumulation(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     progress(0.0, "loading torch")
     import torch
@@ -34,6 +62,7 @@ def _grad_accumulation(params: dict, progress: ProgressFn, cancel: threading.Eve
     batch, k = params["batch"], params["micro_batches"]
     if batch % k:
         raise UserError(f"grad-accumulation: batch ({batch}) must be a multiple of micro_batches ({k})")
+    _check_fits(params)
     torch.manual_seed(params["seed"])
     width = params["hidden"]
     layers: list[nn.Module] = []

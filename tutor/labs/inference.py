@@ -21,7 +21,7 @@ import time
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
-from tutor.formatting import format_quantity, format_rate
+from tutor.formatting import format_bytes, format_quantity, format_rate
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MIN_REPEATS = 3
@@ -45,6 +45,38 @@ def cache_tensor_bytes(cache) -> int:
     return sum(seen.values())
 
 
+def tiny_llama_params(*, layers: int, hidden: int, heads: int, kv_heads: int, vocab: int = 256) -> int:
+    """Parameters of the lab's LlamaConfig (intermediate 2·hidden, untied embeddings): per layer Q and O
+    h×h, K and V h×(kv_heads·head_dim), gate/up/down h×2h, two RMSNorms; embeddings, final norm and
+    head (transformers' LlamaModel/LlamaForCausalLM, no biases)."""
+    kv = kv_heads * (hidden // heads)
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * 2 * hidden + 2 * hidden
+    return layers * per_layer + 2 * vocab * hidden + hidden
+
+
+def _check_kv_cache_fits(params: dict, device: str) -> None:
+    """Weights, the full cache and the prompt's attention scores (eager: heads·prompt² per layer at
+    once) against this machine; the forward FLOPs of every position (Kaplan's 2N + 2·L·n_ctx·d_attn)."""
+    from tutor.labs.limits import check_lab_fits
+    from tutor.theory.flops import inference_flops_per_token
+    from tutor.theory.kv_cache import kv_cache_bytes_per_token
+
+    layers, hidden, heads, kv_heads = params["layers"], params["hidden"], params["heads"], params["kv_heads"]
+    element = DTYPE_BYTES[params["dtype"]]
+    context = params["prompt"] + params["tokens"]
+    n_params = tiny_llama_params(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads)
+    weights = n_params * element
+    cache = context * kv_cache_bytes_per_token(layers=layers, kv_heads=kv_heads, head_dim=hidden // heads,
+                                               bytes_per_element=element)
+    scores = 2 * heads * params["prompt"] ** 2 * element  # scores and their softmax, one layer at a time
+    flops = context * inference_flops_per_token(params=n_params, layers=layers, context=context,
+                                                attention_dim=hidden)
+    check_lab_fits("kv-cache", memory_bytes=weights + cache + scores,
+                   memory_what=f"weights {format_bytes(weights)}, KV cache {format_bytes(cache)}, "
+                               f"prompt attention scores {format_bytes(scores)}",
+                   device=device, flops=flops, dtype=params["dtype"], fix="lower layers, hidden, prompt or tokens")
+
+
 def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     if cancel.is_set():
         return ProbeResult("kv-cache", (), {}, "cancelled before the model was built", True, "cpu")
@@ -64,6 +96,7 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
         raise UserError(f"kv-cache: hidden {hidden} must be a multiple of heads {heads}, and heads a multiple of "
                         f"kv_heads {kv_heads}")
     device = resolve_device(params["device"])
+    _check_kv_cache_fits(params, device)
     torch.manual_seed(params["seed"])
     if device == "cpu":
         torch.set_num_threads(1)
@@ -165,6 +198,43 @@ def _median_time(fn, sync, repeats_budget_s: float, cancel: threading.Event) -> 
     return statistics.median(times)
 
 
+def _check_prefill_decode_fits(params: dict, device: str) -> None:
+    """The weights (8·h²·layers elements) plus one layer's fp32 draw before the cast and the prompt's
+    activations, against this machine; the FLOPs of the passes that run whatever the budget (a warm-up
+    and MIN_REPEATS each of prefill and decode: 2·matmul_flops per layer per token)."""
+    from tutor.labs.limits import check_lab_fits
+    from tutor.theory.flops import matmul_flops
+
+    hidden, layers, prompt = params["hidden"], params["layers"], params["prompt"]
+    element = DTYPE_BYTES[params["dtype"]]
+    weights = 8 * hidden * hidden * layers * element
+    draw = 4 * hidden * hidden * 4  # torch.randn makes each fp32 matrix before .to(dtype)
+    activations = 2 * prompt * 4 * hidden * 4 + prompt * hidden * element
+    per_token = layers * 2 * matmul_flops(1, 4 * hidden, hidden)
+    flops = (1 + MIN_REPEATS) * (prompt + 1) * per_token
+    one_core = device == "cpu"  # the lab runs on one thread
+    rate = _one_core_rate(device, params["dtype"]) if one_core else None
+    check_lab_fits("prefill-decode", memory_bytes=weights + draw + activations,
+                   memory_what=f"weights {format_bytes(weights)}, prompt activations {format_bytes(activations)}",
+                   device=device, flops=flops, dtype=params["dtype"], rate=rate,
+                   fix="lower hidden, layers or prompt")
+
+
+def _one_core_rate(device: str, dtype: str):
+    """The machine's rate for `dtype` shared over its physical cores: this lab runs on one thread."""
+    from dataclasses import replace
+
+    from tutor.bench.environment import load_machine
+    from tutor.labs.limits import lab_compute_rate
+
+    machine = load_machine()
+    rate = lab_compute_rate(device, dtype, machine)
+    if rate is None:
+        return None
+    cores = max(machine.cpu.physical_cores or 1, 1)
+    return replace(rate, flops_per_s=rate.flops_per_s / cores, source=f"one core's share of {rate.source}")
+
+
 def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     if cancel.is_set():
         return ProbeResult("prefill-decode", (), {}, "cancelled before the weights were made", True, "cpu")
@@ -180,6 +250,7 @@ def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event)
     )
 
     device = resolve_device(params["device"])
+    _check_prefill_decode_fits(params, device)
     if device == "cpu":
         torch.set_num_threads(1)  # one core: the peak below is one core's too
     hidden, ffn, layers, prompt = params["hidden"], 4 * params["hidden"], params["layers"], params["prompt"]

@@ -1,23 +1,42 @@
 """pipeline: a small MLP stack split into P stages on P local ranks, trained with GPipe or 1F1B.
 
-The schedules are torch's own (torch.distributed.pipelining: PipelineStage, ScheduleGPipe,
-Schedule1F1B). Each rank's stage is a PipelineStage whose forward_one_chunk and backward_one_chunk,
-the per-micro-batch compute the schedule calls, are timed; the send/recv between them is the
-schedule's and lies outside the timed blocks. Time origin: after a barrier, rank 0's reading of the
-monotonic clock, which every process on one host shares (across hosts: each rank's own reading after
-the barrier, aligned to the barrier's release skew). The first stage's input needs its gradient too, as the output of an embedding would:
-every stage then does the same work, which is what the bubble formula assumes.
+Two schedules, each a fixed order of blocks per stage (`schedule_order`): GPipe (Huang et al. 2019,
+arXiv 1811.06965 §2.3) runs every micro-batch's forward, then every backward; 1F1B (PipeDream-Flush,
+Narayanan et al. 2021, arXiv 2104.04473 §2.2.1) fills the pipeline with P - stage forwards, then
+alternates one backward and one forward, then drains the backwards. Each block is timed on one clock.
 
-Measured bubble, per step: T = the step time, from t0 to the moment the last rank's schedule returns;
-busy(s) = the summed durations of stage s's forward and backward blocks;
+Why not torch.distributed.pipelining on CPUs: its ScheduleGPipe and Schedule1F1B post each receive
+only when the stage is about to need it. gloo moves a tensor only once both sides have posted
+(sender and receiver exchange ready notices, then gloo's own event-loop thread writes and reads the
+socket), so on CPU ranks the hand-over of micro-batch i started only when the receiver had finished
+its previous block, and then needed the sender's loop thread, which competes with the sender's
+compute for the same cores. The lab measured that delay, up to a whole block per micro-batch, and
+a bubble up to twice (P-1)/(M+P-1) at M=8. Here every receive of a step is posted before the step
+starts (one buffer per micro-batch and direction), so each send finds its receive waiting and gloo
+writes the data at once; the receiver only reads it. With NCCL (GPU ranks) the receives of both
+directions would queue on one stream and could deadlock, and NCCL progresses on the GPU: GPU ranks
+use torch's schedules as they are (`_torch_schedule_step`).
+
+Time origin: after a barrier, rank 0's reading of the monotonic clock, which every process on one
+host shares (across hosts: each rank's own reading after the barrier, aligned to the barrier's
+release skew). The first stage's input needs its gradient too, as the output of an embedding would,
+so every stage does the same work, which is what the bubble formula assumes; the last stage's
+forward also computes the loss (timed as its work, as a language model's last stage computes its
+head and loss), which makes it slightly slower and the others wait a little for it.
+
+Measured bubble, per step: T = the step time, from t0 to the moment the last rank's step returns
+(its sends completed); busy(s) = the summed durations of stage s's forward and backward blocks;
 
     bubble = sum over stages of (T - busy(s)) / (P x T)
 
 Everything outside the blocks counts as idle: pipeline fill and drain, and also the time spent
-waiting on point-to-point sends and receives and the last stage's loss. On a machine whose cores are
-shared with other work, descheduled time inflates both. The first step (warm-up: shape inference,
-allocation) is not counted; of the others, the step with the median bubble is reported, with its
-timeline. Beside it: tutor.theory.parallel.pipeline_bubble_fraction, (P-1)/(M+P-1).
+waiting for sends and receives between stages. Each hand-over is recorded (`transfers`: when the
+sender's block ended, when the receiver began to wait, when the data was there), so the
+communication inside the bubble is visible. On a machine whose cores are shared with other work,
+descheduled time inflates both; `core_wait_share` (Linux schedstat: time the stages' threads were
+ready to run but had no core) says how much. The first step (warm-up: allocation, socket buffers) is not
+counted; of the others, the step with the median bubble is reported, with its timeline. Beside it:
+tutor.theory.parallel.pipeline_bubble_fraction, (P-1)/(M+P-1).
 
 Activations in flight: for each stage, the most micro-batches whose forward has finished and whose
 backward has not, read off the timeline, against pipeline_microbatches_in_flight (GPipe: M; 1F1B:
@@ -28,7 +47,8 @@ times that count give the stage's peak activation bytes.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
@@ -38,6 +58,139 @@ SCHEDULES = ("gpipe", "1f1b")
 TIMEOUT_S = 300.0
 FFN_MULTIPLIER = 4
 LEARNING_RATE = 1e-3
+FORWARD, BACKWARD = "F", "B"
+
+
+# ---------------------------------------------------------------- the schedules (no torch)
+
+
+def schedule_order(schedule: str, *, stages: int, stage: int, microbatches: int) -> list[tuple[str, int]]:
+    """The blocks one stage runs in one step, in order: ("F", i) forward and ("B", i) backward of
+    micro-batch i.
+
+    GPipe (Huang et al. 2019 §2.3): F0 .. F(M-1), then B0 .. B(M-1). 1F1B (Narayanan et al. 2021
+    §2.2.1, as torch's Schedule1F1B): min(M, P - stage) forwards, then for each micro-batch i one
+    backward Bi followed by the next forward while any is left."""
+    if schedule == "gpipe":
+        return [(FORWARD, i) for i in range(microbatches)] + [(BACKWARD, i) for i in range(microbatches)]
+    if schedule != "1f1b":
+        raise UserError(f"pipeline: unknown schedule {schedule!r} (choose one of {', '.join(SCHEDULES)})")
+    warmup = min(microbatches, stages - stage)
+    order = [(FORWARD, i) for i in range(warmup)]
+    for i in range(microbatches):
+        order.append((BACKWARD, i))
+        if warmup + i < microbatches:
+            order.append((FORWARD, warmup + i))
+    return order
+
+
+def source_stage(kind: str, stage: int, stages: int) -> int | None:
+    """The stage whose output a block of `stage` needs: a forward the previous stage's activation, a
+    backward the next stage's gradient; None at the ends of the pipeline."""
+    source = stage - 1 if kind == FORWARD else stage + 1
+    return source if 0 <= source < stages else None
+
+
+def block_durations(timeline: list[list[dict]]) -> list[dict[tuple[str, int], float]]:
+    """Per stage: (kind, microbatch) -> how long that block ran."""
+    return [{(e["kind"], e["microbatch"]): e["end_s"] - e["start_s"] for e in events} for events in timeline]
+
+
+def replay_timeline(schedule: str, durations: list[dict[tuple[str, int], float]]) -> list[list[dict]]:
+    """The timeline `schedule` gives with these block durations and free, instant hand-overs: each
+    stage runs its `schedule_order` and starts a block as soon as the stage is free and the block's
+    input exists (the neighbour's block, and for a backward the stage's own forward). Set beside the
+    measured timeline, it separates the bubble the schedule makes from the time communication adds.
+    ValueError if the stages' orders wait on each other (a deadlocked schedule)."""
+    stages = len(durations)
+    microbatches = len(durations[0]) // 2 if durations else 0
+    orders = [schedule_order(schedule, stages=stages, stage=s, microbatches=microbatches) for s in range(stages)]
+    ends: dict[tuple[int, str, int], float] = {}
+    timeline: list[list[dict]] = [[] for _ in range(stages)]
+    position, free = [0] * stages, [0.0] * stages
+    while any(position[s] < len(orders[s]) for s in range(stages)):
+        progressed = False
+        for stage in range(stages):
+            if position[stage] == len(orders[stage]):
+                continue
+            kind, microbatch = orders[stage][position[stage]]
+            source = source_stage(kind, stage, stages)
+            needs = [] if source is None else [(source, kind, microbatch)]
+            needs += [(stage, FORWARD, microbatch)] if kind == BACKWARD else []
+            if not all(need in ends for need in needs):
+                continue
+            start = max([free[stage]] + [ends[need] for need in needs])
+            free[stage] = ends[(stage, kind, microbatch)] = start + durations[stage][(kind, microbatch)]
+            timeline[stage].append({"kind": kind, "microbatch": microbatch, "start_s": start, "end_s": free[stage]})
+            position[stage] += 1
+            progressed = True
+        if not progressed:
+            raise ValueError(f"the {schedule} orders wait on each other at positions {position}")
+    return timeline
+
+
+class Links(Protocol):
+    """A stage's point-to-point links to its neighbours for one step."""
+
+    def post_receives(self) -> None:
+        """Post every receive the step will need (before the step's time origin)."""
+
+    def receive(self, kind: str, microbatch: int) -> Any:
+        """Wait for the input of block (kind, microbatch); None when no stage sends it."""
+
+    def send(self, kind: str, microbatch: int, output: Any) -> None:
+        """Start sending a block's output to the stage that needs it (no-op at the pipeline's ends)."""
+
+    def finish(self) -> None:
+        """Wait until every send of the step has completed."""
+
+
+def run_step(order: list[tuple[str, int]], links: Links, compute: Callable[[str, int, Any], Any],
+             start: Callable[[], float], clock: Callable[[], float]) -> dict[str, Any]:
+    """One step of one stage: receives posted, time origin taken (`start`, a barrier), then each
+    block of `order` in turn: wait for its input, compute (timed), start sending its output. The
+    step ends when every send has completed.
+
+    Returns the blocks ("events": kind, microbatch, start_s, end_s), the receive waits ("receives":
+    kind, microbatch, wait_s = when the stage began to wait, received_s = when the data was there)
+    and end_s, all in seconds from the time origin."""
+    links.post_receives()
+    t0 = start()
+    events: list[dict[str, Any]] = []
+    receives: list[dict[str, Any]] = []
+    for kind, microbatch in order:
+        waited = clock() - t0
+        received = links.receive(kind, microbatch)
+        begin = clock() - t0
+        if received is not None:
+            receives.append({"kind": kind, "microbatch": microbatch, "wait_s": waited, "received_s": begin})
+        output = compute(kind, microbatch, received)
+        end = clock() - t0
+        events.append({"kind": kind, "microbatch": microbatch, "start_s": begin, "end_s": end})
+        links.send(kind, microbatch, output)
+    links.finish()
+    return {"events": events, "receives": receives, "end_s": clock() - t0}
+
+
+def transfers(timeline: list[list[dict]], receives: list[list[dict]]) -> list[dict]:
+    """Every hand-over between stages in one step: the sender's block end (`sent_s`: the send is
+    posted right after it), when the receiver began to wait (`wait_s`), when the data was there
+    (`received_s`), and `delay_s` = received_s - max(sent_s, wait_s), the time the hand-over itself
+    cost (0 would be a free wire)."""
+    stages = len(timeline)
+    ends = [{(e["kind"], e["microbatch"]): e["end_s"] for e in events} for events in timeline]
+    found = []
+    for stage, waits in enumerate(receives):
+        for wait in waits:
+            source = source_stage(wait["kind"], stage, stages)
+            if source is None:
+                continue
+            sent = ends[source][(wait["kind"], wait["microbatch"])]
+            found.append({"kind": wait["kind"], "microbatch": wait["microbatch"], "from_stage": source,
+                          "to_stage": stage, "sent_s": sent, "wait_s": wait["wait_s"],
+                          "received_s": wait["received_s"],
+                          "delay_s": wait["received_s"] - max(sent, wait["wait_s"])})
+    return sorted(found, key=lambda t: t["received_s"])
 
 
 # ---------------------------------------------------------------- inside each rank (imports torch)
@@ -59,9 +212,106 @@ def _stage_module(hidden: int, layers: int):
     return nn.Sequential(*(Block() for _ in range(layers)))
 
 
+def _saved_bytes_hooks(module, counter: dict):
+    """saved_tensors_hooks that add the bytes autograd saves (weights and repeats excluded) to counter["bytes"]."""
+    import torch
+
+    weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    seen: set[tuple[int, int]] = set()
+
+    def pack(tensor):
+        key = (tensor.data_ptr(), tensor.numel())
+        if tensor.untyped_storage().data_ptr() not in weights and key not in seen:
+            seen.add(key)
+            counter["bytes"] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+
+class _GlooLinks:
+    """Links over torch.distributed isend/irecv with every receive posted before the step (see the
+    module docstring). One receive buffer per micro-batch and direction; a tag per micro-batch and
+    direction, so each receive matches exactly one send."""
+
+    def __init__(self, *, stage: int, stages: int, microbatches: int, shape: tuple[int, ...], device) -> None:
+        import torch
+
+        self.stage, self.stages, self.microbatches = stage, stages, microbatches
+        self.buffers = {(kind, i): torch.empty(shape, device=device)
+                        for kind in (FORWARD, BACKWARD) if source_stage(kind, stage, stages) is not None
+                        for i in range(microbatches)}
+        self.pending: dict[tuple[str, int], Any] = {}
+        self.sends: list[Any] = []
+
+    def _tag(self, kind: str, microbatch: int) -> int:
+        return microbatch if kind == FORWARD else self.microbatches + microbatch
+
+    def post_receives(self) -> None:
+        import torch.distributed as dist
+
+        for (kind, i), buffer in self.buffers.items():
+            self.pending[(kind, i)] = dist.irecv(buffer, src=source_stage(kind, self.stage, self.stages),
+                                                 tag=self._tag(kind, i))
+
+    def receive(self, kind: str, microbatch: int):
+        work = self.pending.pop((kind, microbatch), None)
+        if work is None:
+            return None
+        work.wait()
+        return self.buffers[(kind, microbatch)]
+
+    def send(self, kind: str, microbatch: int, output) -> None:
+        import torch.distributed as dist
+
+        target = self.stage + 1 if kind == FORWARD else self.stage - 1
+        if output is not None and 0 <= target < self.stages:
+            self.sends.append(dist.isend(output, dst=target, tag=self._tag(kind, microbatch)))
+
+    def finish(self) -> None:
+        for work in self.sends:
+            work.wait()
+        self.sends.clear()
+
+
+class _StageCompute:
+    """One stage's blocks: forward of a micro-batch (the last stage's includes its loss, scaled by
+    1/M as torch's schedules scale the gradients) and backward; the bytes autograd saves per forward."""
+
+    def __init__(self, module, *, first: bool, last: bool, inputs, targets, microbatches: int) -> None:
+        self.module, self.first, self.last = module, first, last
+        self.inputs, self.targets, self.microbatches = inputs, targets, microbatches
+        self.reset()
+
+    def reset(self) -> None:
+        self.saved: dict[int, tuple[Any, Any]] = {}
+        self.saved_bytes: dict[int, int] = {}
+        self.losses: list = []
+
+    def __call__(self, kind: str, microbatch: int, received):
+        import torch
+
+        if kind == FORWARD:
+            source = self.inputs[microbatch] if self.first else received
+            x = source.detach().requires_grad_(True)
+            counter = {"bytes": 0}
+            with _saved_bytes_hooks(self.module, counter):
+                y = self.module(x)
+                if self.last:
+                    y = torch.nn.functional.mse_loss(y, self.targets[microbatch]) / self.microbatches
+            self.saved[microbatch], self.saved_bytes[microbatch] = (x, y), counter["bytes"]
+            if self.last:
+                self.losses.append(y.detach() * self.microbatches)
+                return None
+            return y.detach()
+        x, y = self.saved.pop(microbatch)
+        y.backward(None if self.last else received)
+        return x.grad
+
+
 def _timed_stage_class():
-    """A PipelineStage that records when each micro-batch's forward and backward ran, and the bytes
-    autograd saves for each forward (the activations the stage holds until that backward)."""
+    """A torch PipelineStage (GPU path) that records when each micro-batch's forward and backward
+    ran, and the bytes autograd saves for each forward."""
     import time
 
     import torch
@@ -77,29 +327,18 @@ def _timed_stage_class():
             return time.perf_counter() - self.t0
 
         def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
-            weights = {p.untyped_storage().data_ptr() for p in self.submod.parameters()}
-            seen: set[tuple[int, int]] = set()
-            saved = 0
-
-            def pack(tensor):
-                nonlocal saved
-                key = (tensor.data_ptr(), tensor.numel())
-                if tensor.untyped_storage().data_ptr() not in weights and key not in seen:
-                    seen.add(key)
-                    saved += tensor.numel() * tensor.element_size()
-                return tensor
-
+            counter = {"bytes": 0}
             start = self._now()
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            with _saved_bytes_hooks(self.submod, counter):
                 output = super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
-            self.events.append({"kind": "F", "microbatch": fwd_chunk_id, "start_s": start, "end_s": self._now()})
-            self.saved_bytes[fwd_chunk_id] = saved
+            self.events.append({"kind": FORWARD, "microbatch": fwd_chunk_id, "start_s": start, "end_s": self._now()})
+            self.saved_bytes[fwd_chunk_id] = counter["bytes"]
             return output
 
         def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
             start = self._now()
             result = super().backward_one_chunk(bwd_chunk_id, *args, **kwargs)
-            self.events.append({"kind": "B", "microbatch": bwd_chunk_id, "start_s": start, "end_s": self._now()})
+            self.events.append({"kind": BACKWARD, "microbatch": bwd_chunk_id, "start_s": start, "end_s": self._now()})
             return result
 
     return TimedStage
@@ -140,47 +379,106 @@ def _common_t0(shared_clock: bool, device: str) -> float:
     return float(t0.item())
 
 
-def pipeline_rank(ctx, params: dict) -> dict:
-    """Rank function (tutor.labs.ranks): this rank's stage trained for `steps` steps; per step its
-    forward/backward blocks (seconds from the common t0) and the schedule's end."""
+def _run_queue_wait_s() -> float | None:
+    """Seconds this thread has spent runnable but waiting for a CPU core (the second field of Linux's
+    /proc/thread-self/schedstat, in ns; Documentation/scheduler/sched-stats.rst); None elsewhere."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _core_wait_since(before: float | None) -> float | None:
+    after = _run_queue_wait_s()
+    return None if before is None or after is None else after - before
+
+
+def _torch_schedule_steps(ctx, params: dict, module, inputs, targets, optimizer, shared_clock: bool):
+    """GPU ranks: torch's ScheduleGPipe / Schedule1F1B on a TimedStage, one record per step."""
     import time
 
     import torch
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
+    stage = _timed_stage_class()(module, ctx.rank, ctx.world, torch.device(ctx.device))
+    stage.start_step(time.perf_counter())
+    schedule_class = ScheduleGPipe if params["schedule"] == "gpipe" else Schedule1F1B
+    schedule = schedule_class(stage, params["microbatches"], loss_fn=torch.nn.functional.mse_loss)
+    first, last = ctx.rank == 0, ctx.rank == ctx.world - 1
+    whole_inputs, whole_targets = torch.cat(inputs), torch.cat(targets)
+    for step in range(params["steps"]):
+        if ctx.cancelled():
+            return
+        optimizer.zero_grad()
+        losses: list = []
+        stage.start_step(_common_t0(shared_clock, ctx.device))
+        core_wait = _run_queue_wait_s()
+        if first:
+            schedule.step(whole_inputs.detach().requires_grad_(True))
+        elif last:
+            schedule.step(target=whole_targets, losses=losses)
+        else:
+            schedule.step()
+        end = stage._now()
+        core_wait = _core_wait_since(core_wait)
+        optimizer.step()
+        yield {"events": list(stage.events), "receives": [], "end_s": end, "saved_bytes": dict(stage.saved_bytes),
+               "loss": float(torch.stack(losses).detach().mean()) if losses else None, "core_wait_s": core_wait}
+
+
+def _own_schedule_steps(ctx, params: dict, module, inputs, targets, optimizer, shared_clock: bool):
+    """CPU (gloo) ranks: `schedule_order` run by `run_step` over _GlooLinks, one record per step."""
+    import time
+
+    import torch
+
+    microbatches = params["microbatches"]
+    first, last = ctx.rank == 0, ctx.rank == ctx.world - 1
+    compute = _StageCompute(module, first=first, last=last, inputs=inputs, targets=targets, microbatches=microbatches)
+    links = _GlooLinks(stage=ctx.rank, stages=ctx.world, microbatches=microbatches, shape=tuple(inputs[0].shape),
+                       device=torch.device(ctx.device))
+    order = schedule_order(params["schedule"], stages=ctx.world, stage=ctx.rank, microbatches=microbatches)
+    for _step in range(params["steps"]):
+        if ctx.cancelled():
+            return
+        optimizer.zero_grad()
+        compute.reset()
+        core_wait: list[float | None] = []
+
+        def start() -> float:
+            t0 = _common_t0(shared_clock, ctx.device)
+            core_wait.append(_run_queue_wait_s())
+            return t0
+
+        record = run_step(order, links, compute, start=start, clock=time.perf_counter)
+        record["core_wait_s"] = _core_wait_since(core_wait[0])
+        optimizer.step()
+        record["saved_bytes"] = dict(compute.saved_bytes)
+        record["loss"] = float(torch.stack(compute.losses).mean()) if compute.losses else None
+        yield record
+
+
+def pipeline_rank(ctx, params: dict) -> dict:
+    """Rank function (tutor.labs.ranks): this rank's stage trained for `steps` steps; per step its
+    forward/backward blocks and receive waits (seconds from the common t0) and the step's end."""
+    import torch
+
     hidden, tokens, microbatches = params["hidden"], params["microbatch_tokens"], params["microbatches"]
     device = torch.device(ctx.device)
     torch.manual_seed(params["seed"] + ctx.rank)
     module = _stage_module(hidden, params["layers_per_stage"]).to(device)
-    stage = _timed_stage_class()(module, ctx.rank, ctx.world, device)
-    stage.start_step(time.perf_counter())
-    schedule_class = ScheduleGPipe if params["schedule"] == "gpipe" else Schedule1F1B
-    schedule = schedule_class(stage, microbatches, loss_fn=torch.nn.functional.mse_loss)
     optimizer = torch.optim.SGD(module.parameters(), lr=LEARNING_RATE)
-    first, last = ctx.rank == 0, ctx.rank == ctx.world - 1
     generator = torch.Generator().manual_seed(params["seed"])
-    inputs = torch.randn(microbatches * tokens, hidden, generator=generator).to(device).requires_grad_(True)
-    targets = torch.randn(microbatches * tokens, hidden, generator=generator).to(device)
+    inputs = list(torch.randn(microbatches, tokens, hidden, generator=generator).to(device).unbind(0))
+    targets = list(torch.randn(microbatches, tokens, hidden, generator=generator).to(device).unbind(0))
     shared_clock = _one_clock()
+    # params["torch_schedules"] (not a lab parameter) lets tests run torch's schedules on CPU ranks.
+    run = _torch_schedule_steps if params.get("torch_schedules", ctx.backend == "nccl") else _own_schedule_steps
     steps: list[dict[str, Any]] = []
-    for step in range(params["steps"]):
-        if ctx.cancelled():
-            break
-        optimizer.zero_grad()
-        inputs.grad = None
-        losses: list = []
-        stage.start_step(_common_t0(shared_clock, ctx.device))
-        if first:
-            schedule.step(inputs)
-        elif last:
-            schedule.step(target=targets, losses=losses)
-        else:
-            schedule.step()
-        end = stage._now()
-        optimizer.step()
-        steps.append({"events": list(stage.events), "end_s": end, "saved_bytes": dict(stage.saved_bytes),
-                      "loss": float(torch.stack(losses).detach().mean()) if losses else None})
-        ctx.progress((step + 1) / params["steps"], f"step {step + 1} of {params['steps']}")
+    for record in run(ctx, params, module, inputs, targets, optimizer, shared_clock):
+        steps.append(record)
+        ctx.progress(len(steps) / params["steps"], f"step {len(steps)} of {params['steps']}")
     return {"rank": ctx.rank, "device": ctx.device, "steps": steps}
 
 
@@ -213,6 +511,17 @@ def peak_in_flight(events: list[dict]) -> int:
     return peak
 
 
+def transfer_delay_summary(handovers: list[dict]) -> dict | None:
+    """Median and largest hand-over delay of one step (see `transfers`); None without hand-overs
+    (GPU ranks, whose receives torch's schedules post)."""
+    delays = sorted(t["delay_s"] for t in handovers)
+    if not delays:
+        return None
+    middle = len(delays) // 2
+    median = delays[middle] if len(delays) % 2 else (delays[middle - 1] + delays[middle]) / 2
+    return {"median": median, "max": delays[-1], "count": len(delays)}
+
+
 def _check(params: dict) -> None:
     if params["schedule"] == "1f1b" and params["microbatches"] < params["stages"]:
         raise UserError(f"pipeline: 1f1b needs at least as many micro-batches as stages "
@@ -224,12 +533,13 @@ def _check(params: dict) -> None:
 
 def _stage_memory_bytes(params: dict) -> int:
     """One stage's working set, fp32: weights, gradients and the SGD step's copy of them; inputs and
-    targets of every micro-batch; and the activations of every micro-batch in flight (GPipe holds all M),
-    each block saving its input, its 4h-wide pre-activation and the GELU of it per token."""
+    targets of every micro-batch, and the receive buffers (one per micro-batch and direction); and
+    the activations of every micro-batch in flight (GPipe holds all M), each block saving its input,
+    its 4h-wide pre-activation and the GELU of it per token."""
     hidden, layers, tokens, microbatches = (params["hidden"], params["layers_per_stage"], params["microbatch_tokens"],
                                             params["microbatches"])
     weights = layers * (2 * FFN_MULTIPLIER * hidden * hidden + (FFN_MULTIPLIER + 1) * hidden)
-    data = 2 * microbatches * tokens * hidden
+    data = 4 * microbatches * tokens * hidden  # inputs, targets, and a receive buffer per micro-batch each way
     activations = microbatches * tokens * hidden * (1 + 2 * FFN_MULTIPLIER) * layers
     return 4 * (3 * weights + data + activations)
 
@@ -293,11 +603,18 @@ def _pipeline(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
                           "activation_bytes_per_microbatch": per_microbatch,
                           "peak_activation_bytes": held * per_microbatch})
     losses = [step["loss"] for step in results[-1]["steps"] if step["loss"] is not None]
+    handovers = transfers(timeline, [r["steps"][chosen].get("receives", []) for r in results])
+    replayed = replay_timeline(schedule, block_durations(timeline))
+    free_handovers = measured_bubble_fraction(replayed, step_time(replayed, [0.0] * stages))
+    core_waits = [r["steps"][chosen].get("core_wait_s") for r in results]
+    core_wait_share = None if None in core_waits else sum(core_waits) / (stages * span)
     details = {"bubble_fraction": {"measured": bubble, "theory": theory},
                "schedule": schedule, "stages": stages, "microbatches": microbatches,
-               "step_s": span, "timeline": timeline,
+               "step_s": span, "timeline": timeline, "transfers": handovers,
+               "transfer_delay_s": transfer_delay_summary(handovers),
                "bubble_per_step": [round(fraction, 6) for fraction, _i, _s in per_step],
-               "in_flight": in_flight, "losses": losses}
+               "bubble_with_free_handovers": free_handovers,
+               "in_flight": in_flight, "losses": losses, "core_wait_share": core_wait_share}
     metrics = {"bubble_measured": bubble, "bubble_theory": theory, "bubble_over_theory": bubble / theory if theory else 0.0,
                "step_s": span, "peak_in_flight_first_stage": float(in_flight[0]["measured"])}
     progress(1.0, "done")
@@ -313,6 +630,23 @@ def _rows(details: dict) -> list[Measurement]:
                         theory_source=f"(P-1)/(M+P-1) with P={stages}, M={microbatches} (GPipe §2.3)",
                         note=f"median of {len(spread)} steps; idle includes send/recv waits"),
             Measurement("step time", details["step_s"], "s", note=f"{details['schedule']}, {stages} stages")]
+    if details.get("bubble_with_free_handovers") is not None:
+        rows.append(Measurement("bubble if hand-overs were free", details["bubble_with_free_handovers"], "",
+                                theory=details["bubble_fraction"]["theory"],
+                                theory_source="the formula assumes equal blocks",
+                                note="the measured blocks replayed through the schedule; the measured bubble's "
+                                     "rest is hand-overs and waiting"))
+    delay = details.get("transfer_delay_s")
+    if delay:
+        from tutor.formatting import format_duration
+
+        rows.append(Measurement("hand-over to the next stage, median", delay["median"], "s",
+                                note=f"longest {format_duration(delay['max'])} of {delay['count']}; block end (or wait "
+                                     f"start) to arrival"))
+    if details.get("core_wait_share") is not None:
+        rows.append(Measurement("waiting for a free CPU core: share of the step", details["core_wait_share"], "",
+                                note="stages ready to run while other programs held the cores (Linux schedstat); "
+                                     "a quiet machine shows about 0"))
     for entry in details["in_flight"]:
         rows.append(Measurement(f"stage {entry['stage']}: micro-batches in flight at most", float(entry["measured"]), "",
                                 theory=float(entry["theory"]),
@@ -396,8 +730,9 @@ def render_pipeline(result: ProbeResult):
 PIPELINE = make_probe(
     name="pipeline",
     title="Pipeline parallelism for real",
-    description="Splits a small model into stages on local ranks, trains it with torch's GPipe or 1F1B schedule, "
-                "times every micro-batch's forward and backward, and sets the measured bubble beside (P-1)/(M+P-1).",
+    description="Splits a small model into stages on local ranks, trains it with the GPipe or 1F1B schedule, "
+                "times every micro-batch's forward, backward and hand-over between stages, and sets the measured "
+                "bubble beside (P-1)/(M+P-1).",
     needs_torch=True,
     params=(
         Param("stages", "int", 2, "pipeline stages, one local process each", minimum=2, maximum=16),
@@ -406,7 +741,7 @@ PIPELINE = make_probe(
               "one backward", choices=SCHEDULES),
         Param("hidden", "int", 256, "hidden size", minimum=8, maximum=1024),
         Param("layers_per_stage", "int", 2, "MLP blocks on each stage", minimum=1, maximum=8),
-        Param("microbatch_tokens", "int", 512, "rows (tokens) per micro-batch; more makes each block longer "
+        Param("microbatch_tokens", "int", 1024, "rows (tokens) per micro-batch; more makes each block longer "
               "against the send/recv", minimum=1, maximum=8192),
         Param("steps", "int", 4, "training steps; the first warms up and is not counted", minimum=2, maximum=50),
         Param("seed", "int", 0, "random seed", minimum=0, maximum=2**31 - 1),

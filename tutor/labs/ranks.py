@@ -254,8 +254,8 @@ def _rank_main(fn: RankFn, params: dict, rank: int, world: int, port: int, backe
             os._exit(1)
     try:
         dist.destroy_process_group()
-    except Exception:  # the result is already with the parent
-        pass
+    except (RuntimeError, ValueError):  # DistBackendError, or "not initialized": the result is already
+        pass  # with the parent
     conn.close()
 
 

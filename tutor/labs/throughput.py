@@ -13,6 +13,7 @@ import itertools
 import threading
 import time
 
+from tutor.formatting import format_bytes, format_rate
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import (
     Param,
@@ -56,6 +57,39 @@ def _matmul_summary(rates: dict[str, float], device: str, busy, any_noisy: bool)
     return summary
 
 
+def largest_matmul_bytes(device: str, dtypes: list[str]) -> int:
+    """Bytes of the largest shape the sweep may prepare: A, B and C (tutor.bench.matmul._TorchCase) of
+    the top of the size ladder, grown by the 5/4 neighbour shapes it times around the headline."""
+    from tutor.bench.matmul import CPU_LADDER, GPU_LADDER
+
+    side = max(CPU_LADDER if device == "cpu" else GPU_LADDER) * 5 // 4
+    element = max((2 if dtype in ("bf16", "fp16") else 4 for dtype in dtypes), default=4)
+    return 3 * side * side * element
+
+
+def _check_matmul_memory(device: str, dtypes: list[str]) -> None:
+    """The sizes grow with the budget, not with a parameter, so only the memory of the largest can be
+    too much; the time is the budget's."""
+    from tutor.labs.limits import check_lab_fits
+
+    need = largest_matmul_bytes(device, dtypes)
+    check_lab_fits("matmul", memory_bytes=need, memory_what="A, B and C of the largest shape the sweep may time",
+                   device=device, fix="free some memory, or measure on another device")
+
+
+def _check_bandwidth_memory(device: str, machine) -> None:
+    """The three STREAM arrays memory_bandwidth will allocate (tutor.bench.bandwidth's sizing rule)."""
+    from tutor.bench.bandwidth import ELEMENT_BYTES, GPU_MIN_ARRAY_BYTES, _cache_bytes, _free_bytes, stream_array_elements
+    from tutor.labs.limits import check_lab_fits
+
+    cache, _ = _cache_bytes(device, machine)
+    free = _free_bytes(device)
+    elements, _ = stream_array_elements(cache, free, min_array_bytes=0 if device == "cpu" else GPU_MIN_ARRAY_BYTES)
+    check_lab_fits("bandwidth", memory_bytes=3 * elements * ELEMENT_BYTES,
+                   memory_what=f"three arrays of {format_bytes(elements * ELEMENT_BYTES)}", device=device,
+                   available=free, fix="free some memory, or measure on another device")
+
+
 def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     progress(0.0, "loading torch")
     from tutor.bench.busy import BusyMeter
@@ -65,6 +99,7 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
     device = resolve_device(params["device"])
     supported = supported_matmul_dtypes(device)
     machine = detect_machine()
+    _check_matmul_memory(device, [dtype for dtype in params["dtypes"] if dtype in supported])
     if cancel.is_set():
         return ProbeResult("matmul", (), {}, "cancelled before anything was measured", True, device)
     progress(0.0, f"warming up torch on {device}")
@@ -169,6 +204,7 @@ def _bandwidth(params: dict, progress: ProgressFn, cancel: threading.Event) -> P
 
     device = resolve_device(params["device"])
     machine = detect_machine()
+    _check_bandwidth_memory(device, machine)
     if cancel.is_set():
         return ProbeResult("bandwidth", (), {}, "cancelled before the arrays were filled", True, device)
     progress(0.05, f"filling arrays on {device}")
@@ -187,7 +223,7 @@ def _bandwidth(params: dict, progress: ProgressFn, cancel: threading.Event) -> P
             note="; ".join((result.bytes_counting,) + result.notes), rate=True))
     progress(1.0, "done")
     cancelled = cancel.is_set() or len(results) < len(params["ops"])
-    summary = ", ".join(f"{op} {value:.3g}" for op, value in
+    summary = ", ".join(f"{op} {format_rate(value, 'GB/s')}" for op, value in
                         ((key.removeprefix("gbps_"), value) for key, value in metrics.items()))
     return ProbeResult(probe="bandwidth", rows=tuple(rows), metrics=metrics,
                        summary=f"{summary or 'nothing measured'} GB/s on {device}", cancelled=cancelled, device=device)

@@ -37,6 +37,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from tutor.formatting import format_bytes
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 
@@ -269,8 +270,8 @@ def zero_result(reports: list[dict], params: dict) -> ProbeResult:
                             f"ZeRO paper §7: {'3Ψ' if stage == 3 else '2Ψ'} x 4 B x (n-1)/n (ring)",
                             ", ".join(f"{count} {op}" for op, count in sorted(calls.items()))))
     summary = (f"stage {stage} on {world} ranks: optimizer states {ratio:.2f}x smaller per rank "
-               f"(theory {world}x); {max(comm) / 2**20:.3g} MiB sent per step vs "
-               f"{comm_theory.bytes_per_rank / 2**20:.3g} MiB in theory")
+               f"(theory {world}x); {format_bytes(max(comm))} sent per step vs "
+               f"{format_bytes(comm_theory.bytes_per_rank)} in theory")
     return ProbeResult(probe="zero", rows=tuple(rows), metrics=metrics, summary=summary,
                        device=reports[0]["device"], details=details)
 
@@ -288,7 +289,7 @@ def render_zero(result: ProbeResult) -> Any:
     for column in ("rank", "category", "", "bytes", ""):
         table.add_column(column)
     largest = max([r[f"{cat}_bytes"]["replicated"] for r in ranks for cat in CATEGORIES] or [0]) or 1
-    width = 36
+    width = 28  # the bars' column: the table stays within 80 columns
     styles = {"parameters": "cyan", "gradients": "yellow", "optimizer": "magenta"}
     for r in ranks:
         for index, cat in enumerate(CATEGORIES):

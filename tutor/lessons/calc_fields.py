@@ -27,7 +27,7 @@ def _text(value: Any, name: str) -> str:
 
 
 def _check_model(value: Any) -> str:
-    from tutor.theory.models import load_preset
+    from tutor.model_files import load_preset
 
     load_preset(_text(value, "model"))
     return value.strip().lower()

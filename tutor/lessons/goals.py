@@ -60,7 +60,7 @@ def check_goal(calc: Calc, values: dict[str, Any]) -> GoalCheck:
     meet the block's goal. UserError when the values make no sense (the calculator shows that)."""
     from tutor.lessons.calc_fields import CALC_FIELDS, fit_request
     from tutor.theory import fit as fitting
-    from tutor.theory.models import resolve_model
+    from tutor.model_files import resolve_model
 
     goal = calc.goal
     if goal is None:

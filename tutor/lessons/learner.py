@@ -19,7 +19,10 @@ from typing import Any
 
 from tutor.errors import UserError
 from tutor.lessons.model import Block, Calc, Measure, Predict, Prose, Quiz
-from tutor.lessons.values import VALUE_PATTERN, evaluate, render_values
+from tutor.hardware.machine import Machine
+from tutor.lessons.values import VALUE_PATTERN, DeviceFigures, evaluate, render_values
+
+LessonDevice = DeviceFigures | Machine | None  # the device a lesson's values are computed for
 
 MAX_DRAW_COMBINATIONS = 64
 """The lint checks every combination of a block's draws up to this many, else a fixed sample."""
@@ -87,11 +90,11 @@ def personalise(block: Block, *, learner_id: str, lesson_id: str, round_: int = 
     return personal
 
 
-def _render(text: str, device: Any, draw: dict[str, Any]) -> str:
+def _render(text: str, device: LessonDevice, draw: dict[str, Any]) -> str:
     return render_values(text, device=device, draw=draw) if "{{" in text else text
 
 
-def resolve_params(params: dict[str, Any], *, device: Any = None, draw: dict[str, Any] | None = None) -> dict[str, Any]:
+def resolve_params(params: dict[str, Any], *, device: LessonDevice = None, draw: dict[str, Any] | None = None) -> dict[str, Any]:
     """A probe's params with each value written as the string "{{ expr }}" replaced by the expression's
     value, typed (so `seq = "{{ draw.seq }}"` gives the int drawn)."""
     resolved = {}
@@ -101,7 +104,7 @@ def resolve_params(params: dict[str, Any], *, device: Any = None, draw: dict[str
     return resolved
 
 
-def render_block(block: Block, *, device: Any = None) -> Block:
+def render_block(block: Block, *, device: LessonDevice = None) -> Block:
     """The block with `{{ }}` computed in every learner-facing text (and predict params); UserError
     naming the expression when one fails. Works on a personalised block (its draws) or a raw one
     (each draw's first value)."""
@@ -128,7 +131,7 @@ def render_block(block: Block, *, device: Any = None) -> Block:
     return block
 
 
-def learner_view(block: Block, *, learner_id: str, lesson_id: str, device: Any = None, round_: int = 0) -> Block:
+def learner_view(block: Block, *, learner_id: str, lesson_id: str, device: LessonDevice = None, round_: int = 0) -> Block:
     """personalise() then render_block(): what the app shows this learner."""
     return render_block(personalise(block, learner_id=learner_id, lesson_id=lesson_id, round_=round_), device=device)
 

@@ -36,6 +36,7 @@ from tutor.errors import UserError
 if TYPE_CHECKING:
     from tutor.hardware.machine import Machine
     from tutor.hardware.specs import GpuSpec
+    from tutor.theory.fit import Suggestion
     from tutor.theory.formats import NumberFormat
     from tutor.theory.models import Architecture, ParamCount
 
@@ -127,7 +128,8 @@ def device_figures(machine: Machine, device: str = "auto") -> DeviceFigures:
 @lru_cache(maxsize=64)
 def preset(name: str) -> Architecture:
     """The Architecture of a bundled model preset (tutor.theory.models), e.g. preset("llama-3.1-8b")."""
-    from tutor.theory.models import architecture_from_config, load_preset
+    from tutor.model_files import load_preset
+    from tutor.theory.models import architecture_from_config
 
     config, info = load_preset(name)
     return architecture_from_config(config, info.display_name)
@@ -139,6 +141,14 @@ def params(name: str) -> ParamCount:
     from tutor.theory.models import count_parameters
 
     return count_parameters(preset(name))
+
+
+def flags(suggestion: Suggestion) -> str:
+    """A fit suggestion as the `tensor-tutor fit` flags that make it: flags(fit.suggestions(...)[0]) ->
+    "--tp 8 --sp (8 devices)" (tutor.theory.fit gives the changes; the command phrases them)."""
+    from tutor.commands.fit import change_flags
+
+    return change_flags(suggestion)
 
 
 def fmt(name: str) -> NumberFormat:
@@ -202,8 +212,6 @@ class _ModuleView:
         return sorted(self._names)
 
 
-READS_FILES = frozenset({"load_config", "resolve_model", "read_safetensors_header"})
-"""Theory functions that open a path they are given: never offered to a lesson (no file access outside it)."""
 MATH_NAMES = ("ceil", "floor", "trunc", "log", "log2", "log10", "exp", "sqrt", "isqrt", "pow", "fabs", "hypot",
               "copysign", "frexp", "ldexp", "gcd", "isfinite", "isinf", "isnan", "isclose", "pi", "e", "tau",
               "inf", "nan")
@@ -212,10 +220,11 @@ MATH_NAMES = ("ceil", "floor", "trunc", "log", "log2", "log10", "exp", "sqrt", "
 
 def _public_view(module: ModuleType) -> _ModuleView:
     """A theory module's public names, without what it merely imports (os, json, re, other modules'
-    functions) and without READS_FILES, so that `models.os` or `models.load_config` is not reachable."""
+    functions), so that `models.os` is not reachable. tutor.theory reads no files (tests/test_theory_purity.py),
+    so nothing offered here can open a path."""
     names = {}
     for name, value in vars(module).items():
-        if name.startswith("_") or isinstance(value, ModuleType) or name in READS_FILES:
+        if name.startswith("_") or isinstance(value, ModuleType):
             continue
         origin = getattr(value, "__module__", None)
         if isinstance(value, (type, FunctionType, BuiltinFunctionType)) and not (origin or "").startswith("tutor."):
@@ -265,7 +274,7 @@ def _base_namespace() -> MappingProxyType:
     return MappingProxyType({
         **{name: _public_view(module) for name, module in theory.items()},
         "math": _ModuleView("math", {name: getattr(math, name) for name in MATH_NAMES}),
-        "preset": preset, "params": params, "fmt": fmt, "gb": gb, "gib": gib, "count": count, "num": num,
+        "preset": preset, "params": params, "flags": flags, "fmt": fmt, "gb": gb, "gib": gib, "count": count, "num": num,
     })
 
 

@@ -947,92 +947,130 @@ def largest_seq_len(arch: Architecture, request: FitRequest, capacity: int, uppe
 
 
 @dataclass(frozen=True)
-class Suggestion:
-    """A change to the request, and the worst device's total memory with it."""
+class Change:
+    """One field of a FitRequest set to a new value (the front ends phrase it: a flag, a form field)."""
 
-    change: str
+    field: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """Changes to the request that make it fit, why (empty when the change says it), and the worst
+    device's total memory with them; `request` is the request with the changes made."""
+
+    changes: tuple[Change, ...]
+    reason: str
     request: FitRequest
     total: int
 
+    @property
+    def kind(self) -> frozenset[str]:
+        """The fields the suggestion sets: of each kind only the smallest change that fits is offered."""
+        return frozenset(change.field for change in self.changes)
 
-def _candidate_changes(arch: Architecture, request: FitRequest) -> list[tuple[str, FitRequest]]:
-    candidates: list[tuple[str, FitRequest]] = []
+    @property
+    def devices(self) -> int:
+        """The devices the changed layout spans (FitRequest.devices)."""
+        return self.request.devices
+
+    @property
+    def changes_layout(self) -> bool:
+        """Whether the suggestion sets dp, tp or pp, the factors of the device count."""
+        return bool(self.kind & {"dp", "tp", "pp"})
+
+
+@dataclass(frozen=True)
+class _Plan:
+    changes: tuple[Change, ...]
+    reason: str = ""
+
+
+def _plan(reason: str = "", **fields: object) -> _Plan:
+    """A candidate change, its fields in the order given (the order the front ends name them)."""
+    return _Plan(tuple(Change(name, value) for name, value in fields.items()), reason)
+
+
+def _with_ep(request: FitRequest, plan: _Plan, ep: int) -> _Plan:
+    """`plan` with expert parallelism `ep`. Experts are carved out of dp, so a plan that changes dp or the
+    layout may have to reset ep; that reset is part of the advice, named like any other change."""
+    if ep == request.ep:
+        return plan
+    return _Plan(plan.changes + (Change("ep", ep),), plan.reason)
+
+
+def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
+    plans: list[_Plan] = []
     heads = arch.num_heads
     if request.mode == "inference":
         if (request.kv_dtype or "bf16") not in ("fp8", "int8"):
-            candidates.append(("--kv-dtype fp8 (halves the KV cache)", replace(request, kv_dtype="fp8")))
+            plans.append(_plan("halves the KV cache", kv_dtype="fp8"))
         for fmt in ("fp8", "int4", "nf4"):
             if weight_format(request.dtype).bits_per_weight > weight_format(fmt).bits_per_weight:
-                candidates.append((f"--dtype {fmt}", replace(request, dtype=fmt)))
+                plans.append(_plan(dtype=fmt))
         if request.seq_len > 1024:
-            candidates.append((f"--seq {request.seq_len // 2} (half the context)",
-                               replace(request, seq_len=request.seq_len // 2)))
+            plans.append(_plan("half the context", seq_len=request.seq_len // 2))
         if request.batch > 1:
-            candidates.append(("--batch 1", replace(request, batch=1)))
+            plans.append(_plan(batch=1))
         for tp in (2, 4, 8, 16, 32, 64):
             if tp > request.tp and heads % tp == 0:
-                candidates.append((f"--tp {tp} ({tp * request.pp * request.dp} devices)", replace(request, tp=tp)))
+                plans.append(_plan(tp=tp))
         for fmt in ("fp8", "int4"):
             if weight_format(request.dtype).bits_per_weight > weight_format(fmt).bits_per_weight:
                 for tp in (2, 4, 8, 16, 32, 64):
                     if tp > request.tp and heads % tp == 0:
-                        candidates.append((f"--dtype {fmt} --tp {tp} ({tp * request.pp * request.dp} devices)",
-                                           replace(request, dtype=fmt, tp=tp)))
-        return candidates
+                        plans.append(_plan(dtype=fmt, tp=tp))
+        return plans
     if request.recompute != "full":
         for mode in ("selective", "full"):
             if RECOMPUTE_MODES.index(mode) > RECOMPUTE_MODES.index(request.recompute):
-                candidates.append((f"--recompute {mode}", replace(request, recompute=mode)))
+                plans.append(_plan(recompute=mode))
     if request.batch > 1:
-        candidates.append(("--batch 1 (gradient accumulation keeps the global batch)", replace(request, batch=1)))
+        plans.append(_plan("gradient accumulation keeps the global batch", batch=1))
     if request.adapter and set(request.lora_targets) - set(ATTENTION_TARGETS):
-        candidates.append(("--lora-targets q,k,v,o (adapt attention only)",
-                           replace(request, lora_targets=ATTENTION_TARGETS)))
+        plans.append(_plan("adapt attention only", lora_targets=ATTENTION_TARGETS))
     if not request.adapter:
-        candidates.append(("--recipe lora (frozen base, train adapters)", replace(request, recipe="lora")))
-        candidates.append(("--recipe qlora (4-bit base + adapters)", replace(request, recipe="qlora")))
+        plans.append(_plan("frozen base, train adapters", recipe="lora"))
+        plans.append(_plan("4-bit base + adapters", recipe="qlora"))
         if request.optimizer in ("adam", "adamw"):
-            candidates.append(("--optimizer adam-8bit", replace(request, optimizer="adam-8bit")))
+            plans.append(_plan(optimizer="adam-8bit"))
         for dp in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
             if dp > request.dp:
-                devices = dp * request.tp * request.pp
-                candidates.append((f"--zero 3 --dp {dp} ({devices} devices)",
-                                   replace(request, zero=3, dp=dp, ep=request.ep if dp % request.ep == 0 else 1)))
+                plans.append(_with_ep(request, _plan(zero=3, dp=dp), request.ep if dp % request.ep == 0 else 1))
     for tp in (2, 4, 8):
         if tp > request.tp and heads % tp == 0:
-            candidates.append((f"--tp {tp} --sp", replace(request, tp=tp, sequence_parallel=True)))
+            plans.append(_plan(tp=tp, sequence_parallel=True))
     if not request.adapter:
         # Combined plans, as large runs use them: full recompute with sharded states, then with TP.
-        base = replace(request, recompute="full")
         tp8 = 8 if heads % 8 == 0 and request.tp < 8 else request.tp
         for dp in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
             if dp > request.dp:
-                candidates.append((f"--recompute full --zero 3 --dp {dp} ({dp * request.tp * request.pp} devices)",
-                                   replace(base, zero=3, dp=dp, ep=request.ep if dp % request.ep == 0 else 1)))
+                plans.append(_with_ep(request, _plan(recompute="full", zero=3, dp=dp),
+                                      request.ep if dp % request.ep == 0 else 1))
         for dp in (1, 2, 4, 8, 16, 32, 64, 128):
-            candidates.append((f"--recompute full --tp {tp8} --sp --zero 3 --dp {dp} ({dp * tp8 * request.pp} devices)",
-                               replace(base, tp=tp8, sequence_parallel=True, zero=3, dp=dp, ep=1)))
-    return candidates
+            plans.append(_with_ep(request, _plan(recompute="full", tp=tp8, sequence_parallel=True, zero=3, dp=dp), 1))
+    return plans
 
 
 def suggestions(arch: Architecture, request: FitRequest, capacity: int, limit: int = 4) -> list[Suggestion]:
-    """Single changes to the request that make the worst device fit `capacity`, cheapest first.
+    """Changes to the request that make the worst device fit `capacity`, cheapest first.
 
     Changes are tried in the order a practitioner would (no extra hardware before more hardware);
-    of each kind of change (the flags it sets) only the first, i.e. smallest, that fits is kept.
+    of each kind of change (the set of fields it sets) only the first, i.e. smallest, that fits is kept.
     """
     found: list[Suggestion] = []
-    kinds_done: set[str] = set()
-    for change, candidate in _candidate_changes(arch, request):
-        kind = " ".join(word for word in change.split() if word.startswith("--"))
+    kinds_done: set[frozenset[str]] = set()
+    for plan in _candidate_plans(arch, request):
+        kind = frozenset(change.field for change in plan.changes)
         if kind in kinds_done:
             continue
+        candidate = replace(request, **{change.field: change.value for change in plan.changes})
         try:
             total = estimate(arch, candidate).worst.total
         except UserError:
             continue
         if total <= capacity:
-            found.append(Suggestion(change, candidate, total))
+            found.append(Suggestion(plan.changes, plan.reason, candidate, total))
             kinds_done.add(kind)
             if len(found) >= limit:
                 break

@@ -6,20 +6,14 @@ transformers modelling code for that `model_type`, weight by weight and bias by 
 count published for the shipped presets is reproduced to the parameter (tests/test_models.py;
 each with its source in tutor/presets/index.json).
 
-Presets are the published config.json files of popular models, shipped in `tutor/presets/`.
-Standard library only.
+Reading config.json files and the shipped presets is tutor.model_files' job: this module takes the
+config as a dict. Standard library only, no file access.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-import os
-import stat
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from importlib import resources
-from pathlib import Path
+from functools import cached_property
 from typing import Any
 
 from tutor.errors import UserError
@@ -37,7 +31,6 @@ _MAX_LAYERS = 10_000
 _MAX_VOCAB = 2**31
 _MAX_EXPERTS = 2**16
 _MAX_POSITIONS = 2**40
-_MAX_CONFIG_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -693,182 +686,3 @@ def matmul_parameters(arch: Architecture) -> int:
     n_moe = arch.moe_layers
     return (arch.num_layers * attention + (arch.num_layers - n_moe) * dense + n_moe * moe
             + arch.vocab_size * h)
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading configs and presets
-
-
-def load_config(path: str | os.PathLike[str]) -> dict:
-    """Read a config.json file, or the config.json inside a model folder, as a dict.
-
-    Missing, unreadable, binary, malformed, empty or non-object files raise UserError.
-    """
-    try:
-        target = Path(path)
-        is_dir, exists = target.is_dir(), target.exists()
-        if is_dir:
-            folder, target = target, target / "config.json"
-            if not target.is_file():
-                raise UserError(f"no config.json in folder {shown(folder)}; point at a model folder or a config.json file")
-    except (TypeError, ValueError, OSError) as exc:
-        if isinstance(exc, UserError):
-            raise
-        raise UserError(f"not a usable file path: {str(path)[:120]!r}") from None
-    if not is_dir and not exists:
-        raise UserError(f"no such file: {shown(target)}")
-    try:
-        # A FIFO, socket or device would block open() or read() forever: only regular files are read.
-        regular = stat.S_ISREG(target.stat().st_mode)
-    except OSError as exc:
-        raise UserError(f"cannot read {shown(target)}: {exc.strerror or exc}") from None
-    if not regular:
-        raise UserError(f"{shown(target)} is not a regular file (a pipe, socket or device?); give a config.json")
-    try:
-        with target.open("rb") as handle:
-            raw = handle.read(_MAX_CONFIG_BYTES + 1)  # bounded: the path may be a weights file or a device
-    except OSError as exc:
-        raise UserError(f"cannot read {shown(target)}: {exc.strerror or exc}") from None
-    if len(raw) > _MAX_CONFIG_BYTES:
-        raise UserError(f"{shown(target)} is over {_MAX_CONFIG_BYTES // 2**20} MiB; a config.json is a few kilobytes (a weights file?)")
-    if not raw.strip():
-        raise UserError(f"{shown(target)} is empty; expected a JSON object like a Hugging Face config.json")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UserError(f"{shown(target)} is not a UTF-8 text file (binary?); expected a config.json") from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{shown(target)} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    except RecursionError:
-        raise UserError(f"{shown(target)} is nested too deeply to be a config.json") from None
-    if not isinstance(config, dict):
-        raise UserError(f"{shown(target)} holds a JSON {type(config).__name__}; a config.json must be a JSON object")
-    return config
-
-
-@dataclass(frozen=True)
-class PublishedCount:
-    """A parameter count as published: exact (an integer) or rounded text like "7.61B"."""
-
-    text: str
-    source: str
-
-    @property
-    def exact(self) -> bool:
-        return self.text.isdigit()
-
-    @property
-    def value(self) -> float:
-        """The published number: the integer, or the rounded figure (B = 1e9, M = 1e6)."""
-        if self.exact:
-            return int(self.text)
-        return float(self.text[:-1]) * {"B": 1e9, "M": 1e6}[self.text[-1]]
-
-    @property
-    def resolution(self) -> float:
-        """One unit of the last published digit (0.01e9 for "7.61B"); 0 for exact counts."""
-        if self.exact:
-            return 0.0
-        digits = self.text[:-1]
-        decimals = len(digits.split(".")[1]) if "." in digits else 0
-        return 10.0 ** -decimals * {"B": 1e9, "M": 1e6}[self.text[-1]]
-
-
-@dataclass(frozen=True)
-class PresetInfo:
-    """What the preset index says about one shipped model config."""
-
-    name: str
-    display_name: str
-    hf_repo: str
-    config_source: str
-    total: PublishedCount | None
-    active: PublishedCount | None = None
-    non_embedding: PublishedCount | None = None
-    stored_elements: PublishedCount | None = None  # Hub API safetensors.total (may include buffers)
-    notes: str = ""
-
-
-_PRESET_PACKAGE = "tutor.presets"
-
-
-@lru_cache(maxsize=1)
-def _preset_index() -> dict[str, dict]:
-    try:
-        text = resources.files(_PRESET_PACKAGE).joinpath("index.json").read_text(encoding="utf-8")
-    except (OSError, ModuleNotFoundError) as exc:  # a broken install, not a user mistake
-        raise UserError(f"the preset index is missing from this installation ({exc}); reinstall tensor-tutor") from None
-    return json.loads(text)["presets"]
-
-
-def _published(entry: dict, key: str) -> PublishedCount | None:
-    value = entry.get(key)
-    return PublishedCount(str(value["value"]), value["source"]) if value else None
-
-
-def _preset_info(name: str, entry: dict) -> PresetInfo:
-    return PresetInfo(
-        name=name, display_name=entry["display_name"], hf_repo=entry["hf_repo"],
-        config_source=entry["config_source"], total=_published(entry, "total"),
-        active=_published(entry, "active"), non_embedding=_published(entry, "non_embedding"),
-        stored_elements=_published(entry, "stored_elements"), notes=entry.get("notes", ""),
-    )
-
-
-def list_presets() -> list[PresetInfo]:
-    """Every shipped preset, in index order."""
-    return [_preset_info(name, entry) for name, entry in _preset_index().items()]
-
-
-def _unknown_preset(name: str) -> UserError:
-    names = list(_preset_index())
-    key = name.strip().lower()
-    starting = [n for n in names if key and n.startswith(key)]
-    close = list(dict.fromkeys(starting + difflib.get_close_matches(key, names, n=3, cutoff=0.5)))[:3]
-    hint = f"did you mean {', '.join(close)}?" if close else f"presets include {', '.join(names[:6])}, ..."
-    return UserError(f"unknown model preset {name!r}: {hint} (or give a config.json path or a model folder)"[:300])
-
-
-def load_preset(name: str) -> tuple[dict, PresetInfo]:
-    """The published config.json of a preset (case-insensitive name) and its index entry."""
-    if not isinstance(name, str):
-        raise UserError("a preset name must be text, such as llama-3.1-8b")
-    key = name.strip().lower()
-    entry = _preset_index().get(key)
-    if entry is None:
-        raise _unknown_preset(name)
-    try:
-        text = resources.files(_PRESET_PACKAGE).joinpath(f"{key}.json").read_text(encoding="utf-8")
-    except OSError as exc:  # listed in the index but not shipped: a broken install
-        raise UserError(f"preset {key} is missing from this installation ({exc}); reinstall tensor-tutor") from None
-    return json.loads(text), _preset_info(key, entry)
-
-
-def resolve_model(spec: str) -> tuple[Architecture, str]:
-    """A preset name, a config.json path or a model folder -> (Architecture, where it came from)."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise UserError("give a model: a preset name such as llama-3.1-8b, a config.json path or a model folder")
-    spec = spec.strip()
-    if spec.lower() in _preset_index():
-        config, info = load_preset(spec)
-        return architecture_from_config(config, info.display_name), f"preset {info.name} ({info.hf_repo} config.json)"
-    try:
-        path = Path(os.path.expanduser(spec))  # unlike Path.expanduser, never raises on "~nobody"
-        exists = path.exists()
-    except (OSError, ValueError):  # a NUL byte or an over-long name is not a path on this system
-        path, exists = Path(), False
-    if exists:
-        config = load_config(path)
-        folder = path if path.is_dir() else path.parent
-        name = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else ""
-        return architecture_from_config(config, name or folder.resolve().name or spec), f"config {shown(path)}"
-    if os.sep in spec or "/" in spec or spec.endswith(".json"):
-        if "/" in spec and not spec.startswith((".", "/", "~")) and spec.count("/") == 1:
-            close = difflib.get_close_matches(spec.split("/")[1].lower(), list(_preset_index()), n=1, cutoff=0.6)
-            hint = f"try the preset {close[0]}" if close else "or use a preset"
-            raise UserError(f"no such file or folder: {shown(spec)}; Hub ids are not fetched (no network): download its "
-                            f"config.json and pass that path, {hint}"[:300])
-        raise UserError(f"no such file or folder: {shown(spec)}")
-    raise _unknown_preset(spec)

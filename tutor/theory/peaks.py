@@ -147,10 +147,13 @@ class Efficiency:
 
 
 def _format_rate(value: float) -> str:
+    """A rate in whatever unit the caller compares (FLOP/s or B/s), with an SI prefix: '5 T', '820 G'."""
+    from tutor.formatting import format_number
+
     for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
         if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.3g} "
+            return f"{format_number(value / scale)} {unit}"
+    return format_number(value)
 
 
 def explain_efficiency(measured: float, peak: float | None, *, assumed_clock_hz: float | None = None) -> Efficiency:

@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tutor.formatting import format_bytes, format_quantity
+
+if TYPE_CHECKING:
+    from tutor.hardware.machine import Machine
 
 FORMATS = {"json": "json", "csv": "csv", "markdown": "md"}
 """Export format -> file extension."""
@@ -30,7 +33,7 @@ class FitValues:
     """The Fit screen's fields (calculator values) and the machine they are checked against."""
 
     values: dict[str, Any]
-    machine: Any
+    machine: Machine
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,11 @@ def outcome_table(outcome: Any) -> Table:
     return Table("bench", f"bench on {outcome.device}", data, ("label", "measured", "peak", "unit", "note"), rows, {})
 
 
-def fit_report(values: dict[str, Any], machine: Any) -> dict[str, Any]:
+def fit_report(values: dict[str, Any], machine: Machine) -> dict[str, Any]:
     """`tensor-tutor fit --json`'s report for the calculator's values (the command's own report builder)."""
     from tutor.commands.fit import _report_json
     from tutor.theory import fit as fitting
-    from tutor.theory.models import resolve_model
+    from tutor.model_files import resolve_model
     from tutor.ui.widgets.calc import build_request, chosen_budget
 
     budget = chosen_budget(values, machine)

@@ -5,6 +5,8 @@ the learner reads, then runs one job at a time in a thread (probes, the bench su
 and answers on the socket it inherited as fd N. The main thread only reads commands, so a cancel
 reaches the job's Event at once. It dies with the app: end of stream on the socket, or the parent's
 death (Linux PR_SET_PDEATHSIG), kills its whole process group (rank processes included).
+It names the app in TENSOR_TUTOR_INTERFACE_PID, so busy readings (tutor.bench.busy) count the
+app's interface apart from other programs, and sends each job's progress at most 10 times a second.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ import threading
 import time
 import types
 from collections.abc import Callable, Mapping
+from tutor.bench.busy import INTERFACE_PID_ENV
 from tutor.errors import UserError
 from tutor.labs import Probe, ProgressFn
 from tutor.worker.protocol import Channel, ChannelClosed, Frame
 
 MEASUREMENT_NICENESS = 10
 """The worker's nice value: the app's interface thread gets a core as soon as it needs one."""
-PROGRESS_INTERVAL_S = 0.02
-"""Progress reports closer together than this are dropped (the bar cannot show them)."""
+PROGRESS_INTERVAL_S = 0.1
+"""Progress reports closer together than this are held back (at most 10 a second per job: each one
+repaints a bar and a status line in the app's interface, which shares the cores with the measurement);
+the latest held-back report is sent when the interval has passed, and a final one (fraction 1) at once."""
 MEMORY_LIMIT_ENV = "TENSOR_TUTOR_WORKER_MEMORY_LIMIT"
 """Address-space limit for the worker (e.g. 3GiB): a way to rehearse running out of memory."""
 PR_SET_PDEATHSIG = 1
@@ -112,6 +117,68 @@ def job_function(job: Frame, probes: Mapping[str, Probe]) -> Callable[[ProgressF
     raise UserError(f"unknown job kind {kind!r}")
 
 
+class ProgressThrottle:
+    """A job's progress callback that passes at most one report per `interval_s` on to `send`.
+
+    A report that comes too soon is held, and the newest held one is sent when the interval has
+    passed (by a timer if no later report comes), so the app never shows a stale step; a report
+    of fraction 1 (done) goes at once. `close()` drops what is held: nothing after the result."""
+
+    def __init__(self, send: ProgressFn, interval_s: float = PROGRESS_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.send = send
+        self.interval_s = interval_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._last_sent: float | None = None
+        self._held: tuple[float, str] | None = None
+        self._timer: threading.Timer | None = None
+        self._closed = False
+
+    def __call__(self, fraction: float, text: str) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            now = self.clock()
+            due = self._last_sent is None or now - self._last_sent >= self.interval_s
+            if fraction >= 1.0 or due:
+                self._held = None
+                self._last_sent = now
+                self.send(fraction, text)
+                return
+            self._held = (fraction, text)
+            if self._timer is None:
+                self._start_timer(self.interval_s - (now - self._last_sent))
+
+    def _start_timer(self, delay_s: float) -> None:
+        self._timer = threading.Timer(max(delay_s, 0.0), self._send_held)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _send_held(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._closed or self._held is None:
+                return
+            now = self.clock()
+            if self._last_sent is not None and now - self._last_sent < self.interval_s:
+                # A report went out directly since this timer was set: wait out its interval.
+                self._start_timer(self.interval_s - (now - self._last_sent))
+                return
+            fraction, text = self._held
+            self._held = None
+            self._last_sent = now
+            self.send(fraction, text)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._held = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+
 class Worker:
     """Reads commands, runs one job at a time, reports."""
 
@@ -148,15 +215,9 @@ class Worker:
 
     def run(self, job: Frame, cancel: threading.Event) -> None:
         job_id = job["job"]
-        last = [0.0]
-
-        def progress(fraction: float, text: str) -> None:
-            now = time.monotonic()
-            if fraction < 1.0 and now - last[0] < PROGRESS_INTERVAL_S:
-                return
-            last[0] = now
-            self.send({"event": "progress", "job": job_id, "fraction": float(fraction), "text": str(text)})
-
+        progress = ProgressThrottle(
+            lambda fraction, text: self.send({"event": "progress", "job": job_id, "fraction": float(fraction),
+                                              "text": str(text)}))
         try:
             value = job_function(job, self.probes)(progress, cancel)
         except UserError as error:
@@ -168,6 +229,8 @@ class Worker:
             reply = {"event": "error", "job": job_id, "message": f"{type(error).__name__}: {first}".rstrip(": ")}
         else:
             reply = {"event": "result", "job": job_id, "value": value}
+        finally:
+            progress.close()  # nothing of this job may arrive after its result
         with self._lock:
             self.current = None
         try:
@@ -193,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: end_process_group())
     die_with_parent(args.parent)
+    # Busy readings (tutor.bench.busy) count the app's interface apart from other programs.
+    os.environ[INTERFACE_PID_ENV] = str(args.parent)
     os.set_inheritable(args.fd, False)  # rank processes must not hold the app's socket open
     channel = Channel(socket.socket(fileno=args.fd))
     lower_priority()

@@ -77,6 +77,22 @@ class WorkerState:
             return "measurement process ready"
         return f"measurement process {self.phase}"
 
+    @property
+    def short(self) -> str:
+        """A few words for the header ('' when there is nothing to say: not started, stopped)."""
+        return SHORT_TEXT.get(self.phase, "")
+
+
+SHORT_TEXT = {
+    "starting": "loading torch…",
+    "loading torch": "loading torch…",
+    "ready": "ready to measure",
+    "busy": "measuring…",
+    "restarting": "restarting measurer…",
+    "failed": "measurer failed",
+}
+"""WorkerState.short for each phase: the header's word on the measurement process."""
+
 
 StateListener = Callable[[WorkerState], None]
 

@@ -8,7 +8,7 @@ at the next iteration and keeps what finished. Results go to the same notebook a
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
@@ -30,6 +30,9 @@ from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.live_pane import LivePane
 from tutor.ui.workers import yield_cpu_to_the_interface
+
+if TYPE_CHECKING:
+    from tutor.ui.services import Services
 
 
 def rows_table(rows: Any) -> Table:
@@ -150,7 +153,7 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
             super().__init__()
             self.outcome, self.error = outcome, error
 
-    def __init__(self, services: Any) -> None:
+    def __init__(self, services: Services) -> None:
         super().__init__()
         self.services = services
         self._cancel = threading.Event()

@@ -4,7 +4,7 @@ term by term, follows as you type, against this machine's memory, with what woul
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,6 +14,10 @@ from textual.widgets import Footer
 
 from tutor.ui.widgets.calc import DEFAULT_FIELDS, CalcBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
+
+if TYPE_CHECKING:
+    from tutor.ui.export import FitValues
+    from tutor.ui.services import Services
 
 
 @dataclass(frozen=True)
@@ -64,12 +68,12 @@ activations and KV cache per device, each with its formula, against this machine
 
     BINDINGS = [Binding("escape", "app.home", "Home")]
 
-    def __init__(self, services: Any, model: str | None = None, mode: str | None = None) -> None:
+    def __init__(self, services: Services, model: str | None = None, mode: str | None = None) -> None:
         super().__init__()
         self.services = services
         self.form = FitForm(model=model or "llama-3.1-8b", values={"mode": mode or "inference"})
 
-    def export_result(self) -> Any:
+    def export_result(self) -> FitValues:
         """What Export saves from this screen: the form's values (tutor.ui.export turns them into a fit report)."""
         from tutor.ui.export import FitValues
 

@@ -44,7 +44,6 @@ def help_for(widget: Any, screen: Any) -> str:
 class HelpScreen(ModalScreen[None]):
     """A modal of Markdown help; Escape, F1 or q closes it."""
 
-    CSS_PATH = "help.tcss"
     BINDINGS = [Binding("escape,f1,q", "close", "Close")]
 
     def __init__(self, text: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on
@@ -15,6 +15,9 @@ from textual.widgets.option_list import Option
 
 from tutor.ui.messages import OpenLesson
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
+
+if TYPE_CHECKING:
+    from tutor.ui.services import Services
 
 
 def track_heading(track: Any, done: int, total: int) -> Text:
@@ -53,7 +56,7 @@ The five tracks of the course, each with how many of its lessons you have comple
         Binding("q", "app.quit", "Quit", show=False),
     ]
 
-    def __init__(self, services: Any) -> None:
+    def __init__(self, services: Services) -> None:
         super().__init__()
         self.services = services
 

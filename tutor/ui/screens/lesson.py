@@ -6,7 +6,7 @@ to a few rows; `l` hides or shows it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on
@@ -19,13 +19,16 @@ from textual.widgets import Footer, Static
 
 from tutor.ui.messages import LessonCompleted, OpenLesson
 from tutor.ui.widgets.bits import BitsBlock
-from tutor.ui.widgets.block import LessonBlock, block_id
+from tutor.ui.widgets.block import LessonBlock, block_id, fully_visible
 from tutor.ui.widgets.calc import CalcBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.live_pane import LivePane
 from tutor.ui.widgets.measure import MeasureBlock, ProbeRunner
 from tutor.ui.widgets.predict import PredictBlock
 from tutor.ui.widgets.quiz import QuizBlock
+
+if TYPE_CHECKING:
+    from tutor.ui.services import Services
 
 BLOCK_WIDGETS: dict[str, type[LessonBlock]] = {
     "bits": BitsBlock,
@@ -77,7 +80,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         Binding("l", "toggle_live", "Live pane"),
     ]
 
-    def __init__(self, services: Any, lesson_id: str) -> None:
+    def __init__(self, services: Services, lesson_id: str) -> None:
         super().__init__()
         self.services = services
         self.lesson = services.curriculum.lesson(lesson_id)
@@ -163,9 +166,19 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         progress = self.services.progress
         if hasattr(progress, "set_last_lesson"):
             progress.set_last_lesson(self.lesson_id)
-        # Focus starts at the top of the lesson, on the scroller: arrows and PgDn read on, the first
-        # Tab reaches the first box, and Enter never starts a measurement the learner cannot see.
         self.query_one("#lesson").focus(scroll_visible=False)
+        self.call_after_refresh(self.focus_first_block)
+
+    def focus_first_block(self) -> None:
+        """Focus the first box's Run when all of that box is on screen at open (Enter on lesson 1
+        measures at once); otherwise focus stays on the lesson text at the top: arrows and PgDn read
+        on, the first Tab reaches the first box, and Enter never acts on a box out of sight. A box
+        that opens on a text field (bits, quiz, predict) is not focused: n, p and l would be typed."""
+        first = next(iter(self.query(LessonBlock)), None)
+        if not isinstance(first, MeasureBlock) or not fully_visible(first):
+            return
+        if self.focused is self.query_one("#lesson"):  # the learner has not moved yet
+            first.query_one("#run").focus(scroll_visible=False)
 
     # ---- progress -----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Button, Input, Static
 
+from tutor.formatting import format_number
 from tutor.theory import formats
 from tutor.ui.widgets.block import LessonBlock
 from tutor.ui.workers import yield_cpu_to_the_interface
@@ -31,7 +32,7 @@ def short(value: float) -> str:
         return "NaN"
     if math.isinf(value):
         return "-inf" if value < 0 else "inf"
-    return f"{value:.7g}"
+    return format_number(value, digits=7)
 
 
 def flags(encoding: Any) -> str:
@@ -91,7 +92,7 @@ def encoding_table(rows: Sequence[Any], torch_values: dict[str, float] | None = 
         bits = Text.assemble((encoding.sign_string, "bold red"), " ", (encoding.exponent_string, "bold blue"), " ",
                              (encoding.mantissa_string, "green"))
         rel = encoding.rel_error
-        rel_text = "-" if rel is None else ("0" if rel == 0 else f"{float(rel):.1e}")
+        rel_text = "-" if rel is None else format_number(float(rel), digits=2)
         cells = [fmt.name, bits, short(encoding.value_float), rel_text]
         if last_column:
             cells.append(check_text(encoding, torch_values))

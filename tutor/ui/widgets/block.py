@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from tutor.ui.services import Services
 
 
 def say(static: Static, content: Any, style_class: str | None = None) -> None:
@@ -77,7 +80,7 @@ class LessonBlock(Vertical):
         def control(self) -> "LessonBlock":
             return self.block
 
-    def __init__(self, block: Any, *, lesson_id: str, services: Any, done: bool = False, **kwargs: Any) -> None:
+    def __init__(self, block: Any, *, lesson_id: str, services: Services, done: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.block = block
         self.lesson_id = lesson_id

@@ -7,9 +7,9 @@ the CLI and the Fit screen cannot disagree.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -25,6 +25,11 @@ from tutor.theory import fit as fitting
 from tutor.theory.units import GiB
 from tutor.ui.widgets.block import LessonBlock
 from tutor.ui.widgets.charts import bar_text, gauge_text
+
+if TYPE_CHECKING:  # types only: the form needs no hardware module at import
+    from tutor.hardware.machine import Machine
+    from tutor.hardware.memory_budget import DeviceBudget
+    from tutor.theory.models import Architecture
 
 FIT_KINDS = ("memory", "kv-cache", "parallel", "fit")  # "fit": the Fit screen (adds bars and advice)
 KINDS = FIT_KINDS + ("flops", "roofline")
@@ -69,9 +74,9 @@ def choices(name: str) -> tuple[Any, ...] | None:
 
 
 def preset_names() -> list[str]:
-    from tutor.theory.models import list_presets
+    from tutor.model_files import preset_names as names
 
-    return [preset.name for preset in list_presets()]
+    return names()
 
 
 def coerce(name: str, text: str, kind: str = "memory") -> Any:
@@ -117,7 +122,7 @@ def shown(value: Any, name: str = "") -> str:
     return str(value)
 
 
-def machine_capacity(machine: Any) -> tuple[int | None, str, bool]:
+def machine_capacity(machine: Machine) -> tuple[int | None, str, bool]:
     """(bytes, what they are, is a GPU): what `tensor-tutor fit` compares with on this machine."""
     from tutor.hardware.memory_budget import device_budget
 
@@ -126,7 +131,7 @@ def machine_capacity(machine: Any) -> tuple[int | None, str, bool]:
     return budget.capacity, name, budget.gpu
 
 
-def chosen_budget(values: dict[str, Any], machine: Any) -> Any:
+def chosen_budget(values: dict[str, Any], machine: Machine) -> DeviceBudget:
     """The DeviceBudget the fields name: `memory` (a size), `device` (as `tensor-tutor fit --device` reads
     it: a card from the spec table, a size, cpu), else this machine (tutor.hardware.memory_budget)."""
     from tutor.hardware.memory_budget import DeviceBudget, device_budget
@@ -140,7 +145,7 @@ def chosen_budget(values: dict[str, Any], machine: Any) -> Any:
     return device_budget(None if device == "this" else device, machine)
 
 
-def chosen_capacity(values: dict[str, Any], machine: Any) -> tuple[int | None, str, bool]:
+def chosen_capacity(values: dict[str, Any], machine: Machine) -> tuple[int | None, str, bool]:
     """(bytes, what they are, is a GPU) of the device the fields name (chosen_budget)."""
     if not values.get("memory") and str(values.get("device") or "this").strip() == "this":
         return machine_capacity(machine)
@@ -157,10 +162,10 @@ def build_request(values: dict[str, Any], *, gpu: bool) -> fitting.FitRequest:
     return fit_request(fields)
 
 
-def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
+def fit_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Group:
     """The per-device memory of a model, component by component, against this machine (or `memory`)."""
     from tutor.lessons.calc_fields import CALC_FIELDS
-    from tutor.theory.models import resolve_model
+    from tutor.model_files import resolve_model
 
     capacity, capacity_name, gpu = chosen_capacity(values, machine)
     if kind == "kv-cache":
@@ -173,7 +178,7 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
         arch, _ = resolve_model(str(values.get("model", DEFAULTS["model"])))
         estimate = fitting.estimate(arch, request)
     worst = estimate.worst
-    lines: list[Any] = [peak_table(worst) if request.mode == "train" else component_table(worst, kind)]
+    lines: list[RenderableType] = [peak_table(worst) if request.mode == "train" else component_table(worst, kind)]
     if worst.component("activations") and kind != "kv-cache":
         lines.append(Text(f"activations assume impl {request.impl}: {acts.IMPLEMENTATION_MEANING[request.impl]}", style="italic"))
     if kind == "kv-cache":
@@ -197,7 +202,7 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
     return Group(*lines)
 
 
-def component_table(worst: Any, kind: str) -> Table:
+def component_table(worst: fitting.DeviceMemory, kind: str) -> Table:
     """Each component with its bytes and formula; the total is what must fit (inference: all at once)."""
     table = Table(expand=True, box=None, show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("per device", no_wrap=True)
@@ -214,7 +219,7 @@ def component_table(worst: Any, kind: str) -> Table:
 PEAK_ONLY = {"optimizer_temporaries": "step temporaries"}
 
 
-def peak_table(worst: Any) -> Table:
+def peak_table(worst: fitting.DeviceMemory) -> Table:
     """Training: each category at its own maximum over the step beside what is alive at the peak
     moment (tutor.theory.fit.PeakMoment); the peak plus the overhead is what must fit."""
     peak = worst.peak
@@ -237,7 +242,7 @@ def peak_table(worst: Any) -> Table:
     return table
 
 
-def component_bars(worst: Any, capacity: int | None) -> Text:
+def component_bars(worst: fitting.DeviceMemory, capacity: int | None) -> Text:
     """One bar per memory component, on the scale of the capacity (or of the total if larger)."""
     scale = max(worst.total, capacity or 0, 1)
     text = Text()
@@ -250,7 +255,7 @@ def component_bars(worst: Any, capacity: int | None) -> Text:
     return text
 
 
-def fit_advice(arch: Any, request: fitting.FitRequest, capacity: int, fits: bool) -> list[Text]:
+def fit_advice(arch: Architecture, request: fitting.FitRequest, capacity: int, fits: bool) -> list[Text]:
     """The largest batch and sequence that fit, or the changes that would make the model fit, said as
     the fields to change (tutor.theory.fit.suggestions, the same search as `tensor-tutor fit`)."""
     if fits:
@@ -262,33 +267,34 @@ def fit_advice(arch: Any, request: fitting.FitRequest, capacity: int, fits: bool
         return [Text("no single change makes it fit here: pick a smaller model or a larger device")]
     lines = [Text("would fit with one of these changes:", style="bold")]
     for suggestion in found:
-        lines.append(Text(f"  {change_in_fields(request, suggestion.request)}: {format_bytes(suggestion.total)} "
-                          "per GPU"))
+        lines.append(Text(f"  {change_in_fields(suggestion)}: {format_bytes(suggestion.total)} per GPU"))
     return lines
 
 
-def field_changes(before: fitting.FitRequest, after: fitting.FitRequest) -> list[tuple[str, Any]]:
-    """(field name, new value) for every calculator field that differs between two requests, in form order."""
+def form_field_names() -> dict[str, str]:
+    """FitRequest attribute -> the calculator field that sets it, in the form's order."""
     from tutor.lessons.calc_fields import CALC_FIELDS
 
-    changes = []
-    for name, field in CALC_FIELDS.items():
-        attribute = field.fit_attribute
-        if attribute and attribute != "gpu" and getattr(before, attribute) != getattr(after, attribute):
-            changes.append((name, getattr(after, attribute)))
-    return changes
+    return {field.fit_attribute: name for name, field in CALC_FIELDS.items() if field.fit_attribute}
 
 
-def change_in_fields(before: fitting.FitRequest, after: fitting.FitRequest) -> str:
-    """A suggested change in the form's own words: 'set recompute to full, zero to 3, dp to 8 (8 GPUs)'."""
-    words = [f"{LABELS.get(name, name)} to {shown(value)}" for name, value in field_changes(before, after)]
-    text = "set " + ", ".join(words)
-    if after.devices != before.devices:
-        text += f" ({after.devices:,} GPUs)"
-    return text
+def change_in_fields(suggestion: fitting.Suggestion) -> str:
+    """A suggested change in the form's own words: 'set dp to 8, tp to 8, zero to 3, sp to yes, recompute to
+    full (64 GPUs)', the fields in the form's order."""
+    names = form_field_names()
+    order = {attribute: position for position, attribute in enumerate(names)}
+    changes = sorted(suggestion.changes, key=lambda change: order.get(change.field, len(order)))
+    words = []
+    for change in changes:
+        name = names.get(change.field, change.field)
+        words.append(f"{LABELS.get(name, name)} to {shown(change.value)}")
+    why = [suggestion.reason] if suggestion.reason else []
+    if suggestion.changes_layout:
+        why.append(f"{suggestion.devices:,} GPUs")
+    return "set " + ", ".join(words) + (f" ({'; '.join(why)})" if why else "")
 
 
-def device_peaks(machine: Any, device: str, dtype: str) -> tuple[float | None, float | None, str]:
+def device_peaks(machine: Machine, device: str, dtype: str) -> tuple[float | None, float | None, str]:
     """(peak FLOP/s, memory bytes/s, name) of 'this' machine (the GPU torch calls cuda:0, else its CPU) or of a
     GPU from the datasheet table (a key such as h100-sxm)."""
     if device != "this":
@@ -302,7 +308,7 @@ def device_peaks(machine: Any, device: str, dtype: str) -> tuple[float | None, f
         spec = found[0]
         tflops = spec.peak_tflops(dtype)
         return (tflops * 1e12 if tflops else None), spec.bandwidth_gbps * 1e9, spec.name
-    gpu = machine.gpu_for("cuda:0") if getattr(machine, "gpus", None) else None  # torch's cuda:0, not NVML's 0
+    gpu = machine.gpu_for("cuda:0") if machine.gpus else None  # torch's cuda:0, not NVML's 0
     target = "cuda:0" if gpu is not None else "cpu"
     tflops = machine.peak_tflops(target, dtype)
     gbps = machine.peak_memory_gbps(target)
@@ -323,12 +329,13 @@ def duration(seconds: float) -> str:
     return f"{seconds:,.2f} s"
 
 
-def flops_renderable(values: dict[str, Any], machine: Any) -> Group:
+def flops_renderable(values: dict[str, Any], machine: Machine) -> Group:
     """Compute for `tokens`: 6·N·D to train (Kaplan et al. 2020 §2.1), 2·N·D to run, N the active
     parameters; and how long that takes at `mfu` of the peak on `dp` devices."""
     from tutor.lessons.calc_fields import CALC_FIELDS
     from tutor.theory.flops import training_flops
-    from tutor.theory.models import count_parameters, resolve_model
+    from tutor.model_files import resolve_model
+    from tutor.theory.models import count_parameters
 
     if values.get("params"):
         active = CALC_FIELDS["params"].check(values["params"])
@@ -345,7 +352,7 @@ def flops_renderable(values: dict[str, Any], machine: Any) -> Group:
         total, formula = training_flops(params=active, tokens=tokens), "6"
     else:
         total, formula = 2 * active * tokens, "2"
-    lines: list[Any] = [Text(f"{name}: {formula} x {active:,} active parameters x {tokens:,} tokens "
+    lines: list[RenderableType] = [Text(f"{name}: {formula} x {active:,} active parameters x {tokens:,} tokens "
                              f"= {format_number(float(total))} FLOPs", style="bold")]
     if values.get("batch") and values.get("seq"):
         per_step = int(values["batch"]) * int(values["seq"]) * devices
@@ -360,7 +367,7 @@ def flops_renderable(values: dict[str, Any], machine: Any) -> Group:
     return Group(*lines)
 
 
-def roofline_renderable(values: dict[str, Any], machine: Any) -> Group:
+def roofline_renderable(values: dict[str, Any], machine: Machine) -> Group:
     """Arithmetic intensity of one matmul against the ridge points of the devices compared
     (Williams et al. 2009); with a model, the decode bound tokens/s = bandwidth / bytes read."""
     from tutor.lessons.calc_fields import CALC_FIELDS
@@ -371,7 +378,7 @@ def roofline_renderable(values: dict[str, Any], machine: Any) -> Group:
     dtype = str(values.get("dtype", "bf16"))
     element = format_by_name(dtype).storage_bits / 8
     intensity = float(matmul_arithmetic_intensity(m, n, k, element))
-    lines: list[Any] = [Text(f"[{m} x {k}] @ [{k} x {n}] in {dtype}: {intensity:,.1f} FLOP per byte moved",
+    lines: list[RenderableType] = [Text(f"[{m} x {k}] @ [{k} x {n}] in {dtype}: {intensity:,.1f} FLOP per byte moved",
                              style="bold")]
     peak_dtype = dtype if dtype in ("fp32", "tf32", "bf16", "fp16", "int8") else "fp8"
     for device in compared_devices(values):
@@ -388,10 +395,11 @@ def roofline_renderable(values: dict[str, Any], machine: Any) -> Group:
     return Group(*lines)
 
 
-def decode_bound(values: dict[str, Any], machine: Any, dtype: str) -> list[Text]:
+def decode_bound(values: dict[str, Any], machine: Machine, dtype: str) -> list[Text]:
     """Decoding reads every weight once per step: tokens/s <= batch x bandwidth / weight bytes."""
     from tutor.theory.memory import weight_bytes
-    from tutor.theory.models import count_parameters, resolve_model
+    from tutor.model_files import resolve_model
+    from tutor.theory.models import count_parameters
     from tutor.theory.roofline import decode_tokens_per_second_bound
 
     arch, _ = resolve_model(str(values["model"]))
@@ -409,7 +417,7 @@ def decode_bound(values: dict[str, Any], machine: Any, dtype: str) -> list[Text]
     return lines
 
 
-def calc_renderable(kind: str, values: dict[str, Any], machine: Any) -> Group:
+def calc_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Group:
     """The calculator's output for `kind`; UserError for a field that makes no sense."""
     if kind in FIT_KINDS:
         return fit_renderable(kind, values, machine)
@@ -515,7 +523,7 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
         return field
 
     @on(Button.Pressed, "#check-goal")
-    def check_goal(self, event: Any = None) -> None:
+    def check_goal(self, event: Button.Pressed | None = None) -> None:
         """Check the learner's layout against the goal with tutor.theory; a hint on a wrong try."""
         if event is not None:
             event.stop()

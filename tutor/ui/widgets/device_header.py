@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+if TYPE_CHECKING:
+    from tutor.hardware.machine import Machine
 
-def device_title(machine: Any) -> str:
+
+def device_title(machine: Machine) -> str:
     """One line naming the device measurements run on: torch's cuda:0 (and how many more GPUs), or
     'CPU only (<why no GPU>)' with the CPU's model."""
     gpus = list(getattr(machine, "gpus", []) or [])
@@ -32,7 +35,7 @@ def device_title(machine: Any) -> str:
     return f"CPU only ({reason}) · {model}"
 
 
-def device_label(machine: Any) -> str:
+def device_label(machine: Machine) -> str:
     """The header's short form of `device_title`: the GPU as is, else why there is none in two or
     three words ('no NVIDIA GPU', 'NVML unavailable'); the full reason stays in the live pane and F1."""
     gpus = list(getattr(machine, "gpus", []) or [])
@@ -66,6 +69,10 @@ class DeviceHeader(Widget):
     device = reactive("", layout=False)
     """The device line from `device_title`."""
 
+    worker = reactive("", layout=False)
+    """The measurement process's state in a few words (WorkerState.short): 'loading torch…',
+    'measuring…'; '' when the app has no measurement process."""
+
     def __init__(self, device: str, place: str = "", *, label: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.device = device
@@ -73,18 +80,29 @@ class DeviceHeader(Widget):
         self.place = place
         self.tooltip = device
 
+    def on_mount(self) -> None:
+        if hasattr(self.app, "worker_state"):
+            self.watch(self.app, "worker_state", self._worker_state_changed)
+
+    def _worker_state_changed(self, state: Any) -> None:
+        self.worker = getattr(state, "short", "")
+
     def render(self) -> Text:
-        return header_line(self.place, self.label, self.size.width)
+        return header_line(self.place, self.label, self.size.width, self.worker)
 
 
-def header_line(place: str, device: str, width: int) -> Text:
-    """' tensor-tutor  <place>   <device> ' in `width` cells: the place always whole (it is where
-    the learner is), the device cut with an ellipsis or left out when there is no room."""
+def header_line(place: str, device: str, width: int, worker: str = "") -> Text:
+    """' tensor-tutor  <place>  · <worker>   <device> ' in `width` cells: the place always whole (it
+    is where the learner is), then the measurement process's state, then the device, cut with an
+    ellipsis or left out when there is no room."""
     left = Text.assemble(("tensor-tutor", "bold"), ("  " + place if place else ""))
     if left.cell_len + 2 > width:  # so narrow that the place alone fills it: the place wins
         left = Text(place or "tensor-tutor", style="bold")
         left.truncate(max(width - 2, 1), overflow="ellipsis")
         return Text.assemble(" ", left, " ")
+    if worker and left.cell_len + len(worker) + 5 <= width:
+        left.append("  · ", style="dim")
+        left.append(worker, style="bold")
     right = Text(device, style="italic")
     room = width - left.cell_len - 4
     if right.cell_len > room:

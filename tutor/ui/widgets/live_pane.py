@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -22,6 +22,10 @@ from tutor.formatting import format_bytes
 from tutor.theory.units import GiB
 from tutor.ui.widgets.charts import bar_text
 from tutor.ui.widgets.device_header import device_title
+
+if TYPE_CHECKING:
+    from tutor.hardware.machine import Machine
+    from tutor.ui.services import SamplerLike
 
 BARS = "▁▂▃▄▅▆▇█"
 PEAK_DTYPES = ("fp32", "bf16", "fp16")
@@ -191,7 +195,7 @@ def gpu_series(samples: Sequence[Any], gpu: Any) -> list[Series]:
     ]
 
 
-def shown_gpu(machine: Any) -> Any:
+def shown_gpu(machine: Machine) -> Any:
     """The GPU the pane shows: the one torch calls cuda:0 (CUDA_VISIBLE_DEVICES and MIG respected),
     None on a machine without one, so the traces and the peaks describe the same device."""
     gpus = getattr(machine, "gpus", None)
@@ -201,7 +205,7 @@ def shown_gpu(machine: Any) -> Any:
     return gpu_for("cuda:0") if gpu_for is not None else gpus[0]
 
 
-def peak_lines(machine: Any) -> list[str]:
+def peak_lines(machine: Machine) -> list[str]:
     """The theoretical peaks the measurements are read against, with N/A where none is known."""
     device = "cuda:0" if shown_gpu(machine) is not None else "cpu"
     lines = []
@@ -319,7 +323,7 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
 
     can_focus = True
 
-    def __init__(self, machine: Any, sampler: Any, *, interval_s: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, machine: Machine, sampler: SamplerLike, *, interval_s: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.machine = machine
         self.sampler = sampler

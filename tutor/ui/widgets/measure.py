@@ -70,6 +70,8 @@ class KeptResult:
 
     result: Any
     at: float
+    predicted: float | None = None
+    """The learner's committed guess (predict blocks)."""
 
 
 class ResultStore:
@@ -80,8 +82,8 @@ class ResultStore:
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str], KeptResult] = {}
 
-    def keep(self, lesson_id: str, block_id: str, result: Any) -> None:
-        self._kept[(lesson_id, block_id)] = KeptResult(result, now())
+    def keep(self, lesson_id: str, block_id: str, result: Any, predicted: float | None = None) -> None:
+        self._kept[(lesson_id, block_id)] = KeptResult(result, now(), predicted)
 
     def recall(self, lesson_id: str, block_id: str) -> KeptResult | None:
         return self._kept.get((lesson_id, block_id))
@@ -165,6 +167,17 @@ def comparisons(result: Any) -> tuple[Comparison, ...]:
                  if row.measured is not None and row.theory is not None)
 
 
+WAITING_PHASES = ("starting", "loading torch", "restarting")
+
+
+def waiting_text(state: Any) -> str:
+    """What a run waits for before it measures: 'loading torch… then ' while the measurement
+    process starts (torch takes seconds to import on a 2-core machine); '' when it is ready."""
+    if getattr(state, "phase", "") not in WAITING_PHASES:
+        return ""
+    return "loading torch in the measurement process… then "
+
+
 class ProbeRunner(LessonBlock):
     """Runs one probe in a thread worker: progress bar, Escape cancels, one runner at a time."""
 
@@ -230,8 +243,8 @@ class ProbeRunner(LessonBlock):
         self.running = True
         bar = self.query_one(ProgressBar)
         bar.update(total=100, progress=0)
-        self._set_status(f"running {probe.title if hasattr(probe, 'title') else self.probe_name}… "
-                         "(Escape cancels)")
+        self._set_status(f"{waiting_text(getattr(self.app, 'worker_state', None))}"
+                         f"running {probe.title if hasattr(probe, 'title') else self.probe_name}… (Escape cancels)")
         self._run(probe, self.params_for(probe), self._cancel)
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False, description="Running a probe")

@@ -12,7 +12,8 @@ from textual.containers import Horizontal, ScrollableContainer
 from textual.widgets import Button, Input, ProgressBar, Static
 
 from tutor.ui.widgets.block import say
-from tutor.ui.widgets.measure import ProbeRunner, ResultView, format_value
+from tutor.ui.widgets import measure
+from tutor.ui.widgets.measure import ProbeRunner, ResultView, age_text, format_value, result_store
 
 
 def parse_guess(text: str, unit: str = "") -> float:
@@ -80,12 +81,22 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         yield Static("guess first: the measurement starts when you commit", id="status", classes="status")
         yield Static(id="verdict")
         yield Static(id="table")
+        yield Static(id="drawing")
 
     def on_mount(self) -> None:
-        for name in ("#progress", "#verdict", "#table"):
+        for name in ("#progress", "#verdict", "#table", "#drawing"):
             self.query_one(name).display = False
-        if self.done:
+        kept = result_store(self.app).recall(self.lesson_id, self.block_id)
+        if kept is not None and kept.predicted is not None:  # committed earlier in this session
+            self.predicted = kept.predicted
+            self.query_one("#guess", Input).value = format_value(kept.predicted, "")
+            self.show_result(kept.result, age=measure.now() - kept.at)
+        elif self.done:
             self._set_status("predicted and measured before; commit again to re-run")
+
+    def keep_result(self, result: Any) -> None:
+        """Remember the guess and the result for this lesson and block, as measure blocks do."""
+        result_store(self.app).keep(self.lesson_id, self.block_id, result, predicted=self.predicted)
 
     @on(Input.Submitted, "#guess")
     @on(Button.Pressed, "#commit")
@@ -123,26 +134,32 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         super()._show_error(text)
         self._unlock()
 
-    def show_result(self, result: Any) -> None:
+    def show_result(self, result: Any, age: float | None = None) -> None:
+        """The verdict, the probe's rows and its drawing; `age` (seconds) when the result is one
+        kept from earlier in this session (then the prediction is not recorded again)."""
         self._unlock()
         metric = self.block.metric
         unit = getattr(self.block, "unit", "")
         measured = getattr(result, "metrics", {}).get(metric)
         say(self.query_one("#table", Static), ResultView(result))
+        say(self.query_one("#drawing", Static), self.drawing(result) or "")
         if getattr(result, "cancelled", False) or measured is None:
             why = "cancelled before" if getattr(result, "cancelled", False) else "the probe did not report"
             self._set_status(f"{why} {metric}: commit again to measure")
             self.call_after_refresh(self.query_one("#status").scroll_visible, animate=False)
             return
-        self._set_status(getattr(result, "summary", "") or "measured")
+        self._set_status((f"measured {age_text(age)}: " if age is not None else "")
+                         + (getattr(result, "summary", "") or "measured"))
         verdict_line = self.query_one("#verdict", Static)
         say(verdict_line, Text.assemble(
             "you predicted ", (format_value(self.predicted, unit), "bold"),
             ", measured ", (format_value(float(measured), unit), "bold"),
             ": ", (verdict(self.predicted, float(measured)), "bold")))
+        if age is not None:  # shown again on return: recorded when it was measured
+            return
         self.call_after_refresh(verdict_line.scroll_visible, animate=False)  # the answer, not below the fold
         try:
             self.services.progress.record_prediction(self.lesson_id, self.block_id, self.predicted, float(measured))
-        except Exception as error:  # progress is a convenience: a full disk must not break the lesson
+        except OSError as error:  # the store keeps its own warning; a lock or disk error must not break the lesson
             self.notify(f"prediction not saved: {error}", severity="warning")
         self.complete()

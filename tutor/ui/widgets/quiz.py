@@ -131,7 +131,7 @@ Answers are saved with your progress.
     def _record(self, answer: str, correct: bool) -> None:
         try:
             self.services.progress.record_answer(self.lesson_id, self.block_id, answer, correct)
-        except Exception as error:  # progress is a convenience: a full disk must not break the lesson
+        except OSError as error:  # the store keeps its own warning; a lock or disk error must not break the lesson
             self.notify(f"answer not saved: {error}", severity="warning")
 
     def _next_hint(self) -> None:
@@ -175,5 +175,5 @@ Answers are saved with your progress.
         if callable(record):
             try:
                 record(self.lesson_id, self.block_id)
-            except Exception as error:  # progress is a convenience: a full disk must not break the lesson
+            except OSError as error:  # the store keeps its own warning; a lock or disk error must not break the lesson
                 self.notify(f"not saved: {error}", severity="warning")
