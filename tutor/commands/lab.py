@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import threading
@@ -137,8 +138,20 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
         click.echo("cancelled", err=True)
         sys.exit(130)
     progress.clear()
-    if quiet:
-        return
+    if not quiet:
+        _show(probe, result, as_json)
+    if torchrun_rank() is not None:
+        # Under torchrun, torch 2.13's C++ threads (gloo, DTensor) sometimes abort at interpreter teardown
+        # ("terminate called without an active exception", SIGABRT; 2 of 3 `lab tensor` jobs here) after the
+        # result is out, and torchrun then reports the job failed. The process group is already destroyed
+        # and the output is flushed here: end the rank without that teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _show(probe, result, as_json: bool) -> None:
+    """A lab's result: one JSON object, or the table, the probe's drawing and the summary."""
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
         return

@@ -566,19 +566,16 @@ def _check_machine(params: dict) -> int:
 
 
 def _pipeline(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
-    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, RanksCancelled, run_ranks
+    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, run_lab_ranks
     from tutor.theory.parallel import pipeline_bubble_fraction, pipeline_microbatches_in_flight
 
     _check(params)
     if cancel.is_set():
         return ProbeResult("pipeline", (), {}, "cancelled before the ranks started", True, "cpu")
     stage_bytes = _check_machine(params)
-    progress(0.0, f"starting {params['stages']} ranks")
-    try:
-        results = run_ranks(pipeline_rank, dict(params), ranks=params["stages"], timeout_s=TIMEOUT_S,
-                            progress=progress, cancel=cancel, name="pipeline",
-                            memory_per_rank_bytes=DEFAULT_MEMORY_PER_RANK + stage_bytes)
-    except RanksCancelled:
+    results = run_lab_ranks("pipeline", pipeline_rank, dict(params), ranks=params["stages"], timeout_s=TIMEOUT_S,
+                            progress=progress, cancel=cancel, memory_per_rank_bytes=DEFAULT_MEMORY_PER_RANK + stage_bytes)
+    if results is None:
         return ProbeResult("pipeline", (), {}, "cancelled", True, "cpu")
     stages, microbatches, schedule = len(results), params["microbatches"], params["schedule"]
     counted = range(1, min(len(r["steps"]) for r in results))  # step 0 warms up

@@ -257,6 +257,9 @@ def _rank_main(fn: RankFn, params: dict, rank: int, world: int, port: int, backe
     except (RuntimeError, ValueError):  # DistBackendError, or "not initialized": the result is already
         pass  # with the parent
     conn.close()
+    # torch 2.13's C++ threads (gloo, DTensor) sometimes abort at interpreter teardown ("terminate called
+    # without an active exception" on the learner's terminal) after the result is sent: skip the teardown.
+    os._exit(0)
 
 
 # ---------------------------------------------------------------- the parent
@@ -452,5 +455,18 @@ def _run_under_torchrun(fn: RankFn, params: dict, *, progress: Callable[[float, 
     return [dict(item) for item in gathered]
 
 
+def run_lab_ranks(name: str, fn: RankFn, params: dict, *, ranks: int, timeout_s: float,
+                  progress: Callable[[float, str], None], cancel: threading.Event,
+                  memory_per_rank_bytes: int = DEFAULT_MEMORY_PER_RANK) -> list[dict] | None:
+    """A lab's ranks through run_ranks: "starting N ranks" reported first, failures named after the
+    lab; None when the learner cancelled (the lab then returns an empty, cancelled result)."""
+    progress(0.0, f"starting {ranks} ranks")
+    try:
+        return run_ranks(fn, params, ranks=ranks, timeout_s=timeout_s, progress=progress, cancel=cancel, name=name,
+                         memory_per_rank_bytes=memory_per_rank_bytes)
+    except RanksCancelled:
+        return None
+
+
 __all__ = ["DEFAULT_MEMORY_PER_RANK", "RankContext", "RankFailure", "RankFn", "RanksCancelled", "check_local_ranks",
-           "choose_backend", "local_rank_cap", "run_ranks", "torchrun_rank", "under_torchrun"]
+           "choose_backend", "local_rank_cap", "run_lab_ranks", "run_ranks", "torchrun_rank", "under_torchrun"]

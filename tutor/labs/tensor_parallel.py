@@ -247,7 +247,7 @@ def _rank_memory_bytes(params: dict) -> int:
 
 def _tensor(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.labs.limits import check_lab_fits
-    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, RanksCancelled, run_ranks
+    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, run_lab_ranks
     from tutor.theory.parallel import tensor_parallel_comm_bytes_per_layer, tensor_parallel_split
 
     ranks = params["ranks"]
@@ -264,11 +264,9 @@ def _tensor(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
     check_lab_fits("tensor", memory_bytes=ranks * (rank_bytes + DEFAULT_MEMORY_PER_RANK),
                    memory_what=f"{ranks} ranks, each a block whole and split with its activations",
                    fix="lower seq, batch, hidden or heads")
-    progress(0.0, f"starting {ranks} ranks")
-    try:
-        results = run_ranks(tensor_rank, dict(params), ranks=ranks, timeout_s=TIMEOUT_S, progress=progress,
-                            cancel=cancel, name="tensor", memory_per_rank_bytes=DEFAULT_MEMORY_PER_RANK + rank_bytes)
-    except RanksCancelled:
+    results = run_lab_ranks("tensor", tensor_rank, dict(params), ranks=ranks, timeout_s=TIMEOUT_S, progress=progress,
+                            cancel=cancel, memory_per_rank_bytes=DEFAULT_MEMORY_PER_RANK + rank_bytes)
+    if results is None:
         return ProbeResult("tensor", (), {}, "cancelled", True, "cpu")
     world = len(results)
     blocks = {block: _summarise_block([r["blocks"][block] for r in results], world)

@@ -175,18 +175,13 @@ def _memory_per_rank(p: dict) -> int:
 
 def _zero(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.errors import UserError
-    from tutor.labs.ranks import RanksCancelled, run_ranks
+    from tutor.labs.ranks import run_lab_ranks
 
     if params["hidden"] % HEADS:
         raise UserError(f"zero: hidden must be a multiple of {HEADS} (the heads), got {params['hidden']}")
-    progress(0.0, f"starting {params['ranks']} ranks")
-    try:
-        reports = run_ranks(_zero_rank, params, ranks=params["ranks"], timeout_s=60.0 + 3 * params["budget_s"],
-                            progress=progress, cancel=cancel, memory_per_rank_bytes=_memory_per_rank(params),
-                            name="zero")
-    except RanksCancelled:
-        return ProbeResult("zero", (), {}, "cancelled", True, "cpu")
-    if any(report.get("cancelled") for report in reports):
+    reports = run_lab_ranks("zero", _zero_rank, params, ranks=params["ranks"], timeout_s=60.0 + 3 * params["budget_s"],
+                            progress=progress, cancel=cancel, memory_per_rank_bytes=_memory_per_rank(params))
+    if reports is None or any(report.get("cancelled") for report in reports):
         return ProbeResult("zero", (), {}, "cancelled", True, "cpu")
     return zero_result(reports, params)
 
