@@ -55,8 +55,21 @@ if [ "$GPUS" -ge 2 ]; then
 else
     STATUS[collective_nccl]="skipped (one GPU)"; SECONDS_TAKEN[collective_nccl]=0
 fi
+# Issue 9: the app's first number (lesson 1 through the measurement worker) against `bench matmul`.
+step first_number 180 $PYTHON benchmarks/first_number.py --launches 3
+# Issue 10: the multi-rank labs on NCCL, one GPU per rank (they pick NCCL when every rank has a GPU).
+MULTI_RANK_LABS="lab_ddp lab_zero lab_pipeline lab_tensor lab_moe"
+if [ "$GPUS" -ge 2 ]; then
+    step lab_ddp 120 $TT lab ddp --json
+    step lab_zero 120 $TT lab zero stage=3 --json
+    step lab_pipeline 120 $TT lab pipeline --json
+    step lab_tensor 120 $TT lab tensor --json
+    step lab_moe 120 $TT lab moe ranks=2 --json
+else
+    for name in $MULTI_RANK_LABS; do STATUS[$name]="skipped (one GPU)"; SECONDS_TAKEN[$name]=0; done
+fi
 
-{ for name in pytest_gpu env bench_quick lab_matmul fit_device_0 reference_loop collective_nccl; do
+{ for name in pytest_gpu env bench_quick lab_matmul fit_device_0 reference_loop collective_nccl first_number $MULTI_RANK_LABS; do
       echo "$name	${SECONDS_TAKEN[$name]}	${STATUS[$name]}"; done; } >"$OUT/steps.tsv"
 
 OUT="$OUT" $PYTHON - <<'PY'
