@@ -3,9 +3,7 @@ units (sizes, lengths, card names) and palette export, driven with Pilot on the 
 
 from __future__ import annotations
 
-import asyncio
 import csv
-import functools
 import io
 import json
 import sys
@@ -15,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import FakeProbe, fake_machine, fake_services  # noqa: E402
+from ui_fakes import FakeProbe, fake_machine, fake_services, sync  # noqa: E402
 
 from textual.app import App  # noqa: E402
 from textual.widgets import Input, OptionList, Static  # noqa: E402
@@ -29,17 +27,7 @@ from tutor.ui import export  # noqa: E402
 from tutor.ui.app import TutorApp  # noqa: E402
 from tutor.ui.commands import export_current  # noqa: E402
 from tutor.ui.screens.bench import BenchScreen  # noqa: E402
-from tutor.ui.screens.fit import FitScreen  # noqa: E402
 from tutor.ui.widgets.calc import CalcBlock, change_in_fields, coerce, shown  # noqa: E402
-
-
-def sync(test):
-    """Run an async Pilot test with asyncio.run, as the other UI tests do (no pytest async plugin)."""
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return run
 
 
 # ---- a notebook of three runs: fp32 measured at two sizes, one run cancelled ---------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import sys
 import threading
 from pathlib import Path
@@ -17,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rich.console import Console  # noqa: E402
 from rich.text import Text  # noqa: E402
 from textual.widgets import Button, OptionList, ProgressBar, Static  # noqa: E402
-from ui_fakes import LESSONS, TRACKS, FakeCurriculum, FakeProbe, fake_machine, fake_services  # noqa: E402
+from ui_fakes import LESSONS, TRACKS, FakeCurriculum, FakeProbe, fake_machine, fake_services, sync  # noqa: E402
 
 from tutor.hardware.sampler import Sample  # noqa: E402
 from tutor.labs import Measurement, ProbeResult  # noqa: E402
@@ -33,14 +32,6 @@ from tutor.ui.widgets.measure import MeasureBlock, age_text  # noqa: E402
 from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
 
 SMALL, WIDE = (80, 24), (120, 40)
-
-
-def sync(test):
-    """Run an async test with asyncio.run (the suite has no async plugin)."""
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-    return run
 GiB = 2**30
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from rich.text import Text  # noqa: E402
 from textual.widgets import Static  # noqa: E402
-from ui_fakes import FakeProbe, fake_services  # noqa: E402
+from ui_fakes import FakeProbe, fake_services, sync  # noqa: E402
 
 from tutor.lessons.progress import ProgressStore  # noqa: E402
 from tutor.settings import load_settings, save_settings  # noqa: E402
@@ -28,13 +28,6 @@ from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
 from tutor.worker.client import WorkerState  # noqa: E402
 
 SMALL, WIDE = (80, 24), (120, 40)
-
-
-def sync(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-    return run
 
 
 def rendered(widget) -> str:

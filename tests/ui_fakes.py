@@ -8,6 +8,8 @@ settings are the real classes, built from recorded facts.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -275,3 +277,12 @@ def fake_services(*, gpu: bool = False, curriculum: Any = None, progress: Any = 
     import dataclasses
 
     return dataclasses.replace(services, **changes)
+
+
+def sync(test):
+    """Run an async Pilot test with asyncio.run (the suite has no pytest async plugin)."""
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return run

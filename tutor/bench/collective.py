@@ -281,4 +281,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if "RANK" in os.environ:  # a torchrun rank, its group destroyed: skip torch's teardown (see end_rank)
+        from tutor.labs.ranks import end_rank
+
+        end_rank(code)
+    sys.exit(code)

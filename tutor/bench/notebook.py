@@ -300,13 +300,15 @@ class SizeMismatch:
     after_size: str
 
 
+def case_sizes(run: Run) -> dict[str, str]:
+    """case label -> the size it was measured at, for the results compare_runs keeps (the last with a figure)."""
+    return {case_label(key): case_size(result) for result in run.results
+            if (key := case_key(result)) is not None and headline_value(result) is not None}
+
+
 def compare_runs_at_same_sizes(before: Run, after: Run) -> tuple[list[CaseComparison], list[SizeMismatch]]:
     """compare_runs restricted to cases measured at the same size in both runs, and the cases left out."""
-    def sizes(run: Run) -> dict[str, str]:
-        return {case_label(key): case_size(result) for result in run.results
-                if (key := case_key(result)) is not None and headline_value(result) is not None}
-
-    old, new = sizes(before), sizes(after)
+    old, new = case_sizes(before), case_sizes(after)
     same = [row for row in compare_runs(before, after) if old.get(row.case) == new.get(row.case)]
     differ = [SizeMismatch(case, old[case], new[case]) for case in old if case in new and old[case] != new[case]]
     return same, differ

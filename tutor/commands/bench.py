@@ -96,7 +96,7 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
     """List stored runs, or compare two of them."""
     from rich.markup import escape
 
-    from tutor.bench.notebook import compare_runs, notebook_path, read_notebook, run_headlines
+    from tutor.bench.notebook import case_sizes, compare_runs, notebook_path, read_notebook, run_headlines
 
     as_json = as_json or bool(_merged(ctx, {"as_json": None}).get("as_json"))
     notebook = read_notebook()
@@ -109,7 +109,8 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
                 raise UserError(f"no run number {number} in the notebook (runs 1..{len(runs)}; see `bench history`)")
         before, after = runs[compare[0]], runs[compare[1]]
         rows = compare_runs(before, after)
-        sizes = _compared_sizes(before, after, rows)
+        old_sizes, new_sizes = case_sizes(before), case_sizes(after)
+        sizes = [(old_sizes.get(row.case) or None, new_sizes.get(row.case) or None) for row in rows]
         if as_json:
             click.echo(json.dumps({"before": compare[0], "after": compare[1],
                                    "cases": [{**row.__dict__, "figure_label": _figure_label(row.figure),
@@ -187,29 +188,6 @@ def _headline_text(label: str, value: float) -> str:
 
     name, _, unit = label.rpartition(" ")
     return f"{name} {format_rate(value, unit)}".strip()
-
-
-def _result_size(result: dict[str, Any]) -> str | None:
-    """The problem size a result was measured at: 'm x n x k' for a matmul, the array for bandwidth."""
-    from tutor.formatting import format_bytes
-
-    if result.get("kind") == "matmul" and all(isinstance(result.get(d), int) for d in "mnk"):
-        return f"{result['m']}x{result['n']}x{result['k']}"
-    if isinstance(result.get("array_bytes"), (int, float)):
-        return format_bytes(result["array_bytes"])
-    return None  # collectives: the size is part of the case already
-
-
-def _compared_sizes(before: Any, after: Any, rows: list[Any]) -> list[tuple[str | None, str | None]]:
-    """(size in run A, size in run B) for each compared case, in the order of `rows`."""
-    from tutor.bench.notebook import case_key, case_label, headline_value
-
-    def sizes(run: Any) -> dict[str, str | None]:  # the result compare_runs keeps: the last with a figure
-        return {case_label(key): _result_size(result) for result in run.results
-                if (key := case_key(result)) is not None and headline_value(result) is not None}
-
-    old, new = sizes(before), sizes(after)
-    return [(old.get(row.case), new.get(row.case)) for row in rows]
 
 
 def _validate(options: dict[str, Any]) -> None:

@@ -174,7 +174,7 @@ def trace_json(result: TracedFit, estimate=None) -> dict:
 
 def explanations(result: TracedFit, estimate) -> list[str]:
     """Why the traced step and the formula differ, from the numbers of both."""
-    from tutor.formatting import format_bytes as human_bytes
+    from tutor.formatting import format_bytes
 
     trace = result.trace
     table = comparison(result, estimate)
@@ -183,8 +183,8 @@ def explanations(result: TracedFit, estimate) -> list[str]:
     moment = trace.peak.per_category_bytes
     if trace.setup.mode == "train":
         grads = moment.get("gradients", 0)
-        lines.append(f"The traced peak falls in the {trace.peak.phase}, with {human_bytes(grads)} of gradients "
-                     f"alive (of {human_bytes(trace.max_per_category.get('gradients', 0))} at most): "
+        lines.append(f"The traced peak falls in the {trace.peak.phase}, with {format_bytes(grads)} of gradients "
+                     f"alive (of {format_bytes(trace.max_per_category.get('gradients', 0))} at most): "
                      "the categories do not peak together.")
     if peak["formula_phase"] and peak["formula_phase"] != peak["traced_phase"]:
         lines.append(f"The formula puts its peak in the {peak['formula_phase']}; the traced one is in the "
@@ -196,15 +196,15 @@ def explanations(result: TracedFit, estimate) -> list[str]:
         if name == "optimizer_temporaries":
             if not formula or abs(traced / formula - 1) > 0.05:
                 why = formula_optimizer_step(estimate)[1] or "no temporaries counted for this optimizer"
-                lines.append(f"optimizer temporaries: traced {human_bytes(traced)} inside optimizer.step() "
+                lines.append(f"optimizer temporaries: traced {format_bytes(traced)} inside optimizer.step() "
                              f"({trace.optimizer_traced}); the formula's optimizer.step() moment has "
-                             f"{human_bytes(formula)}: {why}.")
+                             f"{format_bytes(formula)}: {why}.")
             continue
         if not formula:
-            lines.append(f"{name.replace('_', ' ')}: {human_bytes(traced)} traced; the formula has no term for it.")
+            lines.append(f"{name.replace('_', ' ')}: {format_bytes(traced)} traced; the formula has no term for it.")
         elif abs(traced / formula - 1) > 0.05:
-            lines.append(f"{name.replace('_', ' ')}: traced {human_bytes(traced)} at most, formula "
-                         f"{human_bytes(formula)} ({traced / formula:.2f}x).")
+            lines.append(f"{name.replace('_', ' ')}: traced {format_bytes(traced)} at most, formula "
+                         f"{format_bytes(formula)} ({traced / formula:.2f}x).")
     by_op = sorted(trace.peak.activations_by_op.items(), key=lambda item: -item[1])[:5]
     acts = moment.get("activations", 0)
     if by_op and acts:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import threading
@@ -123,7 +122,7 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
 
     import io
 
-    from tutor.labs.ranks import torchrun_rank
+    from tutor.labs.ranks import end_rank, torchrun_rank
 
     quiet = (torchrun_rank() or 0) != 0  # under torchrun every rank runs the lab; only rank 0 prints
     progress = ProgressLine(io.StringIO()) if quiet else ProgressLine()
@@ -141,13 +140,7 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
     if not quiet:
         _show(probe, result, as_json)
     if torchrun_rank() is not None:
-        # Under torchrun, torch 2.13's C++ threads (gloo, DTensor) sometimes abort at interpreter teardown
-        # ("terminate called without an active exception", SIGABRT; 2 of 3 `lab tensor` jobs here) after the
-        # result is out, and torchrun then reports the job failed. The process group is already destroyed
-        # and the output is flushed here: end the rank without that teardown.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        end_rank()  # the lab destroyed its process group: skip torch's teardown (see end_rank)
 
 
 def _show(probe, result, as_json: bool) -> None:

@@ -123,7 +123,7 @@ def check_local_ranks(ranks: int, *, memory_per_rank_bytes: int = DEFAULT_MEMORY
     more than local_rank_cap, or ranks x memory_per_rank_bytes beyond the share of available memory
     a lab may use (tutor.labs.limits)."""
     from tutor.labs.limits import MEMORY_SHARE, available_memory_bytes
-    from tutor.formatting import format_bytes as human_bytes
+    from tutor.formatting import format_bytes
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise UserError(f"ranks must be a whole number of at least 1, got {ranks!r}")
@@ -135,8 +135,8 @@ def check_local_ranks(ranks: int, *, memory_per_rank_bytes: int = DEFAULT_MEMORY
     need = ranks * memory_per_rank_bytes
     if room is not None and need > MEMORY_SHARE * room:
         most = max(0, int(MEMORY_SHARE * room // max(1, memory_per_rank_bytes)))
-        raise UserError(f"{ranks:,} local ranks need about {human_bytes(need)} ({human_bytes(memory_per_rank_bytes)} "
-                        f"each); this machine has {human_bytes(room)} available and ranks may use "
+        raise UserError(f"{ranks:,} local ranks need about {format_bytes(need)} ({format_bytes(memory_per_rank_bytes)} "
+                        f"each); this machine has {format_bytes(room)} available and ranks may use "
                         f"{MEMORY_SHARE:.0%} of it; use ranks <= {most:,}")
 
 
@@ -202,6 +202,16 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
 
+def end_rank(code: int = 0) -> None:
+    """End a rank whose work is done and whose process group is destroyed, without the interpreter's
+    teardown: there, torch 2.13's C++ threads (gloo, DTensor) sometimes abort ("terminate called without an
+    active exception", SIGABRT; 2 of 3 torchrun `lab tensor` jobs here) after the result is out, which
+    prints on the learner's terminal and makes torchrun report the job failed. Output is flushed first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _rank_main(fn: RankFn, params: dict, rank: int, world: int, port: int, backend: str, threads: int,
                conn: Any, parent_pid: int, timeout_s: float) -> None:
     """Entry point of a spawned rank. Messages to the parent: ("progress", f, text), ("ok", dict),
@@ -257,9 +267,7 @@ def _rank_main(fn: RankFn, params: dict, rank: int, world: int, port: int, backe
     except (RuntimeError, ValueError):  # DistBackendError, or "not initialized": the result is already
         pass  # with the parent
     conn.close()
-    # torch 2.13's C++ threads (gloo, DTensor) sometimes abort at interpreter teardown ("terminate called
-    # without an active exception" on the learner's terminal) after the result is sent: skip the teardown.
-    os._exit(0)
+    end_rank()
 
 
 # ---------------------------------------------------------------- the parent
@@ -469,4 +477,4 @@ def run_lab_ranks(name: str, fn: RankFn, params: dict, *, ranks: int, timeout_s:
 
 
 __all__ = ["DEFAULT_MEMORY_PER_RANK", "RankContext", "RankFailure", "RankFn", "RanksCancelled", "check_local_ranks",
-           "choose_backend", "local_rank_cap", "run_lab_ranks", "run_ranks", "torchrun_rank", "under_torchrun"]
+           "choose_backend", "end_rank", "local_rank_cap", "run_lab_ranks", "run_ranks", "torchrun_rank", "under_torchrun"]

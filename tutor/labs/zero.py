@@ -276,7 +276,6 @@ def render_zero(result: ProbeResult) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from tutor.theory.units import human_bytes
 
     ranks = result.details.get("per_rank", [])
     table = Table(title=f"Memory per rank, replicated vs ZeRO stage {result.details.get('stage', '?')}",
@@ -291,7 +290,7 @@ def render_zero(result: ProbeResult) -> Any:
             for kind in ("replicated", "sharded"):
                 value = r[f"{cat}_bytes"][kind]
                 table.add_row(str(r["rank"]) if index == 0 and kind == "replicated" else "",
-                              cat if kind == "replicated" else "", kind, human_bytes(value),
+                              cat if kind == "replicated" else "", kind, format_bytes(value),
                               Text("█" * round(width * value / largest), style=styles[cat] if kind == "sharded"
                                    else "dim"))
     return table

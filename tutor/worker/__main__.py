@@ -82,14 +82,12 @@ def apply_memory_limit() -> None:
 
 
 def warm_torch(channel: Channel) -> None:
-    """Import torch and run a few small matmuls: the first timed run then meets a loaded library,
-    a started thread pool and faulted-in kernels."""
+    """Import torch and warm it as every matmul measurement does (tutor.bench.matmul.warm_up): the
+    first timed run then meets a loaded library, a started thread pool and faulted-in kernels."""
     channel.send({"event": "state", "phase": "loading torch"})
-    import torch
+    from tutor.bench.matmul import warm_up
 
-    a = torch.randn(256, 256)
-    for _ in range(3):
-        a = (a @ a).clamp_(-1.0, 1.0)
+    warm_up("cpu")
 
 
 def load_probes(module_name: str | None) -> Mapping[str, Probe]:
