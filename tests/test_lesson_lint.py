@@ -202,7 +202,7 @@ def test_quiz_check_catches_a_tolerance_too_tight_for_the_shown_answer(broken: P
 
 
 def test_quiz_check_catches_an_answer_expr_that_fails(broken: Path) -> None:
-    edit(broken, "precision/weights-in-memory", "params('llama-3.1-8b').total, 'bf16'", "params('llama-9').total, 'bf16'")
+    edit(broken, "precision/weights-in-memory", "params('llama-3.1-8b').total, 'fp32'", "params('llama-9').total, 'fp32'")
     [problem] = lint.check_quizzes(load_curriculum(broken).lesson("precision/weights-in-memory"))
     assert "quiz bf16-weights-gb: with no device:" in problem and "unknown model preset 'llama-9'" in problem
 

@@ -43,8 +43,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 
 
 def default_ffn(style: str, hidden: int) -> int:
-    """GPT: 4h (Radford et al. 2019, GPT-2); Llama: 2/3 of 4h rounded up to a multiple of 16, the
-    SwiGLU width rule of Shazeer 2020 (arXiv 2002.05202 §2) that LLaMA uses (arXiv 2302.13971 §2)."""
+    """GPT: 4h (Radford et al. 2019, GPT-2); Llama: 2/3 of 4h, the SwiGLU width rule of Shazeer 2020
+    (arXiv 2002.05202 §2) that LLaMA states as "2/3 4d" (arXiv 2302.13971 §2.2), rounded up to a
+    multiple of 16 here (a small-model choice; Meta's llama/model.py rounds to multiple_of = 256)."""
     if style == "gpt":
         return 4 * hidden
     return math.ceil(Fraction(8 * hidden, 3) / 16) * 16

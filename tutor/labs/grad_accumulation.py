@@ -5,7 +5,7 @@ A small MLP (width `hidden`, `layers` hidden layers) in FP32. The big batch of `
 run once; then the same examples as `micro_batches` slices, each loss divided by k, backward after
 each, gradients summed in .grad. The mean loss is a mean over examples, so the sum over slices of
 (slice mean / k) is the big mean: the gradients agree up to FP32 rounding of the sums' order
-(Goyal et al. 2017, arXiv 1706.02677 §2: the effective batch is the sum of the micro-batches).
+(NVIDIA NeMo user guide, "Batching": global batch = micro-batch × data-parallel size × accumulation steps).
 Activation bytes are what autograd saved for backward, counted with saved_tensors_hooks.
 """
 

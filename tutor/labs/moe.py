@@ -1,6 +1,6 @@
 """moe: a real mixture-of-experts layer in torch, trained briefly, with three ways to balance its experts.
 
-The layer: a router (linear, then softmax as in Switch/Mixtral or a sigmoid per expert as in DeepSeek-V3),
+The layer: a router (linear, then softmax as in Switch (Mixtral's after renormalising the top k) or a sigmoid per expert as in DeepSeek-V3),
 top-k selection, and E small SwiGLU experts that only their routed tokens run through. The data is
 synthetic: tokens drawn around C cluster centres, each cluster with its own target map, so experts have
 something to specialise on. The router starts with a popularity bias −skew·ln(i+1) on expert i (the
@@ -140,7 +140,8 @@ def initial_weights(params: dict) -> MoEWeights:
 def route(inputs, weights: MoEWeights, *, scoring: str, top_k: int, selection_bias=None) -> Routing:
     """Scores, top-k choice and gate weights.
 
-    softmax: Switch (arXiv 2101.03961 §2.1) and Mixtral; sigmoid: DeepSeek-V3 (arXiv 2412.19437 eq. 15).
+    softmax: Switch (arXiv 2101.03961 §2.1); renormalised over the chosen k it equals Mixtral's
+    Softmax(TopK(x·W_g)) (arXiv 2401.04088 §2.1); sigmoid: DeepSeek-V3 (arXiv 2412.19437 eq. 15).
     `selection_bias` is DeepSeek-V3's balancing bias: added to the scores for the choice only (eq. 16).
     Gates: the chosen scores renormalised to sum to 1 for k > 1 (Mixtral; DeepSeek-V3 eq. 13), the raw
     probability for k = 1 (Switch eq. 2), which keeps the router trainable by the main loss.

@@ -319,8 +319,11 @@ def _parse_quiz(fields: _Fields, block_id: str) -> Quiz:
     feedback = fields.take("feedback", "str_list", default=())
     shuffle = fields.take("shuffle", "bool", default=True)
     draw = _parse_draw(fields)
+    chain = fields.take("chain", "str", default="")
     fields.finish(("id", "question", "kind", "choices", "answer", "answer_expr", "tolerance", "hints",
-                   "explanation", "unit", "feedback", "shuffle", "draw"))
+                   "explanation", "unit", "feedback", "shuffle", "draw", "chain"))
+    if chain and not draw:
+        raise fields.error("chain links the draws of a worked problem's steps: this quiz draws nothing", "chain")
     if kind != "choice" and feedback:
         raise fields.error(f"feedback belongs to kind = \"choice\" (one text per choice), not {kind!r}", "feedback")
     if kind == "choice" and feedback and len(feedback) != len(choices):
@@ -357,7 +360,8 @@ def _parse_quiz(fields: _Fields, block_id: str) -> Quiz:
         answer = tuple(answer) if isinstance(answer, list) else answer
     return Quiz(id=block_id, question=question, kind=kind, choices=tuple(choices), answer=answer,
                 answer_expr=answer_expr, tolerance=tolerance, hints=tuple(hints), explanation=explanation,
-                line=fields.raw.line, unit=unit, feedback=tuple(feedback), shuffle=shuffle, draw=draw)
+                line=fields.raw.line, unit=unit, feedback=tuple(feedback), shuffle=shuffle, draw=draw,
+                chain=chain)
 
 
 _PARSERS: dict[str, Callable[[_Fields, str], Block]] = {

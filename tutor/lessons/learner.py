@@ -40,6 +40,18 @@ def draw_values(block: Quiz | Predict, seed: int) -> dict[str, Any]:
     return {name: rng.choice(values) for name, values in block.draw}
 
 
+def chain_draw_values(quiz: Quiz, *, learner_id: str, lesson_id: str) -> dict[str, Any]:
+    """The draws of one step of a worked problem: each name picked from its own seed (learner, lesson,
+    chain, name), so every step that draws `g` from the same list sees the same `g`. A chain keeps its
+    numbers when one step's answer was shown (round 0 always): a new round for one step alone would
+    break the chain for the steps after it."""
+    drawn = {}
+    for name, values in quiz.draw:
+        seed = learner_seed(learner_id, lesson_id, f"chain:{quiz.chain}:{name}")
+        drawn[name] = random.Random(seed).choice(values)
+    return drawn
+
+
 def drawn_values(block: Any) -> dict[str, Any]:
     """The values the block's expressions see: those drawn for the learner, else each draw's first."""
     drawn = getattr(block, "drawn", None)
@@ -84,7 +96,10 @@ def personalise(block: Block, *, learner_id: str, lesson_id: str, round_: int = 
     if not isinstance(block, (Quiz, Predict)):
         return block
     seed = learner_seed(learner_id, lesson_id, block.id, round_)
-    personal = replace(block, drawn=draw_values(block, seed))
+    if isinstance(block, Quiz) and block.chain:
+        personal = replace(block, drawn=chain_draw_values(block, learner_id=learner_id, lesson_id=lesson_id))
+    else:
+        personal = replace(block, drawn=draw_values(block, seed))
     if isinstance(personal, Quiz):
         personal = shuffle_choices(personal, seed)
     return personal

@@ -384,8 +384,134 @@ def lint_curriculum(root: Path, probes: Mapping[str, Any] | None = None, *,
             continue
         problems += check_values(lesson) + check_quizzes(lesson) + check_calculators(lesson)
         problems += check_hand_typed_numbers(lesson, allow)
+        problems += check_chains(lesson) + check_non_finite(lesson) + check_leaked_answers(lesson)
         if require_predict_and_measure:
             problems += check_predict_and_measure(lesson)
         if probes is not None:
             problems += check_probes(lesson, probes)
+    return problems
+
+
+# ---- worked problems, rendered values, leaked answers -------------------------------------------
+
+_STEP = re.compile(r"^\s*Step\s+\d+\b")
+
+
+def check_chains(lesson: Lesson) -> list[str]:
+    """The steps of a worked problem ("Step 2. ...") share one draw: each drawing step names its
+    `chain`, and steps of one chain that draw the same name draw it from the same list (else the
+    answer carried from step 2 into step 3 is not the one step 3 expects)."""
+    problems = []
+    lists: dict[tuple[str, str], tuple[Any, ...]] = {}
+    for quiz in lesson.quizzes:
+        where = f"{_where(lesson, quiz.line)}: quiz {quiz.id}"
+        if _STEP.match(quiz.question) and quiz.draw and not quiz.chain:
+            problems.append(f"{where}: a worked problem's step draws on its own: give its steps one chain = \"...\"")
+        if not quiz.chain:
+            continue
+        for name, values in quiz.draw:
+            first = lists.setdefault((quiz.chain, name), values)
+            if first != values:
+                problems.append(f"{where}: chain {quiz.chain!r} draws {name} from {list(first)} in an earlier step "
+                                f"and from {list(values)} here: give every step the same list")
+    return problems
+
+
+_NON_FINITE = re.compile(r"(?<![\w.])-?(?:inf|nan)(?![\w])", re.IGNORECASE)
+
+
+def check_non_finite(lesson: Lesson, devices: Iterable[DeviceFigures | None] = LINT_DEVICES) -> list[str]:
+    """No {{ }} value renders as inf or nan: a number too large for a float, or 0/0, is a bug in the
+    expression (FP64's largest finite number is 1.8 × 10³⁰⁸, not inf)."""
+    problems = []
+    for block in lesson.blocks:
+        written = sum(len(_NON_FINITE.findall(_VALUE_SPANS.sub(" ", text))) for text in _texts(block))
+        for variant in _variants(block):
+            for device in tuple(devices):
+                try:
+                    rendered = render_block(variant, device=device)
+                except UserError:
+                    continue  # check_values reports it
+                texts = _texts(rendered)
+                if sum(len(_NON_FINITE.findall(text)) for text in texts) > written:
+                    shown = next(text for text in texts if _NON_FINITE.search(text))
+                    match = _NON_FINITE.search(shown)
+                    start = max(0, match.start() - 40) if match else 0
+                    problems.append(f"{_where(lesson, block.line)}: {block.directive} {block.id}{_draw_name(variant)}: "
+                                    f"a value renders as {match.group(0) if match else 'inf'}: "
+                                    f"...{shown[start:start + 80]!r}")
+                    break
+            else:
+                continue
+            break
+    return list(dict.fromkeys(problems))
+
+
+# A figure as prose prints it: "912 MiB", "12.9B", "3.54 × 10⁴", "65,504".
+_PRINTED_FIGURE = re.compile(
+    r"(?<![\w.§^$])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+    r"(\s*×\s*10[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+)?"
+    r"(\s*(?:[KMGTP]i?B|bytes|B|K|M|T|billion|million)\b)?")
+
+
+def printed_figures(text: str, unit: str) -> list[tuple[str, float]]:
+    """(token, value in `unit`) for each figure of 3+ significant digits in `text` that can be read in
+    the quiz's unit: a figure with a unit of the same kind ("912 MiB" for a GiB quiz) converted; a bare
+    figure only for a quiz without a unit kind, and then only with 4+ digits (a short bare number
+    matching is more often chance than a copied answer)."""
+    from tutor.lessons.grading import parse_number, unit_kind
+
+    kind, factor = unit_kind(unit)
+    found = []
+    for match in _PRINTED_FIGURE.finditer(text):
+        digits = significant_digits(match.group(1))
+        if digits < 3 or _is_year(match.group(1)):
+            continue
+        number = parse_number(match.group(1) + (match.group(2) or ""))
+        if number is None:
+            continue
+        suffix = (match.group(3) or "").strip()
+        if suffix:
+            figure_kind, figure_factor = ("count", 1e9) if suffix == "B" and kind == "count" else unit_kind(suffix)
+            if figure_kind is None or figure_kind != kind:
+                continue
+            found.append((match.group(0).strip(), number * figure_factor / factor))
+        elif kind is None and digits >= 4:
+            found.append((match.group(0).strip(), number))
+    return found
+
+
+def check_leaked_answers(lesson: Lesson) -> list[str]:
+    """No number quiz's answer, for any learner's draw, is printed in the prose above it (its worked
+    example copied from a paragraph is recall, not work): the answer within the quiz's tolerance
+    against every 3+ digit figure of the rendered prose before it."""
+    from tutor.lessons.grading import expected_answer, quiz_unit
+
+    problems = []
+    above: list[str] = []
+    for block in lesson.blocks:
+        if isinstance(block, Prose):
+            try:
+                above.append(_texts(render_block(block))[0])
+            except UserError:
+                pass
+            continue
+        if not isinstance(block, Quiz) or block.kind != "number":
+            continue
+        unit = quiz_unit(block)
+        figures = [figure for text in above for figure in printed_figures(text, unit)]
+        for variant in _variants(block):
+            try:
+                expected = float(expected_answer(variant))
+            except (UserError, TypeError, ValueError):
+                continue
+            if expected == 0:
+                continue
+            tolerance = max(block.tolerance, 0.005)
+            leaked = next((token for token, value in figures
+                           if abs(value - expected) <= tolerance * abs(expected)), None)
+            if leaked is not None:
+                problems.append(f"{_where(lesson, block.line)}: quiz {block.id}{_draw_name(variant)}: its answer is "
+                                f"printed above it ({leaked!r}): draw values the prose does not work through")
+                break
     return problems

@@ -157,6 +157,9 @@ class Quiz:
     """(name, values) pairs: one value of each is drawn per learner (tutor.lessons.learner)."""
     drawn: dict[str, Any] | None = None
     """The values drawn for this learner (None until personalised; expressions then see the first ones)."""
+    chain: str = ""
+    """A worked problem's name: the quizzes of one chain draw each shared name once, so the answer a
+    learner carries from one step into the next is the one the next step expects."""
     directive: ClassVar[str] = "quiz"
 
 

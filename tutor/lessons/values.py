@@ -168,7 +168,8 @@ def num(x: float | Fraction, digits: int = 3) -> str:
     value = float(x)
     if not math.isfinite(value):
         return str(value)
-    return format_number(float(f"{value:.{digits}g}"), digits=digits)
+    rounded = float(f"{value:.{digits}g}")  # 1.797e308 to 3 digits rounds past the largest float
+    return format_number(rounded if math.isfinite(rounded) else value, digits=digits)
 
 
 def count(n: float) -> str:
