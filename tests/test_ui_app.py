@@ -276,7 +276,7 @@ def test_predict_rejects_a_guess_that_is_not_a_number_without_measuring():
             predict.query_one("#guess").value = "fast"
             await pilot.press("enter")
             await settle(pilot, app)
-            assert "is not a number" in text_of(predict.query_one("#status"))
+            assert "could not read 'fast' as a number" in text_of(predict.query_one("#status"))
             assert services.probes["matmul"].calls == []
             assert not predict.query_one("#guess").disabled
     run(scenario())

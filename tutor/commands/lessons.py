@@ -102,7 +102,7 @@ def shown_blocks(lesson: Any, *, learner_id: str, device: Any, progress: Any = N
                          unit=_quiz_unit(view), hints=len(view.hints))
         elif isinstance(view, Predict):
             entry.update(question=view.question, probe=view.probe, params=view.params, metric=view.metric,
-                         unit=view.unit)
+                         unit=view.unit, guess_unit=view.guess_unit or view.unit, explain=view.explain)
         elif isinstance(view, Measure):
             entry.update(probe=view.probe, params=view.params, explain=view.explain)
         elif isinstance(view, Calc):
@@ -149,8 +149,11 @@ def lesson_text(lesson: Any, blocks: list[dict[str, Any]]) -> str:
                 lines.append(f"  answer: a number{' in ' + block['unit'] if block['unit'] else ''}")
         elif kind == "predict":
             lines.append(block["question"])
-            lines.append(f"  commit a guess{' in ' + block['unit'] if block['unit'] else ''}, then probe "
+            asked = block["guess_unit"]
+            lines.append(f"  commit a guess{' in ' + asked if asked else ''}, then probe "
                          f"{block['probe']} ({_params_text(block['params'])}) measures {block['metric']}")
+            if block["explain"]:
+                lines.append(f"  after it measures: {block['explain']}")
         elif kind == "measure":
             lines.append(f"  runs probe {block['probe']} ({_params_text(block['params'])})")
             if block["explain"]:

@@ -60,12 +60,30 @@ def random_values(count: int, dtype: str, source: str, seed: int) -> list[float]
     return [rng.choice((-1.0, 1.0)) * 2.0 ** rng.uniform(low, high) for _ in range(count)]
 
 
+_NON_FINITE_WORDS = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf,
+                     "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}
+
+
+def _exact_value(value: str | float) -> Fraction | float:
+    """A value as given: "0.1" exactly (a Fraction, rounded once by the cast), "nan"/"inf" as floats."""
+    if not isinstance(value, str):
+        return value
+    return _NON_FINITE_WORDS.get(value.strip().lower()) or Fraction(value)
+
+
+def _value_text(value: str | float) -> str:
+    """A value as IEEE 754 names it: NaN is a value here, not a missing figure."""
+    number = float(_exact_value(value)) if isinstance(value, str) else value
+    return "NaN" if math.isnan(number) else format_exact(number)
+
+
 def _cast_error(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
-    deadline = time.perf_counter() + params["budget_s"]
     progress(0.0, "loading torch")
     import torch
 
     from tutor.theory.formats import Kind, encode, format_by_name
+
+    deadline = time.perf_counter() + params["budget_s"]  # the budget is for the check, not for loading torch
 
     dtype = params["dtype"]
     source = params["source"]
@@ -76,7 +94,7 @@ def _cast_error(params: dict, progress: ProgressFn, cancel: threading.Event) -> 
     source_dtype = torch.float64 if source == "fp64" else torch.float32
     given = params["values"]
     if given is not None:
-        raw = [Fraction(value) if isinstance(value, str) else value for value in given]
+        raw = [_exact_value(value) for value in given]
         inputs = torch.tensor([float(value) for value in raw], dtype=source_dtype)
     else:
         inputs = torch.tensor(random_values(params["count"], dtype, source, params["seed"]), dtype=source_dtype)
@@ -103,7 +121,9 @@ def _cast_error(params: dict, progress: ProgressFn, cancel: threading.Event) -> 
                 break
             progress(index / len(held), f"checking {index} of {len(held)} casts")
         encoding = encode(x, fmt)
-        agree += encoding.storage_word == bits
+        # Any NaN is a NaN: its sign and payload bits are the implementation's choice (IEEE 754 §6.2.3).
+        same = encoding.storage_word == bits or (math.isnan(x) and math.isnan(stored))
+        agree += same
         done += 1
         if encoding.saturated or encoding.overflowed or encoding.kind is Kind.INF:
             counts["overflow"] += 1
@@ -111,21 +131,26 @@ def _cast_error(params: dict, progress: ProgressFn, cancel: threading.Event) -> 
             counts["underflow"] += 1
         elif encoding.kind is Kind.SUBNORMAL:
             counts["subnormal"] += 1
-        elif fmt.min_normal <= abs(Fraction(x)) <= fmt.max_finite:
+        elif math.isfinite(x) and fmt.min_normal <= abs(Fraction(x)) <= fmt.max_finite:
             # The bound u holds for inputs in the normal range; an input just below the smallest
             # normal that rounds up to it is a subnormal-range rounding, with a larger error.
             rel_errors.append(float(abs(Fraction(stored) - Fraction(x)) / abs(Fraction(x))))
         if given is not None and len(value_rows) < MAX_VALUE_ROWS:
             theory = encoding.rel_error
             measured = (float(abs(Fraction(stored) - Fraction(x)) / abs(Fraction(x)))
-                        if x != 0 and math.isfinite(stored) else None)
+                        if x != 0 and math.isfinite(x) and math.isfinite(stored) else None)
             value_rows.append(Measurement(
-                label=f"{format_exact(given[index])} -> {format_exact(stored)} in {dtype}",
+                label=f"{_value_text(given[index])} -> {_value_text(stored)} in {dtype}",
                 measured=measured, unit="relative error",
                 theory=float(theory) if theory is not None else None,
                 theory_source=f"IEEE 754 round to nearest, ties to even: bits {encoding.bit_string}",
-                note="" if encoding.storage_word == bits else f"torch stored bits {bits:#x}, theory {encoding.storage_word:#x}"))
+                note="" if same else f"torch stored bits {bits:#x}, theory {encoding.storage_word:#x}"))
 
+    if done == 0 and not cancelled:
+        from tutor.errors import UserError
+
+        raise UserError(f"cast-error: the budget of {params['budget_s']:g} s ran out before the first value was "
+                        "checked; give a larger budget_s")
     u = unit_roundoff(dtype)
     name = _metric_name(dtype)
     metrics: dict[str, float] = {

@@ -38,10 +38,10 @@ def absmax_qmax(bits: int) -> int:
 
 
 def _quant_error(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
-    start = time.perf_counter()
     progress(0.0, "loading torch")
     import torch
 
+    start = time.perf_counter()  # the budget is for quantizing, not for loading torch
     torch.manual_seed(params["seed"])
     rows_n, cols_n, group = params["rows"], params["cols"], params["group_size"]
     if cols_n % group:
@@ -92,6 +92,11 @@ def _quant_error(params: dict, progress: ProgressFn, cancel: threading.Event) ->
         rows.append(Measurement("INT4 error, per tensor / group-wise", metrics["int4_tensor_over_group"], "x",
                                 metrics["theory_rel_error_int4_tensor"] / metrics["theory_rel_error_int4_group"],
                                 "ratio of the two theory errors"))
+    if not rows and not cancelled:
+        from tutor.errors import UserError
+
+        raise UserError(f"quant-error: the budget of {params['budget_s']:g} s ran out before the first scheme was "
+                        "measured; give a larger budget_s or fewer rows and cols")
     progress(1.0, "done")
     summary = ", ".join(f"{name} {format_number(metrics[f'rel_error_{name}'])}" for name, _, _ in SCHEMES
                         if f"rel_error_{name}" in metrics)

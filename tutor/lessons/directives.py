@@ -298,10 +298,18 @@ def _parse_predict(fields: _Fields, block_id: str) -> Predict:
     metric = fields.take("metric", "str", required=True)
     unit = fields.take("unit", "str", default="")
     explain = fields.take("explain", "str", default="")
+    guess_unit = fields.take("guess_unit", "str", default="")
     draw = _parse_draw(fields)
-    fields.finish(("id", "question", "probe", "params", "metric", "unit", "explain", "draw"))
+    fields.finish(("id", "question", "probe", "params", "metric", "unit", "explain", "draw", "guess_unit"))
+    if guess_unit:
+        from tutor.lessons.grading import unit_kind
+
+        kind = unit_kind(guess_unit)[0]
+        if kind is None or kind != unit_kind(unit)[0]:
+            raise fields.error(f"guess_unit {guess_unit!r} must be a unit of the same kind as unit {unit!r} "
+                               "(both times, sizes or counts) so a guess converts", "guess_unit")
     return Predict(id=block_id, question=question, probe=probe, params=params, metric=metric, unit=unit,
-                   line=fields.raw.line, explain=explain, draw=draw)
+                   line=fields.raw.line, explain=explain, draw=draw, guess_unit=guess_unit)
 
 
 def _parse_quiz(fields: _Fields, block_id: str) -> Quiz:

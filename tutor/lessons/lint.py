@@ -385,6 +385,7 @@ def lint_curriculum(root: Path, probes: Mapping[str, Any] | None = None, *,
         problems += check_values(lesson) + check_quizzes(lesson) + check_calculators(lesson)
         problems += check_hand_typed_numbers(lesson, allow)
         problems += check_chains(lesson) + check_non_finite(lesson) + check_leaked_answers(lesson)
+        problems += check_predict_units(lesson)
         if require_predict_and_measure:
             problems += check_predict_and_measure(lesson)
         if probes is not None:
@@ -514,4 +515,50 @@ def check_leaked_answers(lesson: Lesson) -> list[str]:
                 problems.append(f"{_where(lesson, block.line)}: quiz {block.id}{_draw_name(variant)}: its answer is "
                                 f"printed above it ({leaked!r}): draw values the prose does not work through")
                 break
+    return problems
+
+
+# ---- predict units ------------------------------------------------------------------------------
+
+_ASKED_IN = re.compile(r"\bhow many (minutes|seconds|hours|milliseconds|bytes|KiB|MiB|GiB|KB|MB|GB)\b(?!/)", re.IGNORECASE)
+_ASKED_UNIT_WORD = {"minutes": "min", "seconds": "s", "hours": "h", "milliseconds": "ms", "bytes": "B"}
+_SHARE_WORDS = re.compile(r"%|\bshare\b|\bfraction\b|\bpercent", re.IGNORECASE)
+# A metric's name says what it measures; its unit must agree: (pattern, units allowed, what it is).
+_METRIC_UNITS = (
+    (re.compile(r"(^|_)s$"), ("s", "ms", "us", "min", "h"), "a time in seconds"),
+    (re.compile(r"bytes"), ("B", "bytes", "B/param"), "a size in bytes"),
+    (re.compile(r"fraction|share|bubble|overlap"), ("fraction", "%"), "a share"),
+    (re.compile(r"^tflops"), ("TFLOP/s",), "a rate in TFLOP/s"),
+    (re.compile(r"gbps|busbw|algbw"), ("GB/s",), "a bandwidth in GB/s"),
+    (re.compile(r"_over_|speedup|ratio|reduction"), ("x", "fraction"), "a ratio"),
+)
+
+
+def check_predict_units(lesson: Lesson) -> list[str]:
+    """A predict's unit agrees with its metric (a time metric in a time unit, a share as "fraction"
+    or "%", a ratio as "x") and with its question: "how many minutes" reads a bare guess in minutes
+    (guess_unit), "what share (e.g. 15%)" is a share. Otherwise a right guess is graded 60x or 100x off."""
+    from tutor.lessons.predictions import SHARE_UNITS
+
+    problems = []
+    for block in lesson.blocks:
+        if not isinstance(block, Predict):
+            continue
+        where = f"{_where(lesson, block.line)}: predict {block.id}"
+        for pattern, units, what in _METRIC_UNITS:
+            if pattern.search(block.metric) and block.unit not in units:
+                problems.append(f"{where}: metric {block.metric} is {what}, but unit = {block.unit!r} "
+                                f"(use one of {', '.join(repr(u) for u in units)})")
+                break
+        asked = _ASKED_IN.search(block.question)
+        if asked:
+            word = asked.group(1)
+            wanted = _ASKED_UNIT_WORD.get(word.lower(), word)
+            read_in = block.guess_unit or block.unit
+            if read_in != wanted and not read_in.startswith(wanted + "/"):  # "B/param" answers "how many bytes"
+                problems.append(f"{where}: the question asks for {word} but a bare guess is read in "
+                                f"{(block.guess_unit or block.unit)!r}: set guess_unit = {wanted!r}")
+        if _SHARE_WORDS.search(block.question) and block.unit not in SHARE_UNITS:
+            problems.append(f"{where}: the question asks for a share but unit = {block.unit!r}: use \"fraction\" "
+                            "(a metric from 0 to 1) or \"%\" (a metric in percent)")
     return problems

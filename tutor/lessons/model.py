@@ -121,6 +121,9 @@ class Predict:
     unit: str
     line: int = 1
     explain: str = ""
+    guess_unit: str = ""
+    """The unit a bare guess is read in when the question asks for another than the metric's `unit`
+    (tutor.lessons.predictions)."""
     draw: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     """(name, values) pairs: one value of each is drawn per learner (tutor.lessons.learner)."""
     drawn: dict[str, Any] | None = None

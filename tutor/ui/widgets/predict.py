@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rich.text import Text
@@ -16,38 +15,18 @@ from tutor.ui.widgets import measure
 from tutor.ui.widgets.measure import ProbeRunner, ResultView, age_text, format_value, result_store
 
 
-def parse_guess(text: str, unit: str = "") -> float:
-    """A guess as a number: '3', '3.5x', '2e9', '1,200', '2^-7', '128 KiB' (converted to `unit` when it
-    is a unit of the same kind; another trailing word is ignored)."""
-    from tutor.lessons.grading import number_readings
+def parse_guess(text: str, unit: str = "", guess_unit: str = "") -> float:
+    """A guess as a value in the block's unit (tutor.lessons.predictions.read_guess)."""
+    from tutor.lessons.predictions import read_guess
 
-    readings = number_readings(text, unit)
-    if readings:
-        return readings[-1] if unit else readings[0]
-    cleaned = text.strip().replace(",", "").replace("×", "").replace("_", "")
-    while cleaned and not (cleaned[-1].isdigit() or cleaned[-1] == "."):
-        cleaned = cleaned[:-1].rstrip()
-    try:
-        value = float(cleaned)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number: type one such as 3.5") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{text!r} is not a finite number")
-    return value
+    return read_guess(text, unit, guess_unit)
 
 
-def verdict(predicted: float, measured: float) -> str:
-    """How far the guess was, as a ratio (the right measure for quantities spanning decades)."""
-    if measured == 0 or predicted == 0:
-        return "exact" if measured == predicted else "one of them is zero: no ratio"
-    ratio = predicted / measured
-    if ratio <= 0:
-        return "the sign was wrong"
-    factor = max(ratio, 1 / ratio)
-    if factor <= 1.1:
-        return f"within {(factor - 1) * 100:.0f} %: well predicted"
-    direction = "too high" if ratio > 1 else "too low"
-    return f"{factor:.2g}x {direction}"
+def verdict(predicted: float, measured: float, unit: str = "") -> str:
+    """How far the guess was (tutor.lessons.predictions.prediction_verdict)."""
+    from tutor.lessons.predictions import prediction_verdict
+
+    return prediction_verdict(predicted, measured, unit)
 
 
 class PredictBlock(ProbeRunner):
@@ -72,19 +51,21 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
             lesson_id=self.lesson_id, device=self.services.machine)
 
     def compose(self) -> ComposeResult:
-        unit = getattr(self.block, "unit", "")
+        unit = self.block.guess_unit or self.block.unit
+        shown_unit = {"fraction": "a share, e.g. 20%"}.get(unit, unit)
         yield Static(Text(self.block.question, style="bold"))
         with Horizontal(classes="row"):
-            yield Input(placeholder=f"your guess{f' ({unit})' if unit else ''}", id="guess")
+            yield Input(placeholder=f"your guess{f' ({shown_unit})' if shown_unit else ''}", id="guess")
             yield Button("Commit", id="commit", variant="primary")
         yield ProgressBar(total=100, show_eta=False, id="progress")
         yield Static("guess first: the measurement starts when you commit", id="status", classes="status")
         yield Static(id="verdict")
+        yield Static(id="explain", classes="explain")
         yield Static(id="table")
         yield Static(id="drawing")
 
     def on_mount(self) -> None:
-        for name in ("#progress", "#verdict", "#table", "#drawing"):
+        for name in ("#progress", "#verdict", "#explain", "#table", "#drawing"):
             self.query_one(name).display = False
         kept = result_store(self.app).recall(self.lesson_id, self.block_id)
         if kept is not None and kept.predicted is not None:  # committed earlier in this session
@@ -106,7 +87,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
             return
         text = self.query_one("#guess", Input).value
         try:
-            self.predicted = parse_guess(text, getattr(self.block, "unit", ""))
+            self.predicted = parse_guess(text, self.block.unit, self.block.guess_unit)
         except ValueError as error:
             self._show_error(str(error))
             return
@@ -154,7 +135,9 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         say(verdict_line, Text.assemble(
             "you predicted ", (format_value(self.predicted, unit), "bold"),
             ", measured ", (format_value(float(measured), unit), "bold"),
-            ": ", (verdict(self.predicted, float(measured)), "bold")))
+            ": ", (verdict(self.predicted, float(measured), unit), "bold")))
+        if self.block.explain:  # the reconciliation: why the measured value is what it is
+            say(self.query_one("#explain", Static), Text.assemble(("Why: ", "bold"), self.block.explain))
         if age is not None:  # shown again on return: recorded when it was measured
             return
         self.call_after_refresh(verdict_line.scroll_visible, animate=False)  # the answer, not below the fold
