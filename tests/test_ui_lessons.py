@@ -24,6 +24,7 @@ from tutor.ui.screens.lesson import LessonScreen  # noqa: E402
 from tutor.ui.services import Services  # noqa: E402
 from tutor.ui.widgets.bits import BitsBlock  # noqa: E402
 from tutor.ui.widgets.calc import CalcBlock  # noqa: E402
+from tutor.ui.widgets.exercise import ExerciseBlock  # noqa: E402
 from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
 from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
 from tutor.ui.widgets.quiz import QuizBlock  # noqa: E402
@@ -40,7 +41,8 @@ class NamedFakeProbe(FakeProbe):
     def run(self, params, progress, cancel):
         progress(1.0, "done")
         result = super().run(params, progress, cancel)
-        return ProbeResult(self.name, result.rows, AnyMetric(), result.summary)
+        details = {"passed": True, "findings": []} if self.name == "exercise" else {}  # every exercise solved
+        return ProbeResult(self.name, result.rows, AnyMetric(), result.summary, details=details)
 
 
 def real_services(tmp_path) -> Services:
@@ -123,11 +125,17 @@ def test_every_lesson_opens_and_every_block_works(tmp_path):
                     await app.workers.wait_for_complete()
                     await pilot.pause()
                     assert "measured 2" in text_of(predict.query_one("#verdict")), lesson_id
+                for exercise in screen.query(ExerciseBlock):
+                    seen.add("exercise")
+                    exercise.start_probe()
+                    await app.workers.wait_for_complete()
+                    await pilot.pause()
+                    assert "✓" in text_of(exercise.query_one("#status")), lesson_id
                 if not screen.graded_ids():
                     screen.action_next()
                     await pilot.pause()
                 assert services.progress.lesson_state(lesson_id).completed, lesson_id
-        assert seen == {"bits", "calc", "quiz", "measure", "predict"}
+        assert seen == {"bits", "calc", "quiz", "measure", "predict", "exercise"}
         done, total = services.progress.track_progress(services.curriculum.tracks[0])
         assert done == total
     asyncio.run(scenario())

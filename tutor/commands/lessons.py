@@ -88,7 +88,7 @@ def show(lesson_id: str, as_json: bool) -> None:
 def shown_blocks(lesson: Any, *, learner_id: str, device: Any, progress: Any = None) -> list[dict[str, Any]]:
     """Each block of the lesson as the learner gets it: kind, id and its prompt fields, rendered."""
     from tutor.lessons.learner import learner_view
-    from tutor.lessons.model import Bits, Calc, Measure, Predict, Prose, Quiz
+    from tutor.lessons.model import Bits, Calc, Exercise, Measure, Predict, Prose, Quiz
 
     result = []
     for block in lesson.blocks:
@@ -113,6 +113,9 @@ def shown_blocks(lesson: Any, *, learner_id: str, device: Any, progress: Any = N
                              devices_min=view.goal.devices_min)
         elif isinstance(view, Bits):
             entry.update(value=view.value, formats=list(view.formats))
+        elif isinstance(view, Exercise):
+            entry.update(task=view.task, check=view.check, language=view.language, start=view.start,
+                         hints=len(view.hints))
         result.append(entry)
     return result
 
@@ -166,6 +169,11 @@ def lesson_text(lesson: Any, blocks: list[dict[str, Any]]) -> str:
                 lines.append(f"  goal: {block['goal']}")
         elif kind == "bits":
             lines.append(f"  {block['value']} in {', '.join(block['formats'])}")
+        elif kind == "exercise":
+            lines.append(block["task"])
+            lines.append(f"  starting point (edit it, then check it: tensor-tutor lab exercise check={block['check']} "
+                         "answer=...):")
+            lines += [f"    {line}" for line in block["start"].splitlines()]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

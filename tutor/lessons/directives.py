@@ -1,7 +1,7 @@
 """lesson.md -> blocks: split at fenced directives, parse each body as TOML, check every key.
 
 A directive is a fenced code block (``` or ~~~, three or more, as CommonMark counts them) whose
-info string is one of bits, calc, measure, predict, quiz. Any other fence (```python) is prose.
+info string is one of bits, calc, measure, predict, quiz, exercise. Any other fence (```python) is prose.
 A mistake becomes one UserError line "<file>:<line>: ```<directive> block: <what is wrong>".
 """
 
@@ -21,6 +21,7 @@ from tutor.lessons.model import (
     Bits,
     Block,
     Calc,
+    Exercise,
     Goal,
     Measure,
     Predict,
@@ -312,6 +313,28 @@ def _parse_predict(fields: _Fields, block_id: str) -> Predict:
                    line=fields.raw.line, explain=explain, draw=draw, guess_unit=guess_unit)
 
 
+EXERCISE_LANGUAGES = ("text", "python")
+
+
+def _parse_exercise(fields: _Fields, block_id: str) -> Exercise:
+    task = fields.take("task", "str", required=True)
+    check = fields.take("check", "str", required=True)
+    start = fields.take("start", "str", required=True)
+    solution = fields.take("solution", "str", required=True)
+    hints = fields.take("hints", "str_list", default=())
+    explanation = fields.take("explanation", "str", default="")
+    language = fields.take("language", "str", default="text")
+    fields.finish(("id", "task", "check", "start", "solution", "hints", "explanation", "language"))
+    from tutor.labs.exercise_checks import CHECKS
+
+    if check not in CHECKS:
+        raise fields.error(f"no exercise check {check!r} (checks: {', '.join(CHECKS)})", "check")
+    if language not in EXERCISE_LANGUAGES:
+        raise fields.error(f"language must be one of {', '.join(EXERCISE_LANGUAGES)}, got {language!r}", "language")
+    return Exercise(id=block_id, task=task, check=check, start=start, solution=solution, hints=tuple(hints),
+                    explanation=explanation, language=language, line=fields.raw.line)
+
+
 def _parse_quiz(fields: _Fields, block_id: str) -> Quiz:
     question = fields.take("question", "str", required=True)
     kind = fields.take("kind", "str", required=True)
@@ -374,7 +397,7 @@ def _parse_quiz(fields: _Fields, block_id: str) -> Quiz:
 
 _PARSERS: dict[str, Callable[[_Fields, str], Block]] = {
     "bits": _parse_bits, "calc": _parse_calc, "measure": _parse_measure, "predict": _parse_predict,
-    "quiz": _parse_quiz,
+    "quiz": _parse_quiz, "exercise": _parse_exercise,
 }
 
 
@@ -406,7 +429,7 @@ def parse_blocks(text: str, source: str = "lesson.md") -> tuple[Block, ...]:
         else:
             fields = _Fields(_load_toml(raw, source), raw, source)
             explicit = _optional_id(fields)
-            if explicit is None and raw.directive in ("quiz", "predict"):
+            if explicit is None and raw.directive in ("quiz", "predict", "exercise"):
                 raise fields.error("missing required key 'id' (unique within the lesson)")
             block = _PARSERS[raw.directive](fields, explicit or default_id)
         if block.id in seen:

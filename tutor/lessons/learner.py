@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from tutor.errors import UserError
-from tutor.lessons.model import Block, Calc, Measure, Predict, Prose, Quiz
+from tutor.lessons.model import Block, Calc, Exercise, Measure, Predict, Prose, Quiz
 from tutor.hardware.machine import Machine
 from tutor.lessons.values import VALUE_PATTERN, DeviceFigures, evaluate, render_values
 
@@ -138,6 +138,10 @@ def render_block(block: Block, *, device: LessonDevice = None) -> Block:
                        params=resolve_params(block.params, device=device, draw=draw))
     if isinstance(block, Measure):
         return replace(block, explain=_render(block.explain, device, draw))
+    if isinstance(block, Exercise):
+        return replace(block, task=_render(block.task, device, draw),
+                       hints=tuple(_render(text, device, draw) for text in block.hints),
+                       explanation=_render(block.explanation, device, draw))
     if isinstance(block, Calc) and block.goal is not None:
         from tutor.lessons.goals import goal_text
 

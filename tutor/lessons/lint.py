@@ -17,7 +17,7 @@ from tutor.errors import UserError
 from tutor.lessons.grading import expected_answer, format_expected, grade
 from tutor.lessons.learner import draw_combinations, drawn_values, render_block, resolve_params
 from tutor.lessons.loader import CURRICULUM_FILE, LESSON_MD, LESSON_TOML, Curriculum
-from tutor.lessons.model import Calc, Lesson, Measure, Predict, Prose, Quiz
+from tutor.lessons.model import Calc, Exercise, Lesson, Measure, Predict, Prose, Quiz
 from tutor.lessons.values import DeviceFigures
 
 ALLOWLIST_FILE = "lint-allow.toml"
@@ -55,6 +55,8 @@ def _texts(block: Any) -> list[str]:
         return [block.explain]
     if isinstance(block, Calc):
         return [block.goal_text, *block.goal_hints]
+    if isinstance(block, Exercise):
+        return [block.task, block.explanation, *block.hints]
     return []
 
 
@@ -376,20 +378,29 @@ def lint_curriculum(root: Path, probes: Mapping[str, Any] | None = None, *,
     except UserError as error:
         problems.append(str(error))
         allow = ()
+    exercised: set[str] = set()
     for lesson_id in curriculum.lesson_ids:
         try:
             lesson = curriculum.lesson(lesson_id)
         except UserError as error:
             problems.append(str(error))
             continue
+        if any(isinstance(block, Exercise) for block in lesson.blocks):
+            exercised.add(lesson_id)
         problems += check_values(lesson) + check_quizzes(lesson) + check_calculators(lesson)
         problems += check_hand_typed_numbers(lesson, allow)
         problems += check_chains(lesson) + check_non_finite(lesson) + check_leaked_answers(lesson)
-        problems += check_predict_units(lesson)
+        problems += check_predict_units(lesson) + check_exercises(lesson)
         if require_predict_and_measure:
             problems += check_predict_and_measure(lesson)
         if probes is not None:
             problems += check_probes(lesson, probes)
+    if require_predict_and_measure:
+        for track in curriculum.tracks:
+            if not exercised & set(track.lesson_ids):
+                problems.append(f"{curriculum.root.name if curriculum.root else 'lessons'}/{CURRICULUM_FILE}: track "
+                                f"{track.id} has no ```exercise block: every track has work the learner does and "
+                                "the program checks")
     return problems
 
 
@@ -561,4 +572,31 @@ def check_predict_units(lesson: Lesson) -> list[str]:
         if _SHARE_WORDS.search(block.question) and block.unit not in SHARE_UNITS:
             problems.append(f"{where}: the question asks for a share but unit = {block.unit!r}: use \"fraction\" "
                             "(a metric from 0 to 1) or \"%\" (a metric in percent)")
+    return problems
+
+
+# ---- exercises ----------------------------------------------------------------------------------
+
+def check_exercises(lesson: Lesson, *, run_torch: bool = True) -> list[str]:
+    """Each exercise's starting point fails its check and its solution passes (rustlings' rule: an
+    exercise that starts solved, or cannot be solved, teaches nothing). Checks that run a loop with
+    torch are skipped when run_torch is False or torch is not installed."""
+    import importlib.util
+
+    from tutor.labs.exercise_checks import CHECKS
+
+    problems = []
+    has_torch = importlib.util.find_spec("torch") is not None
+    for block in lesson.blocks:
+        if not isinstance(block, Exercise):
+            continue
+        check = CHECKS[block.check]
+        if check.needs_torch and not (run_torch and has_torch):
+            continue
+        where = f"{_where(lesson, block.line)}: exercise {block.id}"
+        start, solution = check.run(block.start), check.run(block.solution)
+        if start.passed:
+            problems.append(f"{where}: its starting point already passes ({start.message}): start from one that fails")
+        if not solution.passed:
+            problems.append(f"{where}: its solution fails its own check: {solution.message}")
     return problems

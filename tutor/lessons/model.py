@@ -166,8 +166,29 @@ class Quiz:
     directive: ClassVar[str] = "quiz"
 
 
-Block = Prose | Bits | Calc | Measure | Predict | Quiz
-DIRECTIVES = ("bits", "calc", "measure", "predict", "quiz")
+@dataclass(frozen=True)
+class Exercise:
+    """Work the learner does and the program checks by running it (tutor.labs.exercise_checks):
+    `task` says what to do, `start` is the starting point (it fails its check), `solution` one answer
+    that passes (the lint runs both), `hints` open one per failed check, `language` "python" for a
+    loop to edit, "text" otherwise."""
+
+    id: str
+    task: str
+    check: str
+    start: str
+    solution: str
+    hints: tuple[str, ...]
+    explanation: str
+    language: str = "text"
+    line: int = 1
+    directive: ClassVar[str] = "exercise"
+    kind: ClassVar[str] = "exercise"
+    probe: ClassVar[str] = "exercise"
+
+
+Block = Prose | Bits | Calc | Measure | Predict | Quiz | Exercise
+DIRECTIVES = ("bits", "calc", "measure", "predict", "quiz", "exercise")
 
 
 @dataclass(frozen=True)

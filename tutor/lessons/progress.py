@@ -73,12 +73,12 @@ def _empty() -> dict[str, Any]:
     return {"version": FORMAT_VERSION, "last_lesson": None, "learner_id": None, "lessons": {}}
 
 
-REQUIRED_TO_COMPLETE = ("quiz", "predict", "measure")
+REQUIRED_TO_COMPLETE = ("quiz", "predict", "measure", "exercise")
 _LESSON_KEYS = ("done_blocks", "completed", "seen_blocks", "answers", "predictions")
 
 
 def required_blocks(lesson: Lesson) -> set[str]:
-    """The blocks a lesson is completed by: every quiz (solved), predict and measure."""
+    """The blocks a lesson is completed by: every quiz and exercise (solved), predict and measure."""
     return {block.id for block in lesson.blocks if block.directive in REQUIRED_TO_COMPLETE}
 
 

@@ -17,10 +17,12 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from tutor.lessons.progress import REQUIRED_TO_COMPLETE
 from tutor.ui.messages import LessonCompleted, OpenLesson
 from tutor.ui.widgets.bits import BitsBlock
 from tutor.ui.widgets.block import LessonBlock, block_id, fully_visible
 from tutor.ui.widgets.calc import CalcBlock
+from tutor.ui.widgets.exercise import ExerciseBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.live_pane import LivePane
 from tutor.ui.widgets.measure import MeasureBlock, ProbeRunner
@@ -36,8 +38,9 @@ BLOCK_WIDGETS: dict[str, type[LessonBlock]] = {
     "measure": MeasureBlock,
     "predict": PredictBlock,
     "quiz": QuizBlock,
+    "exercise": ExerciseBlock,
 }
-GRADED = ("measure", "predict", "quiz")  # a lesson is completed when all of these are done
+GRADED = REQUIRED_TO_COMPLETE  # a lesson is completed when all of these are done
 
 
 class Prose(Static):
