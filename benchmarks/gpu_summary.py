@@ -49,7 +49,7 @@ def comparisons(out: dict) -> list[dict]:
     rows: list[dict] = []
 
     def add(what, ours, plain, unit, note=""):
-        if ours is not None or plain is not None:
+        if ours is not None or plain is not None or note:
             rows.append({"what": what, "ours": ours, "plain": plain, "unit": unit, "ratio": ratio(ours, plain),
                          "note": note})
 
@@ -86,7 +86,7 @@ def comparisons(out: dict) -> list[dict]:
             verify.get("measured_s"), "s")
     sampler = out.get("sampler") if isinstance(out.get("sampler"), dict) else {}
     ours, plain = sampler.get("ours") or {}, sampler.get("plain") or {}
-    for key, unit in (("utilization_pct", "%"), ("sm_clock_mhz", "MHz"), ("power_w", "W")):
+    for key, unit in ((("utilization_pct", "%"), ("sm_clock_mhz", "MHz"), ("power_w", "W")) if sampler else ()):
         add(f"live sampler under load: mean {key}", ours.get(key), plain.get(key), unit,
             f"{ours.get('samples')} samples vs {plain.get('samples')} plain NVML polls in {sampler.get('seconds')} s")
     return rows
