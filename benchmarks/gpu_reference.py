@@ -114,8 +114,12 @@ def step(model: str, seq: int, batch: int) -> dict:
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
     started = time.perf_counter()
     with torch.device("cuda"):
-        net = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16,
-                                                            attn_implementation="sdpa")
+        try:
+            net = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16,
+                                                                attn_implementation="sdpa")
+        except TypeError:  # transformers 4.x names it torch_dtype
+            net = transformers.AutoModelForCausalLM.from_config(hf_config, torch_dtype=torch.bfloat16,
+                                                                attn_implementation="sdpa")
     net.config.use_cache = False
     net.train()
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-5)

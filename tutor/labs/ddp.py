@@ -188,8 +188,9 @@ def step_summary(compute_s: float, comm_s: float, step_s: float) -> str:
         text += (f" + slowdown {format_duration(other)} (ranks contending for cores or the link)" if other > 0 else
                  f" - {format_duration(-other)} (compute ran faster inside the DDP step than under no_sync)")
     overlap = overlap_fraction(compute_s, comm_s, step_s)
-    return (text + f"; all-reduce {format_duration(comm_s)} alone, {format_duration(terms['hidden_communication_s'])}"
-            f" of it ({overlap:.0%}) hidden behind the backward pass")
+    hidden = (f"{format_duration(terms['hidden_communication_s'])} of it ({overlap:.0%})" if overlap > 0
+              else "none of it")
+    return text + f"; all-reduce {format_duration(comm_s)} alone, {hidden} hidden behind the backward pass"
 
 
 def _memory_per_rank(p: dict) -> int:
