@@ -103,9 +103,10 @@ def free() -> dict:
     return out
 
 
-def step(model: str, seq: int, batch: int) -> dict:
+def step(model: str, seq: int, batch: int, device: str = "cuda") -> dict:
     """One real training step of `model` (a preset name) as `fit --recipe bf16 --trace` builds it:
-    bf16 weights, SDPA, Adam (torch's default foreach on CUDA), labels = ids; the peak of step 2."""
+    bf16 weights, SDPA, Adam (torch's default foreach on CUDA), labels = ids; the peak of step 2.
+    (`--device cpu` runs the same code for a smoke test, without the CUDA memory figures.)"""
     import torch
     import transformers
 
@@ -113,7 +114,9 @@ def step(model: str, seq: int, batch: int) -> dict:
     fields = {k: v for k, v in config.items() if k != "model_type"}
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
     started = time.perf_counter()
-    with torch.device("cuda"):
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    with torch.device(device):
         try:
             net = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16,
                                                                 attn_implementation="sdpa")
@@ -123,26 +126,28 @@ def step(model: str, seq: int, batch: int) -> dict:
     net.config.use_cache = False
     net.train()
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-5)
-    ids = torch.randint(0, hf_config.vocab_size, (batch, seq), device="cuda")
+    ids = torch.randint(0, hf_config.vocab_size, (batch, seq), device=device)
     built = time.perf_counter()
     seconds = []
     for i in range(2):  # the first step creates Adam's states; the second is the steady state fit describes
         if i == 1:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
+            sync()
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated() if cuda else None
         t0 = time.perf_counter()
         loss = net(input_ids=ids, labels=ids).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         del loss
-        torch.cuda.synchronize()
+        sync()
         seconds.append(time.perf_counter() - t0)
     params = sum(p.numel() for p in net.parameters())
     return {"model": model, "params": params, "seq": seq, "batch": batch,
-            "max_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
-            "allocated_before_step_bytes": before, "max_memory_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "max_memory_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+            "allocated_before_step_bytes": before,
+            "max_memory_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None, "device": device,
             "build_s": built - started, "step_s": seconds, "torch": torch.__version__,
             "transformers": transformers.__version__}
 
@@ -211,6 +216,7 @@ def main() -> int:
     s.add_argument("model")
     s.add_argument("--seq", type=int, default=4096)
     s.add_argument("--batch", type=int, default=1)
+    s.add_argument("--device", default="cuda")
     p = sub.add_parser("sampler")
     p.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
@@ -221,7 +227,7 @@ def main() -> int:
     elif args.what == "free":
         result = free()
     elif args.what == "step":
-        result = step(args.model, args.seq, args.batch)
+        result = step(args.model, args.seq, args.batch, args.device)
     else:
         result = sampler(args.seconds)
     print(json.dumps(result))
