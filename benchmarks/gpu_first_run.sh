@@ -118,6 +118,10 @@ fi
 
 GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
 if [ "$GPUS" = "0" ]; then
+    if (( DRY_RUN )); then  # what pytest_gpu would collect, so a test importing what the kit lacks shows here
+        step collect 60 "$PY" -m pytest --collect-only -q -m gpu -p no:cacheprovider
+        [ "${STATUS[collect]}" = ok ] || { say "the test suite does not collect with the kit (see $LOG)"; finish 1; }
+    fi
     say "no CUDA GPU: torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) sees none; the kit installed offline and imports, nothing else to verify here"
     finish $(( DRY_RUN ? 0 : 2 ))
 fi
