@@ -114,10 +114,18 @@ def main() -> int:
         steps.append({"name": name, "seconds": int(seconds), "timeout_s": int(limit), "status": status})
     outputs = {s["name"]: _json_output(work / f"{s['name']}.out") for s in steps}
     outputs = {k: v for k, v in outputs.items() if v is not None}
+    # The steps that print text (pytest's counts, first_number's ratios): their last lines.
+    tails = {}
+    for s in steps:
+        path = work / f"{s['name']}.out"
+        if s["name"] not in outputs and path.exists():
+            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+            if lines:
+                tails[s["name"]] = lines[-4:]
     rows = comparisons(outputs)
     summary = {"steps": steps, "budget_s": budget, "seconds_total": sum(s["seconds"] for s in steps),
                "timeouts_total_s": sum(s["timeout_s"] for s in steps), "comparisons": rows,
-               "versions": outputs.get("imports"), "passed": not any(s["status"].startswith(("FAILED", "timed out"))
+               "text_tails": tails, "versions": outputs.get("imports"), "passed": not any(s["status"].startswith(("FAILED", "timed out"))
                                                                      for s in steps)}
     lines = [f"GPU first run: {out_dir}", "steps (seconds taken / timeout):"]
     lines += [f"  {s['name']:16} {s['seconds']:>4} s / {s['timeout_s']:>3} s  {s['status']}" for s in steps]
@@ -131,7 +139,12 @@ def main() -> int:
             note = f"  [{r['note']}]" if r["note"] else ""
             lines.append(f"  {r['what']:62} {_figure(r['ours'], r['unit']):>14} vs {_figure(r['plain'], r['unit']):>14}"
                          f"  ratio {ratio_text}{note}")
+    for name, tail in tails.items():
+        lines.append(f"{name} (last lines):")
+        lines += [f"  {line}" for line in tail]
     env = outputs.get("env") if isinstance(outputs.get("env"), dict) else {}
+    if env.get("torch"):
+        lines.append(f"torch vs NVML: {(env.get('torch') or {}).get('disagreement') or 'agree'}")
     for gpu in env.get("gpus", []) or []:
         lines.append(f"NVML GPU {gpu.get('index')}: {gpu.get('name')} mig={gpu.get('mig_enabled')} "
                      f"clock events={gpu.get('clock_event_reasons')}")

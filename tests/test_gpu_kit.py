@@ -26,7 +26,8 @@ def _summary_module():
 def test_the_single_gpu_steps_fit_in_eight_minutes() -> None:
     text = FIRST_RUN.read_text()
     multi = text[text.index('if [ "$GPUS" -ge 2 ]'):]
-    single = text[:text.index('if [ "$GPUS" -ge 2 ]')]
+    # what runs on one GPU: up to the GPU check, then from "torch sees" on (the no-GPU branch is the dry run's)
+    single = text[:text.index("GPUS=$(")] + text[text.index('say "torch sees'):text.index('if [ "$GPUS" -ge 2 ]')]
     timeouts = [int(n) for n in re.findall(r"^\s*step \w+ (\d+) ", single, flags=re.M)]
     assert len(timeouts) >= 14 and sum(timeouts) < 480, timeouts
     budget = int(re.search(r"BUDGET_S=\$\{BUDGET_S:-(\d+)\}", text).group(1))
@@ -87,3 +88,15 @@ def test_without_a_wheelhouse_the_first_run_says_how_to_build_one(tmp_path) -> N
     log = (tmp_path / "out" / "steps.log").read_text()
     assert "gpu_wheels.sh" in log and "did not install" in done.stderr
     assert len(list((tmp_path / "out").iterdir())) <= 8
+
+
+def test_text_steps_keep_their_last_lines(tmp_path) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    (work / "steps.tsv").write_text("pytest_gpu\t30\t60\tok\n")
+    (work / "pytest_gpu.out").write_text("....\n\n12 passed, 3 skipped in 20.1s\n")
+    subprocess.run([os.environ.get("PYTHON", "python"), str(ROOT / "benchmarks" / "gpu_summary.py"), str(work),
+                    str(out), "470"], capture_output=True, text=True, check=True)
+    report = json.loads((out / "summary.json").read_text())
+    assert report["text_tails"]["pytest_gpu"][-1] == "12 passed, 3 skipped in 20.1s"
+    assert "12 passed, 3 skipped" in (out / "summary.txt").read_text()
