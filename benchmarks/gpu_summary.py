@@ -5,7 +5,7 @@ figures beside its plain reference (benchmarks/gpu_reference.py) as a ratio, our
 
 Reads WORK_DIR/steps.tsv (name, seconds, timeout, status) and WORK_DIR/<step>.out; writes
 OUT_DIR/summary.json, OUT_DIR/summary.txt and OUT_DIR/outputs.json (every step's JSON output) and prints
-the text. Standard library only: it runs under the machine's own Python.
+the text. Standard library and tutor.formatting only (stdlib itself): it runs under the machine's own Python.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _json_output(path: Path):
@@ -98,14 +100,16 @@ def _cuda(results) -> str | None:
 
 
 def _figure(value, unit: str) -> str:
+    from tutor.formatting import format_bytes, format_quantity
+
     if value is None:
         return "n/a"
-    if unit == "B":
-        return f"{value / 2**30:,.2f} GiB"
-    return f"{value:,.3g} {unit}"
+    return format_bytes(value) if unit == "B" else format_quantity(value, unit)
 
 
 def main() -> int:
+    from tutor.formatting import format_number
+
     work, out_dir, budget = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     steps = []
     tsv = work / "steps.tsv"
@@ -135,7 +139,7 @@ def main() -> int:
     if rows:
         lines.append("ours vs plain (ratio ours / plain):")
         for r in rows:
-            ratio_text = f"{r['ratio']:.3f}" if r["ratio"] is not None else "n/a"
+            ratio_text = format_number(r["ratio"], digits=3) if r["ratio"] is not None else "n/a"
             note = f"  [{r['note']}]" if r["note"] else ""
             lines.append(f"  {r['what']:62} {_figure(r['ours'], r['unit']):>14} vs {_figure(r['plain'], r['unit']):>14}"
                          f"  ratio {ratio_text}{note}")

@@ -68,7 +68,8 @@ def _without_torch(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
-@pytest.mark.parametrize("argv", [["fit", "llama-3.1-8b", "--json"], ["models", "--json"], ["env", "--json"]])
+@pytest.mark.parametrize("argv", [["fit", "llama-3.1-8b", "--json"], ["models", "--json"], ["env", "--json"],
+                                  ["data", "--json"]])
 def test_quick_commands_run_without_torch(argv: list[str]) -> None:
     done = _without_torch(argv)
     assert done.returncode == 0, done.stderr[-500:]
