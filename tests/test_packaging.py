@@ -69,7 +69,7 @@ def _without_torch(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("argv", [["fit", "llama-3.1-8b", "--json"], ["models", "--json"], ["env", "--json"],
-                                  ["data", "--json"]])
+                                  ["data", "--json"], ["lessons", "--json"]])
 def test_quick_commands_run_without_torch(argv: list[str]) -> None:
     done = _without_torch(argv)
     assert done.returncode == 0, done.stderr[-500:]
