@@ -15,6 +15,9 @@ import click
 from tutor import __version__
 from tutor.errors import UserError
 
+TORCH_MISSING = ("this command measures with PyTorch, which is not installed: pip install torch (on a CPU-only "
+                 "machine: pip install torch --index-url https://download.pytorch.org/whl/cpu)")
+
 # name -> (module, attribute, one-line help shown by `tensor-tutor --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "fit": ("tutor.commands.fit", "fit", "Does a model fit this machine for inference or training?"),
@@ -25,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "learn": ("tutor.commands.learn", "learn", "Open the tutor app (at a lesson, if given)."),
     "lessons": ("tutor.commands.lessons", "lessons", "List the lessons and your progress."),
     "serve": ("tutor.commands.serve", "serve", "Run the tutor app in a browser on localhost."),
+    "data": ("tutor.commands.data", "data", "Where your progress, settings and results live; reset them."),
 }
 
 
@@ -54,10 +58,13 @@ def _command_available(name: str) -> bool:
 
 
 @click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="tensor-tutor")
+@click.version_option(__version__, "-V", "--version", prog_name="tensor-tutor")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
-    """tensor-tutor: the hardware behind large language models, explained and measured."""
+    """tensor-tutor: the hardware behind large language models, explained and measured.
+
+    Run with no command to open the tutor app (the same as `tensor-tutor learn`).
+    """
     if ctx.invoked_subcommand is None:
         learn = ctx.command.get_command(ctx, "learn")
         if learn is not None:
@@ -86,3 +93,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except click.exceptions.Exit as exit_:
         sys.exit(exit_.exit_code)
+    except ModuleNotFoundError as error:
+        if error.name != "torch":
+            raise
+        # torch is a dependency, but an install with --no-deps (or a removed torch) still runs fit, models and env.
+        click.echo(f"tensor-tutor: error: {TORCH_MISSING}", err=True)
+        sys.exit(2)

@@ -193,6 +193,16 @@ def format_duration(seconds: float | None, *, digits: int = SIGNIFICANT_DIGITS) 
     return f"{sign}{days:,} d" + (f" {rest} h" if rest else "")
 
 
+def format_durations_apart(first: float, second: float, *, digits: int = SIGNIFICANT_DIGITS) -> tuple[str, str]:
+    """Two different time spans, each as format_duration writes it, with as many more significant digits
+    as it takes for the texts to differ ('500.4 ms' beside '500 ms', never '500 ms' beside '500 ms')."""
+    shown = (format_duration(first, digits=digits), format_duration(second, digits=digits))
+    while first != second and shown[0] == shown[1] and digits < 12:
+        digits += 1
+        shown = (format_duration(first, digits=digits), format_duration(second, digits=digits))
+    return shown
+
+
 def _split_prefix(unit: str) -> tuple[int, str] | None:
     """(power of 1000, base unit) for 'TFLOP/s' -> (4, 'FLOP/s'), 'GB/s' -> (3, 'B/s'); None if not prefixed."""
     for base in _PREFIXED_BASES:

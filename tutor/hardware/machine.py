@@ -20,10 +20,18 @@ from tutor.hardware.specs import GpuSpec
 
 DTYPES = CPU_DTYPES  # ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 UNKNOWN_GPU = "unknown GPU: measured only"
-CPU_MEMORY_PEAK_NOTE = (
-    "unknown: DRAM peak = channels x MT/s x 8 B needs the DIMM layout, which only root can read "
-    "(dmidecode); compare with the measured triad instead"
-)
+def cpu_memory_peak_note(euid: int | None = None) -> str:
+    """Why the CPU has no DRAM peak, for this user: root could read the DIMM layout; others cannot."""
+    if euid is None:
+        euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    if euid == 0:
+        return ("unknown: DRAM peak = channels x MT/s x 8 B needs the DIMM layout (dmidecode -t memory, which "
+                "you can run as root), which tensor-tutor does not read; compare with the measured triad instead")
+    return ("unknown: DRAM peak = channels x MT/s x 8 B needs the DIMM layout, which only root can read "
+            "(dmidecode); compare with the measured triad instead")
+
+
+CPU_MEMORY_PEAK_NOTE = cpu_memory_peak_note()
 _DEVICE = re.compile(r"(cpu|mps|cuda)(?::(\d+))?")
 
 

@@ -165,6 +165,34 @@ def overlap_fraction(compute_s: float, comm_s: float, step_s: float) -> float:
     return min(1.0, max(0.0, (compute_s + comm_s - step_s) / comm_s))
 
 
+def step_terms(compute_s: float, comm_s: float, step_s: float) -> dict[str, float]:
+    """The DDP step as terms that add up to it exactly: step = compute + exposed communication + other.
+
+    hidden = overlap x communication (the all-reduce that ran behind the backward pass), exposed =
+    communication - hidden, and other = step - compute - exposed: positive when the step is slower than
+    compute and all of its communication back to back (ranks contending for cores or the link), negative
+    when compute ran faster inside the DDP step than under no_sync()."""
+    hidden = overlap_fraction(compute_s, comm_s, step_s) * comm_s
+    exposed = comm_s - hidden
+    return {"compute_s": compute_s, "exposed_communication_s": exposed, "hidden_communication_s": hidden,
+            "other_s": step_s - compute_s - exposed}
+
+
+def step_summary(compute_s: float, comm_s: float, step_s: float) -> str:
+    """'step S = compute C + exposed communication E [+ slowdown O]; ...': the printed terms add up to S."""
+    terms = step_terms(compute_s, comm_s, step_s)
+    text = (f"step {format_duration(step_s)} = compute {format_duration(compute_s)} + exposed communication "
+            f"{format_duration(terms['exposed_communication_s'])}")
+    other = terms["other_s"]
+    if abs(other) >= 0.005 * step_s:  # below the third significant digit the sum already holds as printed
+        text += (f" + slowdown {format_duration(other)} (ranks contending for cores or the link)" if other > 0 else
+                 f" - {format_duration(-other)} (compute ran faster inside the DDP step than under no_sync)")
+    overlap = overlap_fraction(compute_s, comm_s, step_s)
+    hidden = (f"{format_duration(terms['hidden_communication_s'])} of it ({overlap:.0%})" if overlap > 0
+              else "none of it")
+    return text + f"; all-reduce {format_duration(comm_s)} alone, {hidden} hidden behind the backward pass"
+
+
 def _memory_per_rank(p: dict) -> int:
     """A rank's interpreter with torch (tutor.labs.ranks) plus FP32 weights, gradients, AdamW's two
     states and DDP's bucket copy (5 x 4 B per parameter), plus activations at a generous 64 values
@@ -219,7 +247,8 @@ def ddp_result(reports: list[dict], params: dict) -> ProbeResult:
         "communication_bytes_per_rank": {"measured": ring, "theory": theory.bytes_per_rank,
                                          "paper": theory.paper_bytes},
         "step_split": {"compute_s": compute, "communication_s": comm, "step_s": step, "overlap": overlap,
-                       "communication_share": (step - compute) / step if step > 0 else 0.0},
+                       "communication_share": (step - compute) / step if step > 0 else 0.0,
+                       **{k: v for k, v in step_terms(compute, comm, step).items() if k != "compute_s"}},
         "per_rank": per_rank,
     }
     metrics = {"replicas_identical": 1.0 if identical else 0.0, "max_replica_difference": max_difference,
@@ -244,9 +273,7 @@ def ddp_result(reports: list[dict], params: dict) -> ProbeResult:
                     f"overlap {overlap:.0%} of the communication hidden behind the backward pass"),
     )
     summary = (f"{world} ranks: replicas {'identical' if identical else 'DIFFER'} after {first['steps']} steps; "
-               f"step {format_duration(step)} = compute {format_duration(compute)} + communication "
-               f"{format_duration(comm)} "
-               f"with {overlap:.0%} overlap")
+               + step_summary(compute, comm, step))
     return ProbeResult(probe="ddp", rows=rows, metrics=metrics, summary=summary, device=first["device"],
                        details=details)
 

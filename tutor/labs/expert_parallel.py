@@ -22,7 +22,7 @@ from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.labs.moe_routing import CALIBRATION_TOKENS, route
-from tutor.formatting import format_bytes, format_duration, format_quantity
+from tutor.formatting import format_bytes, format_duration, format_durations_apart, format_quantity
 
 BYTES_PER_VALUE = 2  # BF16 activations, as the theory's default
 
@@ -38,10 +38,11 @@ def _check_step_time(params: dict, bias: list[float]) -> None:
     per_token = (time.perf_counter() - start) / sample
     step_s = per_token * params["tokens"] * params["ep"]
     if step_s > params["budget_s"]:
+        step_text, budget_text = format_durations_apart(step_s, params["budget_s"])
         raise UserError(f"moe-alltoall: one step of {params['ep']:,} ranks x {params['tokens']:,} tokens over "
-                        f"{params['experts']:,} experts takes about {format_duration(step_s)} here "
+                        f"{params['experts']:,} experts takes about {step_text} here "
                         f"({format_duration(per_token)} a token, timed on {sample}), more than budget_s="
-                        f"{format_duration(params['budget_s'])}; lower tokens, ep or experts, or raise budget_s")
+                        f"{budget_text}; lower tokens, ep or experts, or raise budget_s")
 
 
 def _moe_alltoall(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:

@@ -18,7 +18,7 @@ import time
 from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
-from tutor.formatting import format_number
+from tutor.formatting import format_duration, format_durations_apart, format_number
 
 # Rows listing each expert's share are shown for at most this many experts.
 MAX_EXPERT_ROWS = 16
@@ -48,9 +48,11 @@ def _check_batch_time(params: dict, bias: list[float]) -> None:
     per_token = (time.perf_counter() - start) / sample
     batch_s = per_token * params["tokens"]
     if batch_s > params["budget_s"]:
+        batch_text, budget_text = format_durations_apart(batch_s, params["budget_s"])
         raise UserError(f"moe-routing: one batch of {params['tokens']:,} tokens over {params['experts']:,} experts "
-                        f"takes about {batch_s:,.1f} s here ({per_token * 1e6:,.0f} µs a token, timed on {sample}), "
-                        f"more than budget_s={params['budget_s']:g}; lower tokens or experts, or raise budget_s")
+                        f"takes about {batch_text} here ({format_duration(per_token)} a token, timed on {sample}), "
+                        f"more than budget_s={params['budget_s']:g} ({budget_text}); lower tokens or experts, "
+                        "or raise budget_s")
 
 
 def _moe_routing(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:

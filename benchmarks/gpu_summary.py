@@ -1,0 +1,165 @@
+"""The summary of benchmarks/gpu_first_run.sh: each step's status and time, and each of tensor-tutor's
+figures beside its plain reference (benchmarks/gpu_reference.py) as a ratio, ours / plain.
+
+    python benchmarks/gpu_summary.py WORK_DIR OUT_DIR BUDGET_S
+
+Reads WORK_DIR/steps.tsv (name, seconds, timeout, status) and WORK_DIR/<step>.out; writes
+OUT_DIR/summary.json, OUT_DIR/summary.txt and OUT_DIR/outputs.json (every step's JSON output) and prints
+the text. Standard library and tutor.formatting only (stdlib itself): it runs under the machine's own Python.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _json_output(path: Path):
+    """A step's stdout as JSON: one object, or a list when it printed one object a line; None otherwise."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        rows = []
+        for line in text.splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return rows or None
+
+
+def ratio(ours, plain):
+    return round(ours / plain, 3) if isinstance(ours, (int, float)) and isinstance(plain, (int, float)) and plain else None
+
+
+def _best(results, **match):
+    rows = [r for r in results if all(r.get(k) == v for k, v in match.items())]
+    values = [r.get("tflops_best") or r.get("gbps_best") for r in rows]
+    values = [v for v in values if isinstance(v, (int, float))]
+    return max(values) if values else None
+
+
+def comparisons(out: dict) -> list[dict]:
+    """Every (figure, ours, plain, ratio) the run can set side by side."""
+    rows: list[dict] = []
+
+    def add(what, ours, plain, unit, note=""):
+        if ours is not None or plain is not None or note:
+            rows.append({"what": what, "ours": ours, "plain": plain, "unit": unit, "ratio": ratio(ours, plain),
+                         "note": note})
+
+    bench = out.get("bench_quick") if isinstance(out.get("bench_quick"), dict) else {}
+    results = list(bench.get("results", []))
+    transfer = out.get("bench_transfer") if isinstance(out.get("bench_transfer"), dict) else {}
+    results += list(transfer.get("results", []))
+    ref = (out.get("ref_matmul") or {}).get("matmul", {}) if isinstance(out.get("ref_matmul"), dict) else {}
+    for dtype in ("fp32", "tf32", "bf16", "fp16", "fp8"):
+        add(f"matmul {dtype}", _best(results, kind="matmul", dtype=dtype, device=_cuda(results)),
+            (ref.get(dtype) or {}).get("tflops"), "TFLOP/s", (ref.get(dtype) or {}).get("error", ""))
+    memory = out.get("ref_memory") if isinstance(out.get("ref_memory"), dict) else {}
+    add("HBM device copy", _best(results, kind="bandwidth", op="copy"), memory.get("copy_gbps"), "GB/s")
+    add("H2D pinned", _best(results, kind="transfer", op="h2d", memory="pinned"), memory.get("h2d_gbps"), "GB/s")
+    add("D2H pinned", _best(results, kind="transfer", op="d2h", memory="pinned"), memory.get("d2h_gbps"), "GB/s")
+    fit = out.get("fit_device_0") if isinstance(out.get("fit_device_0"), dict) else {}
+    free = out.get("ref_free") if isinstance(out.get("ref_free"), dict) else {}
+    capacity = (fit.get("device") or {}).get("capacity_bytes")
+    add("fit --device 0 capacity vs driver free (torch.cuda.mem_get_info)", capacity, free.get("torch_free_bytes"), "B",
+        (fit.get("device") or {}).get("source", ""))
+    add("fit --device 0 capacity vs driver free (NVML)", capacity, free.get("nvml_free_bytes"), "B")
+    trace = (out.get("fit_trace") or {}).get("trace") if isinstance(out.get("fit_trace"), dict) else None
+    step = out.get("ref_step") if isinstance(out.get("ref_step"), dict) else {}
+    real = step.get("max_memory_allocated_bytes")
+    if trace:
+        peak = (trace.get("vs_formula") or {}).get("peak", {})
+        add("fit --trace peak vs real bf16 step (max_memory_allocated)", peak.get("traced_bytes"), real, "B")
+        add("fit formula peak vs real bf16 step (max_memory_allocated)", peak.get("formula_bytes"), real, "B")
+    elif real is not None:
+        add("real bf16 step (max_memory_allocated)", None, real, "B")
+    verify = (out.get("time_verify") or {}).get("verify") if isinstance(out.get("time_verify"), dict) else None
+    if isinstance(verify, dict):
+        add(f"time --verify step ({verify.get('model')}): predicted vs measured", verify.get("predicted_s"),
+            verify.get("measured_s"), "s")
+    sampler = out.get("sampler") if isinstance(out.get("sampler"), dict) else {}
+    ours, plain = sampler.get("ours") or {}, sampler.get("plain") or {}
+    for key, unit in ((("utilization_pct", "%"), ("sm_clock_mhz", "MHz"), ("power_w", "W")) if sampler else ()):
+        add(f"live sampler under load: mean {key}", ours.get(key), plain.get(key), unit,
+            f"{ours.get('samples')} samples vs {plain.get('samples')} plain NVML polls in {sampler.get('seconds')} s")
+    return rows
+
+
+def _cuda(results) -> str | None:
+    devices = [r.get("device") for r in results if str(r.get("device", "")).startswith("cuda")]
+    return devices[0] if devices else None
+
+
+def _figure(value, unit: str) -> str:
+    from tutor.formatting import format_bytes, format_quantity
+
+    if value is None:
+        return "n/a"
+    return format_bytes(value) if unit == "B" else format_quantity(value, unit)
+
+
+def main() -> int:
+    from tutor.formatting import format_number
+
+    work, out_dir, budget = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    steps = []
+    tsv = work / "steps.tsv"
+    for line in (tsv.read_text().splitlines() if tsv.exists() else []):
+        name, seconds, limit, status = line.split("\t", 3)
+        steps.append({"name": name, "seconds": int(seconds), "timeout_s": int(limit), "status": status})
+    outputs = {s["name"]: _json_output(work / f"{s['name']}.out") for s in steps}
+    outputs = {k: v for k, v in outputs.items() if v is not None}
+    # The steps that print text (pytest's counts, first_number's ratios): their last lines.
+    tails = {}
+    for s in steps:
+        path = work / f"{s['name']}.out"
+        if s["name"] not in outputs and path.exists():
+            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+            if lines:
+                tails[s["name"]] = lines[-4:]
+    rows = comparisons(outputs)
+    summary = {"steps": steps, "budget_s": budget, "seconds_total": sum(s["seconds"] for s in steps),
+               "timeouts_total_s": sum(s["timeout_s"] for s in steps), "comparisons": rows,
+               "text_tails": tails, "versions": outputs.get("imports"), "passed": not any(s["status"].startswith(("FAILED", "timed out"))
+                                                                     for s in steps)}
+    lines = [f"GPU first run: {out_dir}", "steps (seconds taken / timeout):"]
+    lines += [f"  {s['name']:16} {s['seconds']:>4} s / {s['timeout_s']:>3} s  {s['status']}" for s in steps]
+    lines.append(f"  total {summary['seconds_total']} s (timeouts {summary['timeouts_total_s']} s, budget {budget:g} s)")
+    if summary["versions"]:
+        lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in summary["versions"].items() if not k.endswith("_file")))
+    if rows:
+        lines.append("ours vs plain (ratio ours / plain):")
+        for r in rows:
+            ratio_text = format_number(r["ratio"], digits=3) if r["ratio"] is not None else "n/a"
+            note = f"  [{r['note']}]" if r["note"] else ""
+            lines.append(f"  {r['what']:62} {_figure(r['ours'], r['unit']):>14} vs {_figure(r['plain'], r['unit']):>14}"
+                         f"  ratio {ratio_text}{note}")
+    for name, tail in tails.items():
+        lines.append(f"{name} (last lines):")
+        lines += [f"  {line}" for line in tail]
+    env = outputs.get("env") if isinstance(outputs.get("env"), dict) else {}
+    if env.get("torch"):
+        lines.append(f"torch vs NVML: {(env.get('torch') or {}).get('disagreement') or 'agree'}")
+    for gpu in env.get("gpus", []) or []:
+        lines.append(f"NVML GPU {gpu.get('index')}: {gpu.get('name')} mig={gpu.get('mig_enabled')} "
+                     f"clock events={gpu.get('clock_event_reasons')}")
+    text = "\n".join(lines) + "\n"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "summary.txt").write_text(text)
+    (out_dir / "outputs.json").write_text(json.dumps(outputs, indent=1) + "\n")
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
