@@ -121,8 +121,8 @@ def check_local_ranks(ranks: int, *, memory_per_rank_bytes: int = DEFAULT_MEMORY
                       backend: str = "gloo") -> None:
     """UserError (one line, with the numbers) when `ranks` local processes do not fit this machine:
     more than local_rank_cap, or ranks x memory_per_rank_bytes beyond the share of available memory
-    a lab may use (tutor.labs.limits)."""
-    from tutor.labs.limits import MEMORY_SHARE, available_memory_bytes
+    a measurement may use (tutor.bench.memory)."""
+    from tutor.bench.memory import MEMORY_SHARE, available_memory_bytes
     from tutor.formatting import format_bytes
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:

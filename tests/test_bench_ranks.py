@@ -1,4 +1,4 @@
-"""tutor.labs.ranks: local ranks on gloo, and what happens when one dies, hangs or is cancelled."""
+"""tutor.bench.ranks: local ranks on gloo, and what happens when one dies, hangs or is cancelled."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
 from tutor.errors import UserError
-from tutor.labs.ranks import RankFailure, RanksCancelled, check_local_ranks, local_rank_cap, run_ranks
+from tutor.bench.ranks import RankFailure, RanksCancelled, check_local_ranks, local_rank_cap, run_ranks
 
 
 def rank_processes() -> list[psutil.Process]:
