@@ -107,17 +107,20 @@ def _typed(value: object) -> str:
     return str(value)
 
 
-def lab_param_items(lab: str, typed: str) -> list[tuple[str, str]]:
+def lab_param_items(lab: str, typed: str, key: str | None = None) -> list[tuple[str, str]]:
     """KEY=VALUE words for the lab `lab`: each parameter with its default while the key is typed,
-    then the values it accepts (choices, devices, presets) once `KEY=` is."""
+    then the values it accepts (choices, devices, presets) once `KEY=` is. `key` is a KEY already
+    typed as its own word (bash splits `KEY=VALUE` at the `=`): then the bare values are offered."""
     from tutor.labs.registry import LABS
 
     if lab not in LABS:
         return []
     params = {param.name: param for param in LABS[lab].load().params}
-    key, sep, _value = typed.partition("=")
-    if not sep:
-        return [(f"{name}={_typed(param.default)}", param.help) for name, param in params.items()]
+    bare = key is not None
+    if key is None:
+        key, sep, _value = typed.partition("=")
+        if not sep:
+            return [(f"{name}={_typed(param.default)}", param.help) for name, param in params.items()]
     param = params.get(key)
     if param is None:
         return []
@@ -129,13 +132,17 @@ def lab_param_items(lab: str, typed: str) -> list[tuple[str, str]]:
         values = preset_items()
     else:
         values = [(_typed(param.default), "the default")]
-    return [(f"{key}={value}", text) for value, text in values]
+    return values if bare else [(f"{key}={value}", text) for value, text in values]
 
 
 def complete_lab_params(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """`tensor-tutor lab NAME <TAB>`: the lab's KEY=VALUE parameters."""
     try:
-        return _matching(lab_param_items(str(ctx.params.get("name") or ""), incomplete), incomplete)
+        lab = str(ctx.params.get("name") or "")
+        before = tuple(ctx.params.get("params") or ())
+        if len(before) >= 2 and before[-1] == "=":  # bash: words KEY, =, then the value being typed
+            return _matching(lab_param_items(lab, "", key=before[-2]), incomplete)
+        return _matching(lab_param_items(lab, incomplete), incomplete)
     except Exception:  # as in _safe
         return []
 

@@ -131,7 +131,7 @@ def _param_text(param) -> str:
 def lab_help(ctx: click.Context, probe) -> str:
     """`tensor-tutor lab NAME --help`: the lab's title, description, parameters and options."""
     formatter = ctx.make_formatter()
-    formatter.write_usage(f"tensor-tutor lab {probe.name}", "[KEY=VALUE]... [--json]")
+    formatter.write_usage(f"{ctx.command_path} {probe.name}", "[KEY=VALUE]... [--json]")
     formatter.write_paragraph()
     with formatter.indentation():
         formatter.write_text(f"{probe.title}. {probe.description}")
