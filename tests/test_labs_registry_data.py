@@ -4,6 +4,7 @@ to its lab, and `tensor-tutor lab NAME --help` listing what the lab validates wi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -32,6 +33,35 @@ def test_importing_the_app_imports_no_lab_module() -> None:
     loaded = _loaded_after("import tutor.ui.app")
     assert not set(loaded) & set(LAB_MODULES), loaded
     assert "torch" not in loaded
+
+
+APP_FIRST_PAINT = """
+import asyncio, json, sys
+from tutor.worker.client import WorkerClient
+WorkerClient.start = lambda self: None  # no measurement process: only this process's imports matter here
+from tutor.ui.app import TutorApp
+from tutor.ui.services import default_services
+
+async def main():
+    app = TutorApp(default_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        print(json.dumps({"screen": type(app.screen).__name__,
+                          "loaded": sorted(m for m in sys.modules if m.startswith("tutor.labs.") or m == "torch")}))
+
+asyncio.run(main())
+"""
+
+
+def test_the_app_with_its_real_services_shows_home_without_importing_a_lab(tmp_path) -> None:
+    env = {**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", APP_FIRST_PAINT], capture_output=True, text=True, env=env,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["screen"] == "HomeScreen"
+    assert report["loaded"] == ["tutor.labs.probe", "tutor.labs.registry"]
 
 
 def test_building_the_apps_labs_imports_no_lab_module() -> None:
