@@ -149,10 +149,10 @@ def lesson_text(lesson: Any, blocks: list[dict[str, Any]]) -> str:
                 lines.append(f"  answer: a number{' in ' + block['unit'] if block['unit'] else ''}")
         elif kind == "predict":
             lines.append(block["question"])
-            lines.append(f"  commit a guess{' in ' + block['unit'] if block['unit'] else ''}, then probe "
+            lines.append(f"  commit a guess{' in ' + block['unit'] if block['unit'] else ''}, then lab "
                          f"{block['probe']} ({_params_text(block['params'])}) measures {block['metric']}")
         elif kind == "measure":
-            lines.append(f"  runs probe {block['probe']} ({_params_text(block['params'])})")
+            lines.append(f"  runs lab {block['probe']} ({_params_text(block['params'])})")
             if block["explain"]:
                 lines.append(block["explain"])
         elif kind == "calc":
