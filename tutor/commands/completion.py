@@ -96,17 +96,6 @@ complete_run_devices = _safe(run_device_items)
 complete_fit_devices = _safe(fit_device_items)
 
 
-def _typed(value: object) -> str:
-    """A default as one types it after KEY= (lists comma-separated, none as nothing)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(item) for item in value)
-    return str(value)
-
-
 def lab_param_items(lab: str, typed: str, key: str | None = None) -> list[tuple[str, str]]:
     """KEY=VALUE words for the lab `lab`: each parameter with its default while the key is typed,
     then the values it accepts (choices, devices, presets) once `KEY=` is. `key` is a KEY already
@@ -120,7 +109,7 @@ def lab_param_items(lab: str, typed: str, key: str | None = None) -> list[tuple[
     if key is None:
         key, sep, _value = typed.partition("=")
         if not sep:
-            return [(f"{name}={_typed(param.default)}", param.help) for name, param in params.items()]
+            return [(f"{name}={param.typed_default or ''}", param.help) for name, param in params.items()]
     param = params.get(key)
     if param is None:
         return []
@@ -131,7 +120,7 @@ def lab_param_items(lab: str, typed: str, key: str | None = None) -> list[tuple[
     elif key == "model":
         values = preset_items()
     else:
-        values = [(_typed(param.default), "the default")]
+        values = [(param.typed_default, "the default")] if param.typed_default is not None else []
     return values if bare else [(f"{key}={value}", text) for value, text in values]
 
 

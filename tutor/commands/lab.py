@@ -106,16 +106,10 @@ def _run_interruptible(probe, values: dict, progress, cancel: threading.Event):
 PARAMS_SECTION = "Parameters (KEY=VALUE; a value is read as TOML: 3, 0.5, true, '[\"fp32\",\"bf16\"]', else as text)"
 
 
-def _typed_default(param) -> str:
-    """A default as one would type it after KEY=."""
-    value = param.default
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(item) for item in value)
-    return str(value)
+def _term(param) -> str:
+    """KEY=DEFAULT as one would type it; the bare KEY when there is no default value."""
+    typed = param.typed_default
+    return param.name if typed is None else f"{param.name}={typed}"
 
 
 def _param_text(param) -> str:
@@ -136,7 +130,7 @@ def lab_help(ctx: click.Context, probe) -> str:
     with formatter.indentation():
         formatter.write_text(f"{probe.title}. {probe.description}")
     with formatter.section(PARAMS_SECTION):
-        formatter.write_dl([(f"{param.name}={_typed_default(param)}", _param_text(param)) for param in probe.params]
+        formatter.write_dl([(_term(param), _param_text(param)) for param in probe.params]
                            or [("(none)", "this lab takes no parameters")])
     with formatter.section("Options"):
         formatter.write_dl([("--json", "Print the result as one JSON object."),

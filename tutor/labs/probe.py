@@ -54,6 +54,18 @@ class Param:
         return ""
 
     @property
+    def typed_default(self) -> str | None:
+        """The default as one types it after KEY= (a list comma-separated); None when there is none."""
+        value = self.default
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(item) for item in value)
+        return str(value)
+
+    @property
     def accepted(self) -> str:
         """The values it accepts, in words: the choices, the range, or the kind."""
         from tutor.formatting import format_bytes, format_number
