@@ -12,11 +12,11 @@ import difflib
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tutor.errors import UserError
 from tutor.labs.probe import KINDS, Param, Probe
+
 
 def _range(param: Param, value: float, probe: str) -> None:
     if param.minimum is not None and value < param.minimum or param.maximum is not None and value > param.maximum:
