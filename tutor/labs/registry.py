@@ -1,9 +1,9 @@
 """The labs as data: each lab's name, the module that holds it, its title and its parameters' names.
 
-Importing this module imports no lab: the app lists labs, the CLI completes their names and the
-lesson lint checks a block names a real one from this table alone. A lab's module is imported only
-when the lab is loaded to run (`load_lab`: in the measurement worker, or by `tensor-tutor lab`), or
-to validate its parameters (`lab NAME --help`, the lesson lint). The lab's module declares its
+Importing this module imports no lab: the app lists and starts labs, and the CLI lists them and
+completes their names, from this table alone. A lab's module is imported only when the lab is loaded
+(`load_lab`): to run it (in the measurement worker, or by `tensor-tutor lab`), to validate or list
+its parameters (`lab NAME --help`, the lesson lint), or to draw a result it returned. The lab's module declares its
 parameters in full (tutor.labs._params.Param: kind, default, range, unit); `param_names` here is the
 list the app needs before any lab is loaded (whether a lab takes `device`), and a test checks it
 against the module's declaration.
