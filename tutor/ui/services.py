@@ -32,10 +32,15 @@ __all__ = ["BENCH_BUDGET_S", "BENCH_DTYPES", "TORCH_DTYPES", "BenchOutcome", "Be
 
 @runtime_checkable
 class ProbeLike(Protocol):
-    """What the app needs of a lab (tutor.labs.Probe, or the worker's tutor.worker.proxies.WorkerLab)."""
+    """What the app needs of a lab (tutor.labs.Probe, or the worker's tutor.worker.proxies.WorkerLab),
+    known without importing the lab's module. A lab may also have `param_names` (the measure block
+    passes the learner's device to a lab that takes one) and `render` (its drawing of a result)."""
 
-    name: str
-    title: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
 
     def run(self, params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult: ...
 
