@@ -240,7 +240,7 @@ def test_lab_lists_and_runs_an_experiment() -> None:
     assert result["metrics"]
 
 
-@pytest.mark.parametrize(("argv", "fragment"), [(["lab", "nope"], "probe"), (["lab", "matmul", "foo=1"], "foo"),
+@pytest.mark.parametrize(("argv", "fragment"), [(["lab", "nope"], "unknown lab 'nope'"), (["lab", "matmul", "foo=1"], "foo"),
                                                 (["lab", "moe-routing", "tokens"], "key=value")])
 def test_lab_bad_input(argv: list[str], fragment: str) -> None:
     assert_one_line_error(argv, fragment)

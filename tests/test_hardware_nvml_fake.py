@@ -363,7 +363,7 @@ def test_nvml_and_torch_disagreeing_is_one_line_that_says_why():
 _RANK_WITH_A_FAKE_INIT = """
 import os
 import torch, torch.distributed as dist
-from tutor.labs import ranks
+from tutor.bench import ranks
 
 def init_process_group(backend, *, device_id=None, **kwargs):  # torch >= 2.3's signature has device_id
     raise RuntimeError(f"stop here: {backend} {device_id}")
@@ -385,11 +385,12 @@ def test_nccl_process_groups_bind_their_device(monkeypatch):
     import torch
     import torch.distributed as dist
 
-    from tutor.bench import collective
+    from tutor.bench import collective, ranks
 
-    assert collective.process_group_device("nccl", "cuda:1") == {"device_id": torch.device("cuda", 1)}
-    assert collective.process_group_device("gloo", "cpu") == {}
-    # A spawned local rank (tutor.labs.ranks, which bench collective and the labs use) binds cuda:<rank>;
+    for owner in (ranks, collective):  # collective's torchrun main binds its device as the ranks do
+        assert owner.process_group_device("nccl", "cuda:1") == {"device_id": torch.device("cuda", 1)}
+        assert owner.process_group_device("gloo", "cpu") == {}
+    # A spawned local rank (tutor.bench.ranks, which bench collective and the labs use) binds cuda:<rank>;
     # run in its own interpreter, since a rank ends its process when it fails.
     rank = subprocess.run([sys.executable, "-c", _RANK_WITH_A_FAKE_INIT], capture_output=True, text=True,
                           timeout=120, cwd=Path(__file__).parent.parent)

@@ -288,7 +288,7 @@ def test_labs_json_and_render_of_a_real_1f1b_run() -> None:
 
 def test_the_hand_written_schedule_trains_exactly_as_torchs_schedule() -> None:
     from tutor.labs.pipeline import pipeline_rank
-    from tutor.labs.ranks import run_ranks
+    from tutor.bench.ranks import run_ranks
 
     params = {"stages": 2, "microbatches": 3, "schedule": "gpipe", "hidden": 32, "layers_per_stage": 1,
               "microbatch_tokens": 16, "steps": 3, "seed": 1}

@@ -139,7 +139,7 @@ def test_probe_check_catches_unknown_probe_param_and_metric() -> None:
     assert any("reports no metric 'speedup_bf16_over_fp32'" in problem for problem in problems)
     routing = load_curriculum(FIXTURE).lesson("experts/routing")
     assert lint.check_probes(routing, only_tflops) == [
-        f"{FIXTURE.name}/experts/routing/lesson.md:5: measure route: no probe 'moe-routing' (probes: matmul)"]
+        f"{FIXTURE.name}/experts/routing/lesson.md:5: measure route: no lab 'moe-routing' (labs: matmul)"]
 
 
 def test_probe_check_prefers_metrics_for() -> None:

@@ -42,7 +42,9 @@ class LazyGroup(click.Group):
         if name not in COMMANDS or not _command_available(name):
             return None
         module_name, attribute, _ = COMMANDS[name]
-        return getattr(importlib.import_module(module_name), attribute)
+        from tutor.commands.completion import attach
+
+        return attach(name, getattr(importlib.import_module(module_name), attribute))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Short help comes from COMMANDS so `--help` imports no subcommand module.

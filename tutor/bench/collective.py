@@ -199,7 +199,7 @@ def collective_bandwidth(*, ranks: int, budget_s: float, ops: tuple[str, ...] = 
     for op in ops:
         if op not in COLLECTIVE_OPS:
             raise UserError(f"unknown collective {op!r} (choose from {', '.join(COLLECTIVE_OPS)})")
-    from tutor.labs.ranks import choose_backend
+    from tutor.bench.ranks import choose_backend
 
     backend = choose_backend(ranks, backend)
     device = "cuda" if backend == "nccl" else "cpu"
@@ -208,8 +208,8 @@ def collective_bandwidth(*, ranks: int, budget_s: float, ops: tuple[str, ...] = 
                                  busbw_gbps=None, time_median_s=None, time_best_s=None, iters=0, device=device,
                                  state="not applicable", message="needs at least 2 ranks (busbw factor is 0)")
                 for size in sizes for op in ops]
-    from tutor.labs.limits import collective_buffer_bytes
-    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, RankFailure, RanksCancelled, run_ranks
+    from tutor.bench.memory import collective_buffer_bytes
+    from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK, RankFailure, RanksCancelled, run_ranks
 
     memory = DEFAULT_MEMORY_PER_RANK + collective_buffer_bytes(max(sizes), ranks)
     params = {"ops": tuple(ops), "sizes": tuple(sizes), "budget_s": budget_s}
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     code = main()
     if "RANK" in os.environ:  # a torchrun rank, its group destroyed: skip torch's teardown (see end_rank)
-        from tutor.labs.ranks import end_rank
+        from tutor.bench.ranks import end_rank
 
         end_rank(code)
     sys.exit(code)

@@ -5,12 +5,19 @@ Memory Usage"; NVML nvmlDeviceGetMemoryInfo): NVML "used" counts the
 whole device (every process, the CUDA context of hundreds of MB, the caching allocator's reserve);
 torch "reserved" is what PyTorch's caching allocator holds from the driver; "allocated" is what live
 tensors occupy. On a CPU the process resident set size (psutil RSS) is the figure.
+
+What a run may still allocate is here too: the memory available now, the share of it a measurement
+(a lab, local ranks) may take, and the bytes one rank holds for a collective case.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+MEMORY_SHARE = 0.8
+"""The share of the memory available now that a measurement may use; the rest is left to the OS
+and the other programs."""
 
 
 @dataclass(frozen=True)
@@ -86,3 +93,28 @@ def memory_accounting(device: str = "cpu") -> MemoryAccounting:
         torch_reserved_bytes=int(torch.cuda.memory_reserved(index)),
         torch_allocated_bytes=int(torch.cuda.memory_allocated(index)), note=note,
     )
+
+
+def available_memory_bytes(device: str = "cpu") -> int | None:
+    """Bytes a lab can allocate on `device` now: psutil's `available` (CPU), the driver's free
+    memory (CUDA); None when it cannot be read."""
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            free, _total = torch.cuda.mem_get_info(torch.device(device))
+        except (ImportError, RuntimeError, AssertionError):
+            return None
+        return int(free)
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().available)
+
+
+def collective_buffer_bytes(size: int, ranks: int) -> int:
+    """Bytes one rank holds for one collective case of `size` bytes: the full buffer plus its
+    1/ranks shard (all_gather's input, reduce_scatter's output), as tutor.bench.collective
+    allocates them (torch.distributed's tensor forms)."""
+    return size + size // ranks

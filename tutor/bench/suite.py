@@ -165,8 +165,8 @@ def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: S
         world = ranks if ranks is not None else 2
         sizes = DEFAULT_SIZES[:2] if quick else DEFAULT_SIZES
         if world > 1:  # too many local ranks: one UserError line (exit 2) before anything is measured
-            from tutor.labs.limits import collective_buffer_bytes
-            from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, check_local_ranks, choose_backend
+            from tutor.bench.memory import collective_buffer_bytes
+            from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK, check_local_ranks, choose_backend
 
             check_local_ranks(world, backend=choose_backend(world),
                               memory_per_rank_bytes=DEFAULT_MEMORY_PER_RANK + collective_buffer_bytes(max(sizes), world))

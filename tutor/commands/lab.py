@@ -1,4 +1,9 @@
-"""`tensor-tutor lab NAME`: run one of the lessons' experiments headless (the same probes the app runs)."""
+"""`tensor-tutor lab NAME`: run one of the lessons' experiments headless (the same labs the app runs).
+
+`lab` lists the labs from the registry's data (no lab module imported); `lab NAME --help` lists the
+lab's parameters from the declaration it validates with (its `Param`s: default, accepted values,
+unit), so the help cannot disagree with what a run accepts.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ CANCEL_GRACE_S = 2.0
 
 
 class ProgressLine:
-    """A probe's progress on stderr: one line redrawn in place on a terminal; on a pipe or a file,
+    """A lab's progress on stderr: one line redrawn in place on a terminal; on a pipe or a file,
     plain newline-terminated lines (no carriage returns), one when a new step starts and one per
     tenth of the run within a step, so a log stays short."""
 
@@ -72,7 +77,7 @@ class ProgressLine:
 
 def _run_interruptible(probe, values: dict, progress, cancel: threading.Event):
     """probe.run in a worker thread, so that Ctrl-C reaches this thread at once even while torch
-    is inside one long kernel: it sets `cancel`, gives the probe CANCEL_GRACE_S to stop at its next
+    is inside one long kernel: it sets `cancel`, gives the lab CANCEL_GRACE_S to stop at its next
     check, and re-raises KeyboardInterrupt (the daemon worker ends with the process)."""
     outcome: dict = {}
     finished = threading.Event()
@@ -98,31 +103,76 @@ def _run_interruptible(probe, values: dict, progress, cancel: threading.Event):
     return outcome["result"]
 
 
-@click.command("lab")
+PARAMS_SECTION = "Parameters (KEY=VALUE; a value is read as TOML: 3, 0.5, true, '[\"fp32\",\"bf16\"]', else as text)"
+
+
+def _term(param) -> str:
+    """KEY=DEFAULT as one would type it; the bare KEY when there is no default value."""
+    typed = param.typed_default
+    return param.name if typed is None else f"{param.name}={typed}"
+
+
+def _param_text(param) -> str:
+    """What one parameter means, what it accepts, and its unit."""
+    unit = param.shown_unit
+    accepted = param.accepted
+    text = f"{param.help}. {accepted[:1].upper()}{accepted[1:]}"
+    if unit:
+        text += f"; unit: {unit}"
+    return f"{text}."
+
+
+def lab_help(ctx: click.Context, probe) -> str:
+    """`tensor-tutor lab NAME --help`: the lab's title, description, parameters and options."""
+    formatter = ctx.make_formatter()
+    formatter.write_usage(f"{ctx.command_path} {probe.name}", "[KEY=VALUE]... [--json]")
+    formatter.write_paragraph()
+    with formatter.indentation():
+        formatter.write_text(f"{probe.title}. {probe.description}")
+    with formatter.section(PARAMS_SECTION):
+        formatter.write_dl([(_term(param), _param_text(param)) for param in probe.params]
+                           or [("(none)", "this lab takes no parameters")])
+    with formatter.section("Options"):
+        formatter.write_dl([("--json", "Print the result as one JSON object."),
+                            ("-h, --help", "Show this message and exit.")])
+    return formatter.getvalue().rstrip("\n")
+
+
+@click.command("lab", add_help_option=False)
 @click.argument("name", required=False)
 @click.argument("params", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
-    """Run the experiment NAME with KEY=VALUE parameters; without NAME, list the experiments."""
-    from tutor.labs import PROBES, get_probe
+@click.option("-h", "--help", "show_help", is_flag=True,
+              help="Show this message and exit; with NAME, that lab's parameters (defaults, accepted values, units).")
+@click.pass_context
+def lab(ctx: click.Context, name: str | None, params: tuple[str, ...], as_json: bool, show_help: bool) -> None:
+    """Run the experiment NAME with KEY=VALUE parameters; without NAME, list the experiments.
 
+    `tensor-tutor lab NAME --help` lists NAME's parameters.
+    """
+    from tutor.labs.registry import LABS, load_lab
+
+    if show_help:
+        click.echo(ctx.get_help() if name is None else lab_help(ctx, load_lab(name)))
+        return
     if name is None:
         if as_json:
+            probes = [load_lab(lab_name) for lab_name in LABS]
             click.echo(json.dumps({"labs": [{"name": p.name, "title": p.title, "description": p.description,
                                              "params": p.params_schema, "defaults": p.default_params}
-                                            for p in PROBES.values()]}, indent=2))
+                                            for p in probes]}, indent=2))
             return
-        width = max(len(name) for name in PROBES)
-        for probe in PROBES.values():
-            click.echo(f"{probe.name:<{width}}  {probe.title}")
+        width = max(len(name) for name in LABS)
+        for entry in LABS.values():
+            click.echo(f"{entry.name:<{width}}  {entry.title}")
         return
-    probe = get_probe(name)
+    probe = load_lab(name)
     values = probe.check_params(_params(params))
     cancel = threading.Event()
 
     import io
 
-    from tutor.labs.ranks import end_rank, torchrun_rank
+    from tutor.bench.ranks import end_rank, torchrun_rank
 
     quiet = (torchrun_rank() or 0) != 0  # under torchrun every rank runs the lab; only rank 0 prints
     progress = ProgressLine(io.StringIO()) if quiet else ProgressLine()
@@ -144,7 +194,7 @@ def lab(name: str | None, params: tuple[str, ...], as_json: bool) -> None:
 
 
 def _show(probe, result, as_json: bool) -> None:
-    """A lab's result: one JSON object, or the table, the probe's drawing and the summary."""
+    """A lab's result: one JSON object, or the table, the lab's drawing and the summary."""
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
         return

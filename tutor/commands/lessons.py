@@ -12,7 +12,7 @@ import click
 @click.group("lessons", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (each lesson with its blocks).")
 @click.option("--check", is_flag=True,
-              help="Lint the lessons instead (for authors): every block, value, quiz answer and probe.")
+              help="Lint the lessons instead (for authors): every block, value, quiz answer and lab.")
 @click.pass_context
 def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
     """List the lessons in order, with their track, length and whether you completed them.
@@ -153,12 +153,12 @@ def lesson_text(lesson: Any, blocks: list[dict[str, Any]]) -> str:
         elif kind == "predict":
             lines.append(block["question"])
             asked = block["guess_unit"]
-            lines.append(f"  commit a guess{' in ' + asked if asked else ''}, then probe "
+            lines.append(f"  commit a guess{' in ' + asked if asked else ''}, then lab "
                          f"{block['probe']} ({_params_text(block['params'])}) measures {block['metric']}")
             if block["explain"]:
                 lines.append(f"  after it measures: {block['explain']}")
         elif kind == "measure":
-            lines.append(f"  runs probe {block['probe']} ({_params_text(block['params'])})")
+            lines.append(f"  runs lab {block['probe']} ({_params_text(block['params'])})")
             if block["explain"]:
                 lines.append(block["explain"])
         elif kind == "calc":
@@ -192,7 +192,7 @@ def _check() -> None:
     problems = lint_curriculum(root, probes)
     for problem in problems:
         click.echo(problem)
-    skipped = "" if probes is not None else " (probes not checked: tutor.labs is missing)"
+    skipped = "" if probes is not None else " (labs not checked: tutor.labs is missing)"
     click.echo(f"{root}: {len(problems)} problem(s){skipped}", err=True)
     if problems:
         raise SystemExit(1)

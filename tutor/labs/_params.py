@@ -1,7 +1,9 @@
-"""Declared probe parameters: defaults, types and ranges, checked before a probe measures anything.
+"""Declared lab parameters: defaults, types and ranges, checked before a lab measures anything.
 
 Lesson authors write params in TOML, so a typo must become one clear line (UserError), never a
-traceback from deep inside torch.
+traceback from deep inside torch. A lab declares its parameters once, as a tuple of `Param`
+(tutor.labs.probe); `make_probe` validates every run against that tuple and keeps it on the Probe,
+where `tensor-tutor lab NAME --help` reads it.
 """
 
 from __future__ import annotations
@@ -10,36 +12,10 @@ import difflib
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tutor.errors import UserError
-
-KINDS = ("int", "float", "str", "text", "bool", "str-list", "number-list", "size-list")
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter of a probe."""
-
-    name: str
-    kind: str
-    default: Any
-    help: str
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
-    maximum: float | None = None
-    optional: bool = False  # None is an accepted value (e.g. "no model given")
-
-    def describe(self) -> str:
-        text = f"{self.kind}: {self.help}"
-        if self.choices:
-            text += f" ({', '.join(self.choices)})"
-        if self.minimum is not None or self.maximum is not None:
-            low = "" if self.minimum is None else f"{self.minimum:g}"
-            high = "" if self.maximum is None else f"{self.maximum:g}"
-            text += f" [{low}..{high}]"
-        return f"{text}; default {self.default!r}"
+from tutor.labs.probe import KINDS, Param, Probe
 
 
 def _range(param: Param, value: float, probe: str) -> None:
@@ -145,8 +121,6 @@ def make_probe(*, name: str, title: str, description: str, needs_torch: bool, pa
     """A Probe whose run() checks params, then calls `body(checked, progress, cancel)`.
     `metrics_of(checked params)` names the metrics of one run, when they depend on the params;
     `render(result)` draws its details (see Probe.render)."""
-    from tutor.labs import Probe
-
     def check(given: dict) -> dict:
         return check_params(name, params, given)
 
@@ -158,11 +132,11 @@ def make_probe(*, name: str, title: str, description: str, needs_torch: bool, pa
     return Probe(name=name, title=title, description=description, needs_torch=needs_torch,
                  params_schema={param.name: param.describe() for param in params}, run=run,
                  metrics=tuple(dict.fromkeys(metrics)), default_params={param.name: param.default for param in params},
-                 check=check, metrics_of=metrics_of, render=render)
+                 check=check, metrics_of=metrics_of, render=render, params=params)
 
 
 def budget_param(default: float, help_text: str = "seconds of measurement") -> Param:
-    return Param("budget_s", "float", default, help_text, minimum=0.1, maximum=120.0)
+    return Param("budget_s", "float", default, help_text, minimum=0.1, maximum=120.0, unit="s")
 
 
 def device_param() -> Param:
@@ -174,3 +148,7 @@ def resolve_device(text: str) -> str:
     from tutor.bench.environment import resolve_device as bench_resolve
 
     return bench_resolve(None if text == "auto" else text)
+
+
+__all__ = ["KINDS", "Param", "budget_param", "check_params", "check_value", "device_param", "make_probe",
+           "resolve_device"]

@@ -15,7 +15,7 @@ import threading
 from fractions import Fraction
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe, resolve_device
 
 STYLES = ("gpt", "llama")

@@ -19,7 +19,7 @@ import time
 from fractions import Fraction
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.formatting import format_bytes, format_number, format_rate
 

@@ -14,7 +14,7 @@ import math
 import random
 import threading
 
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.formatting import format_decimal_bytes, format_duration, format_number, format_percent, format_rate
 

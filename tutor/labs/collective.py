@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 from tutor.formatting import format_bytes, format_rate
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")

@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from tutor.formatting import format_duration, format_number
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 
 VOCAB = 512
@@ -194,10 +194,10 @@ def step_summary(compute_s: float, comm_s: float, step_s: float) -> str:
 
 
 def _memory_per_rank(p: dict) -> int:
-    """A rank's interpreter with torch (tutor.labs.ranks) plus FP32 weights, gradients, AdamW's two
+    """A rank's interpreter with torch (tutor.bench.ranks) plus FP32 weights, gradients, AdamW's two
     states and DDP's bucket copy (5 x 4 B per parameter), plus activations at a generous 64 values
     per token per hidden unit per layer and the logits."""
-    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK
+    from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK
 
     params = _param_count(p["hidden"], p["layers"])
     tokens = p["batch"] * p["seq"]
@@ -206,7 +206,7 @@ def _memory_per_rank(p: dict) -> int:
 
 def _ddp(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.errors import UserError
-    from tutor.labs.ranks import run_lab_ranks
+    from tutor.bench.ranks import run_lab_ranks
 
     if params["hidden"] % HEADS:
         raise UserError(f"ddp: hidden must be a multiple of {HEADS} (the heads), got {params['hidden']}")
@@ -313,7 +313,7 @@ DDP = make_probe(
         Param("layers", "int", 2, "transformer layers", minimum=1, maximum=4),
         Param("batch", "int", 8, "sequences per rank per step", minimum=1, maximum=64),
         Param("seq", "int", 64, "tokens per sequence", minimum=2, maximum=256),
-        Param("bucket_cap_mb", "float", 0.25, "DDP bucket size in MB (DDP's default is 25; small here so the "
+        Param("bucket_cap_mb", "float", 0.25, "DDP bucket size in MiB (DDP's default is 25; small here so the "
               "tiny model spans several buckets)", minimum=0.01, maximum=1024.0),
         Param("seed", "int", 0, "random seed", minimum=0),
         budget_param(6.0, "seconds of training after the ranks start"),

@@ -19,7 +19,7 @@ import threading
 import time
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.labs.moe_routing import CALIBRATION_TOKENS, route
 from tutor.formatting import format_bytes, format_duration, format_durations_apart, format_quantity

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe
 from tutor.theory.fit import RECIPES
 from tutor.theory.memory import OPTIMIZERS, WEIGHT_FORMATS

@@ -19,7 +19,7 @@ import threading
 import time
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
 from tutor.formatting import format_bytes, format_quantity, format_rate
 

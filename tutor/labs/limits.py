@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tutor.bench.memory import MEMORY_SHARE, available_memory_bytes, collective_buffer_bytes
 from tutor.errors import UserError
 from tutor.formatting import format_bytes, format_decimal_bytes, format_duration, format_quantity, format_rate
 from tutor.hardware.machine import Machine
@@ -25,7 +26,6 @@ from tutor.hardware.machine import Machine
 if TYPE_CHECKING:
     from tutor.bench.notebook import Notebook
 
-MEMORY_SHARE = 0.8
 LAB_PEAK_SECONDS = 10.0  # a lesson's experiment: seconds, not minutes, even at peak speed
 # The same wait measured rather than bounded: what a learner sits through for one lab run. A product
 # choice, not a fact: a lab whose peak-speed time is 10 s typically measures a few times that.
@@ -39,24 +39,6 @@ class ComputeRate:
     flops_per_s: float
     source: str     # "the fp32 rate `bench matmul` measured here on 2025-01-02" or "this cpu's fp32 peak"
     measured: bool  # False: a theoretical peak, so the time it gives is a lower bound
-
-
-def available_memory_bytes(device: str = "cpu") -> int | None:
-    """Bytes a lab can allocate on `device` now: psutil's `available` (CPU), the driver's free
-    memory (CUDA); None when it cannot be read."""
-    if device.startswith("cuda"):
-        try:
-            import torch
-
-            free, _total = torch.cuda.mem_get_info(torch.device(device))
-        except (ImportError, RuntimeError, AssertionError):
-            return None
-        return int(free)
-    try:
-        import psutil
-    except ImportError:
-        return None
-    return int(psutil.virtual_memory().available)
 
 
 def peak_flops(device: str, dtype: str, machine: Machine | None = None) -> float | None:
@@ -91,13 +73,6 @@ def lab_compute_rate(device: str, dtype: str, machine: Machine | None = None,
     return ComputeRate(peak, f"this {device}'s {dtype} peak", False) if peak else None
 
 
-def collective_buffer_bytes(size: int, ranks: int) -> int:
-    """Bytes one rank holds for one collective case of `size` bytes: the full buffer plus its
-    1/ranks shard (all_gather's input, reduce_scatter's output), as tutor.bench.collective
-    allocates them (torch.distributed's tensor forms)."""
-    return size + size // ranks
-
-
 def check_lab_fits(probe: str, *, memory_bytes: int, memory_what: str, fix: str, device: str = "cpu",
                    flops: float | None = None, dtype: str = "fp32",
                    available: int | None = None, peak: float | None = None, rate: ComputeRate | None = None) -> None:
@@ -129,3 +104,7 @@ def check_lab_fits(probe: str, *, memory_bytes: int, memory_what: str, fix: str,
     raise UserError(
         f"{probe}: about {format_quantity(flops, 'FLOP')}, at least {format_duration(seconds)} at {rate.source} "
         f"of {figure} (a lab may take {format_duration(limit)} at peak); {fix}")
+
+
+__all__ = ["LAB_MEASURED_SECONDS", "LAB_PEAK_SECONDS", "MEMORY_SHARE", "ComputeRate", "available_memory_bytes",
+           "check_lab_fits", "collective_buffer_bytes", "lab_compute_rate", "peak_flops"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.formatting import format_number
 

@@ -20,7 +20,7 @@ capacity factor would drop (tutor.theory.moe.expert_capacity / tokens_dropped be
 FLOPs of one forward pass are counted by torch.utils.flop_counter.FlopCounterMode for the routed layer,
 for every expert on every token, and for a dense SwiGLU MLP of the active size, beside
 tutor.theory.flops.matmul_flops and tutor.theory.moe.experts_active_fraction. With ranks > 1 the
-experts are spread over local torch.distributed ranks (tutor.labs.ranks) and tokens really travel:
+experts are spread over local torch.distributed ranks (tutor.bench.ranks) and tokens really travel:
 dispatch and combine through dist.all_to_all_single (gloo supports uneven splits), the bytes each rank
 sends counted from the split sizes, beside tutor.theory.parallel.expert_parallel_alltoall_bytes.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe
 
 RUNS = ("none", "aux_loss", "bias")
@@ -382,7 +382,7 @@ def flops_theory(params: dict) -> dict[str, int]:
 
 
 def expert_parallel_rank(ctx, params: dict) -> dict:
-    """One expert-parallel rank (run by tutor.labs.ranks.run_ranks): holds experts/world whole experts,
+    """One expert-parallel rank (run by tutor.bench.ranks.run_ranks): holds experts/world whole experts,
     routes its own tokens, dispatches each token-slot to the rank of its expert and combines the results
     back, both through dist.all_to_all_single; checks the output against the whole layer computed here."""
     import torch
@@ -441,7 +441,7 @@ def expert_parallel_rank(ctx, params: dict) -> dict:
 
 
 def run_expert_parallel(params: dict, outcome: RunOutcome, progress, cancel: threading.Event) -> list[dict]:
-    from tutor.labs.ranks import RanksCancelled, run_ranks
+    from tutor.bench.ranks import RanksCancelled, run_ranks
     from tutor.theory.parallel import experts_per_rank
 
     experts_per_rank(params["experts"], expert_parallel_ranks(params))  # a UserError before any rank starts
@@ -461,10 +461,10 @@ def run_expert_parallel(params: dict, outcome: RunOutcome, progress, cancel: thr
 
 def expert_parallel_ranks(params: dict) -> int:
     """Ranks for the all-to-all: the torchrun job's world size when this process is one of its ranks
-    (tutor.labs.ranks runs the function on the job's ranks then), else the `ranks` parameter."""
+    (tutor.bench.ranks runs the function on the job's ranks then), else the `ranks` parameter."""
     import os
 
-    from tutor.labs.ranks import under_torchrun
+    from tutor.bench.ranks import under_torchrun
 
     return int(os.environ["WORLD_SIZE"]) if under_torchrun() else params["ranks"]
 

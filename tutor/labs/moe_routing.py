@@ -16,7 +16,7 @@ import threading
 import time
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.formatting import format_duration, format_durations_apart, format_number
 

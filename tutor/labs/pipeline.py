@@ -51,7 +51,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -460,7 +460,7 @@ def _own_schedule_steps(ctx, params: dict, module, inputs, targets, optimizer, s
 
 
 def pipeline_rank(ctx, params: dict) -> dict:
-    """Rank function (tutor.labs.ranks): this rank's stage trained for `steps` steps; per step its
+    """Rank function (tutor.bench.ranks): this rank's stage trained for `steps` steps; per step its
     forward/backward blocks and receive waits (seconds from the common t0) and the step's end."""
     import torch
 
@@ -554,7 +554,7 @@ def _stage_flops(params: dict) -> float:
 def _check_machine(params: dict) -> int:
     """UserError when one stage would not fit a lab's share of this machine; its bytes otherwise."""
     from tutor.labs.limits import check_lab_fits
-    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK
+    from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK
 
     stage_bytes = _stage_memory_bytes(params)
     check_lab_fits("pipeline", memory_bytes=params["stages"] * (stage_bytes + DEFAULT_MEMORY_PER_RANK),
@@ -566,7 +566,7 @@ def _check_machine(params: dict) -> int:
 
 
 def _pipeline(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
-    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, run_lab_ranks
+    from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK, run_lab_ranks
     from tutor.theory.parallel import pipeline_bubble_fraction, pipeline_microbatches_in_flight
 
     _check(params)

@@ -18,7 +18,7 @@ import threading
 import time
 from fractions import Fraction
 
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.formatting import format_exact, format_number
 

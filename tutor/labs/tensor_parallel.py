@@ -27,7 +27,7 @@ import threading
 from typing import Any
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe
 
 BYTES_PER_VALUE = 4  # fp32 on the CPU: the comparison with one rank is exact to float rounding
@@ -190,7 +190,7 @@ def _check_block(block: str, params: dict, rank: int, world: int, mesh) -> dict[
 
 
 def tensor_rank(ctx, params: dict) -> dict:
-    """Rank function (tutor.labs.ranks): every block checked and counted on this rank."""
+    """Rank function (tutor.bench.ranks): every block checked and counted on this rank."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -247,7 +247,7 @@ def _rank_memory_bytes(params: dict) -> int:
 
 def _tensor(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.labs.limits import check_lab_fits
-    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK, run_lab_ranks
+    from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK, run_lab_ranks
     from tutor.theory.parallel import tensor_parallel_comm_bytes_per_layer, tensor_parallel_split
 
     ranks = params["ranks"]

@@ -14,7 +14,7 @@ import threading
 import time
 
 from tutor.formatting import format_bytes, format_rate
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import (
     Param,
     budget_param,

@@ -21,7 +21,7 @@ import math
 import threading
 
 from tutor.errors import UserError
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe, resolve_device
 from tutor.formatting import format_bytes, format_number
 

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tutor.formatting import format_bytes
-from tutor.labs import Measurement, ProbeResult, ProgressFn
+from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
 
 VOCAB = 512
@@ -162,11 +162,11 @@ def _zero_rank(ctx: Any, p: dict) -> dict:
 
 
 def _memory_per_rank(p: dict) -> int:
-    """A rank's interpreter with torch (tutor.labs.ranks) plus two FP32 copies of the model with AdamW
+    """A rank's interpreter with torch (tutor.bench.ranks) plus two FP32 copies of the model with AdamW
     (16 B per parameter each, the replicated one freed before the sharded one is built, so counted
     with margin) and activations at 64 values per token per hidden unit per layer plus the logits."""
     from tutor.labs.ddp import _param_count
-    from tutor.labs.ranks import DEFAULT_MEMORY_PER_RANK
+    from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK
 
     tokens = p["batch"] * p["seq"]
     return (DEFAULT_MEMORY_PER_RANK + 32 * _param_count(p["hidden"], p["layers"])
@@ -175,7 +175,7 @@ def _memory_per_rank(p: dict) -> int:
 
 def _zero(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.errors import UserError
-    from tutor.labs.ranks import run_lab_ranks
+    from tutor.bench.ranks import run_lab_ranks
 
     if params["hidden"] % HEADS:
         raise UserError(f"zero: hidden must be a multiple of {HEADS} (the heads), got {params['hidden']}")

@@ -220,12 +220,12 @@ def check_probes(lesson: Lesson, probes: Mapping[str, Any]) -> list[str]:
         where = f"{_where(lesson, block.line)}: {block.directive} {block.id}"
         probe = probes.get(block.probe)
         if probe is None:
-            problems.append(f"{where}: no probe {block.probe!r} (probes: {', '.join(sorted(probes))})")
+            problems.append(f"{where}: no lab {block.probe!r} (labs: {', '.join(sorted(probes))})")
             continue
         schema = getattr(probe, "params_schema", {}) or {}
         unknown = sorted(set(block.params) - set(schema))
         if unknown:
-            problems.append(f"{where}: probe {block.probe} takes no param {unknown[0]!r} "
+            problems.append(f"{where}: lab {block.probe} takes no param {unknown[0]!r} "
                             f"(params: {', '.join(schema) or 'none'})")
         elif callable(getattr(probe, "check_params", None)):
             try:
@@ -241,7 +241,7 @@ def check_probes(lesson: Lesson, probes: Mapping[str, Any]) -> list[str]:
                 known = tuple(getattr(probe, "metrics", ()))
                 ok = metric_matches(block.metric, known)
             if not ok:
-                problems.append(f"{where}: probe {block.probe} reports no metric {block.metric!r} "
+                problems.append(f"{where}: lab {block.probe} reports no metric {block.metric!r} "
                                 f"(metrics: {', '.join(known) or 'none documented'})")
     return problems
 

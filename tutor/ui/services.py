@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tutor.hardware.machine import Machine
 from tutor.hardware.sampler import Sample
-from tutor.labs import ProbeResult, ProgressFn
+from tutor.labs.probe import ProbeResult, ProgressFn
 from tutor.settings import Settings
 from tutor.worker.jobs import (BENCH_BUDGET_S, BENCH_DTYPES, TORCH_DTYPES, BenchOutcome, BenchRow, bench_rows,
                                run_bench_suite, torch_cast)
@@ -32,10 +32,15 @@ __all__ = ["BENCH_BUDGET_S", "BENCH_DTYPES", "TORCH_DTYPES", "BenchOutcome", "Be
 
 @runtime_checkable
 class ProbeLike(Protocol):
-    """What the app needs of a probe (tutor.labs.Probe; the worker's proxies are Probes too)."""
+    """What the app needs of a lab (tutor.labs.Probe, or the worker's tutor.worker.proxies.WorkerLab),
+    known without importing the lab's module. A lab may also have `param_names` (the measure block
+    passes the learner's device to a lab that takes one) and `render` (its drawing of a result)."""
 
-    name: str
-    title: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
 
     def run(self, params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult: ...
 
@@ -131,11 +136,11 @@ class Services:
     worker: WorkerClient | None = None
 
     def probe(self, name: str) -> ProbeLike:
-        """The probe called `name`; UserError naming the known ones otherwise."""
+        """The lab called `name`; UserError naming the known ones otherwise."""
         from tutor.errors import UserError
 
         if name not in self.probes:
-            raise UserError(f"unknown probe {name!r}: use one of {', '.join(sorted(self.probes))}")
+            raise UserError(f"unknown lab {name!r}: use one of {', '.join(sorted(self.probes))}")
         return self.probes[name]
 
 
@@ -143,13 +148,13 @@ def default_services(worker: WorkerClient | None = None) -> Services:
     """The real services: this machine, the shipped curriculum, saved progress and settings, and the
     labs, bench suite and torch cast run by `worker` (a new WorkerClient unless given; the app
     starts it at launch)."""
-    import tutor.labs as labs
     import tutor.lessons as lessons
     from tutor.hardware import detect_machine
     from tutor.hardware.sampler import Sampler
     from tutor.settings import load_settings, save_settings
     from tutor.worker.client import WorkerClient
-    from tutor.worker.proxies import worker_bench, worker_cast, worker_probes
+    from tutor.labs.registry import LABS
+    from tutor.worker.proxies import worker_bench, worker_cast, worker_labs
 
     worker = worker if worker is not None else WorkerClient()
     settings, settings_warning = load_settings()
@@ -160,7 +165,7 @@ def default_services(worker: WorkerClient | None = None) -> Services:
         progress=progress,
         machine=detect_machine(),
         sampler=Sampler(1.0 / settings.sample_hz),
-        probes=worker_probes(worker, labs.PROBES),
+        probes=worker_labs(worker, LABS),
         render_values=lessons.render_values,
         grade=lessons.grade,
         expected_answer=lessons.expected_answer,

@@ -24,7 +24,7 @@ import types
 from collections.abc import Callable, Mapping
 from tutor.bench.busy import INTERFACE_PID_ENV
 from tutor.errors import UserError
-from tutor.labs import Probe, ProgressFn
+from tutor.labs.probe import Probe, ProgressFn
 from tutor.worker.protocol import Channel, ChannelClosed, Frame
 
 MEASUREMENT_NICENESS = 10
@@ -91,7 +91,8 @@ def warm_torch(channel: Channel) -> None:
 
 
 def load_probes(module_name: str | None) -> Mapping[str, Probe]:
-    """The registry the jobs run: tutor.labs.PROBES, or PROBES of a test module."""
+    """The labs the jobs run: tutor.labs.PROBES (each lab's module imported when it first runs), or
+    PROBES of a test module."""
     module: types.ModuleType = importlib.import_module(module_name or "tutor.labs")
     return module.PROBES
 
@@ -102,7 +103,7 @@ def job_function(job: Frame, probes: Mapping[str, Probe]) -> Callable[[ProgressF
     if kind == "probe":
         probe = probes.get(job["name"])
         if probe is None:
-            raise UserError(f"unknown probe {job['name']!r}")
+            raise UserError(f"unknown lab {job['name']!r}")
         return lambda progress, cancel: probe.run(dict(job["params"]), progress, cancel)
     if kind == "bench":
         from tutor.worker.jobs import run_bench_suite

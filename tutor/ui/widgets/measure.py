@@ -222,7 +222,7 @@ class ProbeRunner(LessonBlock):
         and the lesson does not pin it."""
         params = self.params
         device = getattr(self.services.settings, "device", "auto")
-        if device != "auto" and "device" in getattr(probe, "default_params", {}) and "device" not in params:
+        if device != "auto" and "device" in getattr(probe, "param_names", ()) and "device" not in params:
             params["device"] = device
         return params
 
@@ -247,7 +247,7 @@ class ProbeRunner(LessonBlock):
                          f"running {probe.title if hasattr(probe, 'title') else self.probe_name}… (Escape cancels)")
         self._run(probe, self.params_for(probe), self._cancel)
 
-    @work(thread=True, exclusive=True, group="probe", exit_on_error=False, description="Running a probe")
+    @work(thread=True, exclusive=True, group="probe", exit_on_error=False, description="Running a lab")
     def _run(self, probe: Any, params: dict, cancel: threading.Event) -> None:
         yield_cpu_to_the_interface()
 

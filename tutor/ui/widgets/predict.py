@@ -125,7 +125,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         say(self.query_one("#table", Static), ResultView(result))
         say(self.query_one("#drawing", Static), self.drawing(result) or "")
         if getattr(result, "cancelled", False) or measured is None:
-            why = "cancelled before" if getattr(result, "cancelled", False) else "the probe did not report"
+            why = "cancelled before" if getattr(result, "cancelled", False) else "the lab did not report"
             self._set_status(f"{why} {metric}: commit again to measure")
             self.call_after_refresh(self.query_one("#status").scroll_visible, animate=False)
             return

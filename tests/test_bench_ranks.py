@@ -1,4 +1,4 @@
-"""tutor.labs.ranks: local ranks on gloo, and what happens when one dies, hangs or is cancelled."""
+"""tutor.bench.ranks: local ranks on gloo, and what happens when one dies, hangs or is cancelled."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
 
 from tutor.errors import UserError
-from tutor.labs.ranks import RankFailure, RanksCancelled, check_local_ranks, local_rank_cap, run_ranks
+from tutor.bench.ranks import RankFailure, RanksCancelled, check_local_ranks, local_rank_cap, run_ranks
 
 
 def rank_processes() -> list[psutil.Process]:
@@ -119,7 +119,7 @@ def test_too_many_ranks_is_one_line_with_the_numbers() -> None:
 
 
 def test_under_torchrun_the_job_ranks_are_used_and_nothing_is_spawned(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tutor.bench.collective import free_port
+    from tutor.bench.ranks import free_port
 
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}.items():

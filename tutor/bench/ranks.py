@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -121,8 +122,8 @@ def check_local_ranks(ranks: int, *, memory_per_rank_bytes: int = DEFAULT_MEMORY
                       backend: str = "gloo") -> None:
     """UserError (one line, with the numbers) when `ranks` local processes do not fit this machine:
     more than local_rank_cap, or ranks x memory_per_rank_bytes beyond the share of available memory
-    a lab may use (tutor.labs.limits)."""
-    from tutor.labs.limits import MEMORY_SHARE, available_memory_bytes
+    a measurement may use (tutor.bench.memory)."""
+    from tutor.bench.memory import MEMORY_SHARE, available_memory_bytes
     from tutor.formatting import format_bytes
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
@@ -149,6 +150,27 @@ def choose_backend(ranks: int, backend: str | None = None) -> str:
     import torch
 
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= ranks else "gloo"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now: the rendezvous of a local run's ranks."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def process_group_device(backend: str, device: str) -> dict[str, Any]:
+    """`device_id` for init_process_group on NCCL: it binds the rank to its GPU up front, without which
+    PyTorch warns at the first barrier that the device is guessed (and may hang on a wrong guess).
+    Empty for gloo, and for a torch whose init_process_group has no device_id."""
+    import inspect
+
+    import torch
+    import torch.distributed as dist
+
+    if backend != "nccl" or "device_id" not in inspect.signature(dist.init_process_group).parameters:
+        return {}
+    return {"device_id": torch.device(device)}
 
 
 def _describe_exit(code: int | None) -> str:
@@ -245,8 +267,6 @@ def _rank_main(fn: RankFn, params: dict, rank: int, world: int, port: int, backe
         device = f"cuda:{rank}" if backend == "nccl" else "cpu"
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        from tutor.bench.collective import process_group_device
-
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=max(30.0, timeout_s)),
                                 **process_group_device(backend, device))
@@ -367,7 +387,6 @@ def run_ranks(fn: RankFn, params: dict, *, ranks: int, timeout_s: float,
         raise RanksCancelled()
     import multiprocessing
 
-    from tutor.bench.collective import free_port
     from tutor.bench.timing import usable_cpu_count
 
     context = multiprocessing.get_context("spawn")
@@ -432,7 +451,6 @@ def _run_under_torchrun(fn: RankFn, params: dict, *, progress: Callable[[float, 
     import torch
     import torch.distributed as dist
 
-    from tutor.bench.collective import process_group_device
     from tutor.bench.timing import usable_cpu_count
 
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -477,4 +495,5 @@ def run_lab_ranks(name: str, fn: RankFn, params: dict, *, ranks: int, timeout_s:
 
 
 __all__ = ["DEFAULT_MEMORY_PER_RANK", "RankContext", "RankFailure", "RankFn", "RanksCancelled", "check_local_ranks",
-           "choose_backend", "end_rank", "local_rank_cap", "run_lab_ranks", "run_ranks", "torchrun_rank", "under_torchrun"]
+           "choose_backend", "end_rank", "free_port", "local_rank_cap", "process_group_device", "run_lab_ranks",
+           "run_ranks", "torchrun_rank", "under_torchrun"]
