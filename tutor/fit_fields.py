@@ -36,7 +36,7 @@ INFERENCE = "inference"  # inference only
 GROUPS = ("model", "mode", "recipe", "shape", "layout", "activations", "inference", "device")
 
 # How a field's value is typed (FitField.kind), and so how a calculator reads typed text.
-KINDS = ("text", "choice", "whole", "length", "flag", "count", "device")
+KINDS = ("text", "choice", "whole", "length", "flag", "count", "device", "size")
 
 
 def _weight_formats() -> tuple[str, ...]:
@@ -105,6 +105,33 @@ def parse_length(text: str, name: str = "seq") -> int:
                         f"got {text!r}")
     return _whole(int(match.group(1).replace(",", "").replace("_", "")) * TOKEN_MULTIPLIERS[match.group(2).lower()],
                   name)
+
+
+MEMORY_BARE_UNIT = "GB"
+"""What a memory size typed without a unit means: device memory is quoted in GB (an "80 GB" H100),
+so `80` is 80 GB, never 80 bytes."""
+
+_BARE_NUMBER = re.compile(r"\s*(\d[\d,_]*(?:\.\d*)?|\.\d+)\s*")
+
+
+def parse_memory_size(text: str) -> int:
+    """Bytes of a memory size as typed: '80GB', '24GiB', '80 G', or a bare '80' (= 80 GB, MEMORY_BARE_UNIT)."""
+    from tutor.theory.units import parse_bytes
+
+    bare = _BARE_NUMBER.fullmatch(text)
+    if bare:
+        text = bare.group(1).replace(",", "").replace("_", "") + MEMORY_BARE_UNIT
+    try:
+        return parse_bytes(text)
+    except UserError:
+        raise UserError(f"memory must be a size such as 80GB, 24GiB or 80 (a bare number is GB), got {text!r}") \
+            from None
+
+
+def _check_bytes(value: Any) -> int:
+    if isinstance(value, str):
+        return parse_memory_size(value)
+    return _whole(value, "memory", maximum=2**60)
 
 
 def _check_length(value: Any, name: str) -> int:
@@ -242,8 +269,7 @@ class FitField:
         if self.check_value is not None:
             value = self.check_value(value)
         elif self.kind == "whole":
-            low, high = self.lab_range or (1, 2**40)
-            value = _whole(value, self.name, low, high)
+            value = _whole(value, self.name)
         elif self.kind == "length":
             value = _check_length(value, self.name)
         elif self.kind == "flag":
@@ -259,7 +285,9 @@ class FitField:
         text = text.strip()
         if self.kind == "length":
             return parse_length(text, self.name)
-        if self.kind == "whole":
+        if self.kind == "size":
+            return parse_memory_size(text)
+        if self.kind == "whole" or (self.kind == "choice" and isinstance(self.default, int)):
             try:
                 return int(text.replace(",", "").replace("_", ""))
             except ValueError:
@@ -356,6 +384,8 @@ FIT_FIELDS: tuple[FitField, ...] = (
     FitField("device", "device", "device", None, _DEVICE_HELP,
              "'this' (the detected device) or a card such as h100, a100-40gb, rtx-4090 (tensor-tutor models --devices)",
              calc_default="this", check_value=_check_device),
+    FitField("memory", "size", "device", None, short_help="device memory to fit into, such as 80GB or 24GiB; a bare 80 "
+             "is 80 GB", flag="", on_fit_screen=False, check_value=_check_bytes),
 )
 """Every fit field, in the command line's order."""
 

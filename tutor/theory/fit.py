@@ -531,7 +531,8 @@ def _adapter_states(request: FitRequest, base: Component, trainable: int, reside
         Component("gradients", math.ceil(on_device * per_param.gradients),
                   f"{label} x {float(per_param.gradients):g} B (the frozen base has none)"),
         Component("optimizer", math.ceil(on_device * per_param.optimizer),
-                  f"{label} x {float(per_param.optimizer):g} B [mixed + {request.optimizer}]"),
+                  f"{label} x {float(per_param.optimizer):g} B "
+                  f"[{request.recipe}: adapters in mixed precision + {request.optimizer}]"),
     ]
 
 
@@ -908,7 +909,11 @@ def _overhead(request: FitRequest, activation_bytes: int) -> Component:
     """Explicit runtime terms: the CUDA context (GPU only) and allocator slack on the transient
     activations (weights and states are allocated once, in large blocks that waste little)."""
     slack = math.ceil(activation_bytes * ALLOCATOR_SLACK_FRACTION)
-    parts = [f"allocator slack {float(ALLOCATOR_SLACK_FRACTION):.0%} of activations (PEFT reserved/allocated)"]
+    # The fraction is the CUDA caching allocator's (reserved / allocated in a PEFT run); a CPU-only
+    # machine allocates through malloc, for which nothing here measured a figure.
+    measured = "PEFT reserved/allocated" if request.gpu else (
+        "the CUDA caching allocator's, from a PEFT run, assumed for CPU RAM: not measured there")
+    parts = [f"allocator slack {float(ALLOCATOR_SLACK_FRACTION):.0%} of activations ({measured})"]
     n_bytes = slack
     if request.gpu:
         context = cuda_context_overhead_bytes()
@@ -1054,25 +1059,47 @@ def _with_ep(request: FitRequest, plan: _Plan, ep: int) -> _Plan:
     return _Plan(plan.changes + (Change("ep", ep),), plan.reason)
 
 
+# The changes suggestions() tries (plans_tried says them in words).
+INFERENCE_TP_STEPS = (2, 4, 8, 16, 32, 64)
+SMALLER_WEIGHT_FORMATS = ("fp8", "int4", "nf4")
+SMALLER_WEIGHT_FORMATS_WITH_TP = ("fp8", "int4")
+TRAIN_DP_STEPS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+TRAIN_TP_STEPS = (2, 4, 8)
+COMBINED_TP = 8
+COMBINED_TP_DP_STEPS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def plans_tried(mode: str) -> str:
+    """What suggestions() tries for `mode`, alone and combined, in words (for "nothing tried fits")."""
+    if mode == Mode.INFERENCE:
+        return (f"an 8-bit KV cache, {', '.join(SMALLER_WEIGHT_FORMATS)} weights, half the context, batch 1, "
+                f"tp up to {max(INFERENCE_TP_STEPS)}, and {' or '.join(SMALLER_WEIGHT_FORMATS_WITH_TP)} weights "
+                f"with tp up to {max(INFERENCE_TP_STEPS)}")
+    return (f"recompute, batch 1, LoRA, QLoRA, 8-bit Adam, ZeRO-3 on up to {max(TRAIN_DP_STEPS):,} devices, "
+            f"tp up to {max(TRAIN_TP_STEPS)} with sp, and full recompute with ZeRO-3 on up to "
+            f"{max(TRAIN_DP_STEPS):,} devices, also with tp {COMBINED_TP} and sp on up to "
+            f"{COMBINED_TP * max(COMBINED_TP_DP_STEPS):,}")
+
+
 def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
     plans: list[_Plan] = []
     heads = arch.num_heads
     if request.mode == Mode.INFERENCE:
         if (request.kv_dtype or "bf16") not in ("fp8", "int8"):
             plans.append(_plan("halves the KV cache", kv_dtype="fp8"))
-        for fmt in ("fp8", "int4", "nf4"):
+        for fmt in SMALLER_WEIGHT_FORMATS:
             if weight_format(request.dtype).bits_per_weight > weight_format(fmt).bits_per_weight:
                 plans.append(_plan(dtype=fmt))
         if request.seq_len > 1024:
             plans.append(_plan("half the context", seq_len=request.seq_len // 2))
         if request.batch > 1:
             plans.append(_plan(batch=1))
-        for tp in (2, 4, 8, 16, 32, 64):
+        for tp in INFERENCE_TP_STEPS:
             if tp > request.tp and heads % tp == 0:
                 plans.append(_plan(tp=tp))
-        for fmt in ("fp8", "int4"):
+        for fmt in SMALLER_WEIGHT_FORMATS_WITH_TP:
             if weight_format(request.dtype).bits_per_weight > weight_format(fmt).bits_per_weight:
-                for tp in (2, 4, 8, 16, 32, 64):
+                for tp in INFERENCE_TP_STEPS:
                     if tp > request.tp and heads % tp == 0:
                         plans.append(_plan(dtype=fmt, tp=tp))
         return plans
@@ -1089,20 +1116,20 @@ def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
         plans.append(_plan("4-bit base + adapters", recipe=Recipe.QLORA))
         if request.optimizer in ("adam", "adamw"):
             plans.append(_plan(optimizer="adam-8bit"))
-        for dp in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        for dp in TRAIN_DP_STEPS:
             if dp > request.dp:
                 plans.append(_with_ep(request, _plan(zero=ZeroStage.PARAMETERS, dp=dp), request.ep if dp % request.ep == 0 else 1))
-    for tp in (2, 4, 8):
+    for tp in TRAIN_TP_STEPS:
         if tp > request.tp and heads % tp == 0:
             plans.append(_plan(tp=tp, sequence_parallel=True))
     if not request.adapter:
         # Combined plans, as large runs use them: full recompute with sharded states, then with TP.
-        tp8 = 8 if heads % 8 == 0 and request.tp < 8 else request.tp
-        for dp in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        tp8 = COMBINED_TP if heads % COMBINED_TP == 0 and request.tp < COMBINED_TP else request.tp
+        for dp in TRAIN_DP_STEPS:
             if dp > request.dp:
                 plans.append(_with_ep(request, _plan(recompute=Recompute.FULL, zero=ZeroStage.PARAMETERS, dp=dp),
                                       request.ep if dp % request.ep == 0 else 1))
-        for dp in (1, 2, 4, 8, 16, 32, 64, 128):
+        for dp in COMBINED_TP_DP_STEPS:
             plans.append(_with_ep(request, _plan(recompute=Recompute.FULL, tp=tp8, sequence_parallel=True, zero=ZeroStage.PARAMETERS, dp=dp), 1))
     return plans
 
