@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tutor.errors import UserError
-from tutor.fit_fields import BY_PARAMETER, FIELDS, flag_name, ignored_flag_notes, request_settings
+from tutor.fit_fields import BY_PARAMETER, FIELDS, FIT_FIELDS, flag_name, ignored_flag_notes, request_settings
 from tutor.theory import fit as fitting
 
 if TYPE_CHECKING:
@@ -289,14 +289,18 @@ def _peak_json(stage: fitting.DeviceMemory) -> dict[str, Any]:
 
 
 def request_json(request: fitting.FitRequest) -> dict[str, Any]:
-    return {
-        "mode": request.mode, "dtype": request.dtype, "recipe": request.recipe, "optimizer": request.optimizer,
-        "batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp, "pp": request.pp,
-        "ep": request.ep, "zero": request.zero, "sequence_parallel": request.sequence_parallel,
-        "recompute": request.recompute, "attention": request.attention, "impl": request.impl,
-        "kv_dtype": request.kv_dtype, "lora_rank": request.lora_rank, "lora_targets": list(request.lora_targets),
-        "microbatches": request.microbatches or request.pp, "devices": request.devices,
-    }
+    """The request as `fit --json` prints it: every declared field (tutor.fit_fields) in its order, the LoRA
+    targets as a list, the pipeline micro-batches as counted (default pp), and the devices it spans."""
+    data: dict[str, Any] = {}
+    for fit_field in FIT_FIELDS:
+        if fit_field.attribute is None or fit_field.attribute == "gpu":
+            continue
+        value = getattr(request, fit_field.attribute)
+        data[fit_field.attribute] = list(value) if isinstance(value, tuple) else value
+    # microbatches has always come last, before devices, in this object: scripts may read it in order.
+    data["microbatches"] = data.pop("microbatches") or request.pp
+    data["devices"] = request.devices
+    return data
 
 
 def checkpoint_json(checkpoint: SafetensorsSummary | None, params_total: int) -> dict[str, Any] | None:
