@@ -72,8 +72,13 @@ def test_flag_names_and_notes_come_from_the_declaration() -> None:
 
 
 def test_the_lab_parameters_take_the_declared_ranges() -> None:
-    batch, seq, attention = fit_fields.lab_params(("batch", "seq", "attention"), {"seq": 2048},
-                                                  {"attention": ("eager", "flash")})
+    from tutor.labs import get_probe
+    from tutor.labs._params import fit_params
+
+    batch, seq, attention = fit_params(("batch", "seq", "attention"), {"seq": 2048}, {"attention": ("eager", "flash")})
     assert (batch.kind, batch.minimum, batch.maximum, batch.default) == ("int", 1, 1 << 20, 1)
     assert (seq.default, seq.maximum) == (2048, 1 << 24)
     assert attention.choices == ("eager", "flash") and attention.default == "sdpa"
+    lab = get_probe("fit")
+    assert lab.params_schema["batch"] == batch.describe() and lab.params_schema["seq"] == seq.describe()
+    assert lab.default_params["attention"] == "flash" and lab.default_params["model"] == "llama-3.2-1b"

@@ -5,7 +5,7 @@ its name, type, default, choices, help, command-line flag, the mode or recipe it
 calculator parses typed text, and the range a lab accepts. From this table come the click options
 of `tensor-tutor fit` (and of any command that asks the same question: `fit_options`), the
 calculator's defaults and parsing (tutor.lessons.calc_fields), the fit lab's parameters
-(tutor.labs.fit_probe) and the notes on flags that do not apply. Adding a fit option: a FitRequest
+(tutor.labs._params.fit_params, for tutor.labs.fit_probe) and the notes on flags that do not apply. Adding a fit option: a FitRequest
 field in tutor.theory.fit and one FitField here.
 
 No click at import: `fit_options` imports it when a command is built.
@@ -17,13 +17,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tutor.errors import UserError
 from tutor.theory import fit as fitting
-
-if TYPE_CHECKING:
-    from tutor.labs._params import Param
 
 # Which requests a field means something for (FitField.applies).
 ANY = "any"
@@ -298,21 +295,6 @@ class FitField:
             return text.lower() in ("yes", "true")
         return text
 
-    def lab_param(self, default: Any = None, choices: tuple[str, ...] | None = None, help: str | None = None
-                  ) -> Param:
-        """This field as a lab parameter (tutor.labs._params.Param); a lab may start elsewhere or offer fewer choices."""
-        from tutor.labs._params import Param
-
-        value = self.starting_value if default is None else default
-        offered = choices if choices is not None else self.options()
-        kind = {"whole": "int", "length": "int", "choice": "str", "flag": "bool"}.get(self.kind, "text")
-        if kind == "text" and offered:
-            kind = "str"
-        low, high = self.lab_range or (None, None)
-        return Param(self.name, kind, value, help if help is not None else self.short_help,
-                     choices=tuple(str(c) for c in offered) if offered and kind == "str" else (),
-                     minimum=low, maximum=high)
-
 
 _ATTENTION_HELP = ("eager: matmul + softmax as written (keeps s x s scores); sdpa: torch's scaled_dot_product_attention, "
                    "transformers' default (its backend follows the device); flash: FlashAttention-2 kernels.")
@@ -486,10 +468,3 @@ def request_settings(values: Mapping[str, Any]) -> dict[str, Any]:
         if field.attribute is not None:
             settings[field.attribute] = field.check(value)
     return settings
-
-
-def lab_params(names: Iterable[str], defaults: Mapping[str, Any] | None = None,
-               choices: Mapping[str, tuple[str, ...]] | None = None) -> tuple[Param, ...]:
-    """The fit fields `names` as a lab's parameters, with the lab's own defaults and narrower choices."""
-    defaults, choices = defaults or {}, choices or {}
-    return tuple(FIELDS[name].lab_param(defaults.get(name), choices.get(name)) for name in names)

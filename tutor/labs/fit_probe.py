@@ -9,9 +9,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from tutor.fit_fields import lab_params
 from tutor.labs import Measurement, ProbeResult, ProgressFn
-from tutor.labs._params import Param, make_probe
+from tutor.labs._params import Param, fit_params, make_probe
 from tutor.theory.fit import COMPONENTS
 
 if TYPE_CHECKING:
@@ -80,8 +79,10 @@ FIT = make_probe(
                 "activations, KV cache, overhead) and compares it with this machine's free memory now.",
     needs_torch=False,
     params=(
-        *lab_params(("model", *REQUEST_FIELDS), defaults={"model": "llama-3.2-1b", "seq": 2048, "attention": "flash"},
-                    choices={"attention": ("eager", "flash")}),
+        *fit_params(("model", *REQUEST_FIELDS), defaults={"model": "llama-3.2-1b", "seq": 2048, "attention": "flash"},
+                    choices={"attention": ("eager", "flash")},
+                    helps={"model": "a preset name (tensor-tutor models) or a config.json path",
+                           "attention": "eager or flash"}),
         Param("capacity", "text", None, "a memory size such as 24GiB instead of this machine's", optional=True),
         Param("device", "str", "auto", "auto (first GPU, else RAM) or cpu", choices=("auto", "cpu")),
     ),
