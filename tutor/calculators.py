@@ -150,7 +150,7 @@ def flops_answer(values: Mapping[str, Any], machine: Machine) -> FlopsAnswer:
         name = f"{values['params']} parameters"
     else:
         arch, _ = resolve_model(str(values.get("model", DEFAULT_MODEL)))
-        active, name = count_parameters(arch).active, arch.name or values.get("model")
+        active, name = count_parameters(arch).active, str(arch.name or values.get("model"))
     tokens = CALC_FIELDS["tokens"].check(values.get("tokens", DEFAULTS["tokens"]))
     devices = CALC_FIELDS["dp"].check(values.get("dp", 1))
     mfu = CALC_FIELDS["mfu"].check(values.get("mfu", DEFAULTS["mfu"]))
@@ -165,7 +165,7 @@ def flops_answer(values: Mapping[str, Any], machine: Machine) -> FlopsAnswer:
     for device in compared_devices(values):
         peak, _, label = device_peaks(machine, device, dtype)
         times.append(DeviceTime(label, None if peak is None else total / (peak * devices * mfu)))
-    return FlopsAnswer(str(name), factor, active, tokens, total, devices, mfu, dtype, per_step, tuple(times))
+    return FlopsAnswer(name, factor, active, tokens, total, devices, mfu, dtype, per_step, tuple(times))
 
 
 @dataclass(frozen=True)

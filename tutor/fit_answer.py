@@ -235,7 +235,11 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
     budget = inputs.budget or device_budget(inputs.device, inputs.machine)
     settings.setdefault("gpu", budget.gpu)
     request = fitting.FitRequest(**settings)
-    estimate = fitting.estimate(arch, request) if arch is not None else fitting.estimate_from_count(count, request)
+    if arch is not None:
+        estimate = fitting.estimate(arch, request)
+    else:
+        assert count is not None  # resolve_fit_model gives a count where it gives no architecture
+        estimate = fitting.estimate_from_count(count, request)
     capacity = budget.capacity
     largest_batch = largest_seq_len = None
     found: tuple[fitting.Suggestion, ...] = ()

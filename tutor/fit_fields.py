@@ -442,6 +442,7 @@ def ignored_flag_notes(given: Iterable[str], mode: str, recipe: str) -> list[str
     (or recipe) ignores: `--kv-dtype: ignored here; these flags only apply to inference: ...`."""
     fields = [BY_PARAMETER.get(name) or FIELDS.get(name) for name in given]
     present = [field for field in fields if field is not None]
+    groups: list[tuple[tuple[str, ...], str]]
     if mode == fitting.Mode.INFERENCE:
         groups = [((TRAIN, ADAPTER), "only apply to training (--mode train)")]
     else:

@@ -41,7 +41,6 @@ def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeRe
     question = {name: params[name] for name in REQUEST_FIELDS}
     progress(0.5, "estimating")
     answer = answer_fit(FitInputs.from_values({"model": params["model"], **question}, budget=budget, searches=False))
-    arch = answer.arch
     worst = answer.worst
     rows: list[Measurement] = []
     metrics: dict[str, float] = {}
@@ -63,10 +62,10 @@ def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeRe
         rows.append(Measurement(f"memory available on {device}", float(capacity), "bytes", note=source))
         rows.append(Measurement("needed over available", total / capacity, "x", note=(
             f"the total needed over the memory free now: {verdict}")))
-        summary = (f"{arch.name or params['model']} ({params['mode']}, {params['dtype']}) needs {format_bytes(total)}; "
+        summary = (f"{answer.name} ({params['mode']}, {params['dtype']}) needs {format_bytes(total)}; "
                    f"{device} has {format_bytes(capacity)} free: it {verdict}")
     else:
-        summary = f"{arch.name or params['model']} needs {format_bytes(total)}; free memory unknown ({source})"
+        summary = f"{answer.name} needs {format_bytes(total)}; free memory unknown ({source})"
     progress(1.0, "done")
     return ProbeResult(probe="fit", rows=tuple(rows), metrics=metrics, summary=summary, cancelled=False,
                        device=device.split(" ")[0])
