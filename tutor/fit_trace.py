@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tutor.errors import UserError
+from tutor.theory.fit import Attention, Mode, Recipe, Recompute
 
-TRAIN_RECIPES = {"fp32": ("fp32", False), "bf16": ("bf16", False), "hf-amp": ("fp32", True)}
+TRAIN_RECIPES = {Recipe.FP32: ("fp32", False), Recipe.BF16: ("bf16", False), Recipe.HF_AMP: ("fp32", True)}
 INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
 ONE_DEVICE = "--trace traces one device without parallelism (dp, tp, pp, ep 1, ZeRO 0, no --sp)"
 MIXED_IS_NOT_TRACED = (
@@ -58,21 +59,21 @@ def trace_setup(request) -> tuple[object, tuple[str, ...]]:
         raise UserError(f"{ONE_DEVICE}; got {', '.join(parallel)}")
     notes: list[str] = []
     attention = getattr(request, "attention", "sdpa")
-    if attention == "flash":
-        attention = "sdpa"
+    if attention == Attention.FLASH:
+        attention = Attention.SDPA.value
         notes.append("flash_attention_2 needs a CUDA GPU and the flash-attn package: traced SDPA instead")
-    if request.mode == "train":
-        if request.recipe == "mixed":
+    if request.mode == Mode.TRAIN:
+        if request.recipe == Recipe.MIXED:
             raise UserError(MIXED_IS_NOT_TRACED)
         if request.recipe not in TRAIN_RECIPES:
             raise UserError(f"--trace builds transformers' own training setups: --recipe {', '.join(TRAIN_RECIPES)}; "
                             f"--recipe {request.recipe} is not one of them")
         if request.optimizer not in OPTIMIZERS:
             raise UserError(f"--trace runs the torch optimizers {', '.join(OPTIMIZERS)}; got {request.optimizer!r}")
-        if request.recompute == "selective":
+        if request.recompute == Recompute.SELECTIVE:
             raise UserError("transformers has no selective recompute: use --recompute none or full with --trace")
         dtype, autocast = TRAIN_RECIPES[request.recipe]
-        recompute = request.recompute == "full"
+        recompute = request.recompute == Recompute.FULL
     else:
         if request.dtype not in INFERENCE_DTYPES:
             raise UserError(f"--trace runs unquantized weights ({', '.join(INFERENCE_DTYPES)}); "
@@ -82,7 +83,7 @@ def trace_setup(request) -> tuple[object, tuple[str, ...]]:
                             f"drop --kv-dtype {request.kv_dtype}")
         dtype, autocast, recompute = request.dtype, False, False
     # A GPU runs torch's optimizers multi-tensor (foreach) by default; a CPU runs them one tensor at a time.
-    foreach = True if request.gpu and request.mode == "train" else None
+    foreach = True if request.gpu and request.mode == Mode.TRAIN else None
     setup = TraceSetup(mode=request.mode, dtype=dtype, autocast=autocast, recompute=recompute, attention=attention,
                        optimizer=request.optimizer,
                        batch=request.batch, seq_len=request.seq_len, foreach=foreach)
@@ -127,7 +128,7 @@ def formula_optimizer_step(estimate) -> tuple[int, str]:
     from tutor.theory import fit as fitting
 
     peak = getattr(estimate.worst, "peak", None)
-    if estimate.request.mode != "train" or peak is None:
+    if estimate.request.mode != Mode.TRAIN or peak is None:
         return 0, ""
     if peak.phase != "optimizer" and estimate.arch is not None:
         peak = fitting.estimate(estimate.arch, replace(estimate.request, batch=1, seq_len=1)).worst.peak
@@ -180,7 +181,7 @@ def explanations(result: TracedFit, estimate) -> list[str]:
     peak = table["peak"]
     lines = []
     moment = trace.peak.per_category_bytes
-    if trace.setup.mode == "train":
+    if trace.setup.mode == Mode.TRAIN:
         grads = moment.get("gradients", 0)
         lines.append(f"The traced peak falls in the {trace.peak.phase}, with {format_bytes(grads)} of gradients "
                      f"alive (of {format_bytes(trace.max_per_category.get('gradients', 0))} at most): "

@@ -90,7 +90,7 @@ def _peak_line(stage: fitting.DeviceMemory, mode: str) -> str:
     over = stage.sum_of_components - stage.component("overhead") - peak.bytes
     if over > 0:
         why = ("gradients and activations do not peak together: backward frees activations as gradients appear"
-               if mode == "train" else "the categories do not peak at the same moment")
+               if mode == fitting.Mode.TRAIN else "the categories do not peak at the same moment")
         line += f"; the sum of categories counts {_size(over)} GiB more: {why}"
     from rich.markup import escape
 

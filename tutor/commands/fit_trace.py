@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tutor.fit_trace import LABELS, TracedFit, comparison, explanations, traced_over_formula
+from tutor.theory.fit import Mode
 from tutor.theory.units import GiB
 
 
@@ -18,7 +19,7 @@ def render_trace(result: TracedFit, estimate) -> None:
     setup = trace.setup
     what = (f"one training step ({setup.dtype} parameters{', bf16 autocast' if setup.autocast else ''}, "
             f"{trace.optimizer_traced}{', gradient checkpointing' if setup.recompute else ''})"
-            if setup.mode == "train" else f"one prefill ({setup.dtype}, DynamicCache, logits of the last token)")
+            if setup.mode == Mode.TRAIN else f"one prefill ({setup.dtype}, DynamicCache, logits of the last token)")
     console.print(f"\n[bold]Traced[/bold]: {escape(trace.model_class)} built at full size "
                   f"({trace.params:,} parameters) on fake {escape(trace.device_traced)} tensors, {what}, "
                   f"attention {escape(trace.attention_traced)}, batch {setup.batch} x {setup.seq_len:,} tokens; "

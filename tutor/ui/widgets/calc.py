@@ -116,7 +116,7 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Group
     calc = calc_fit(kind, values, machine)
     answer = calc.answer
     request, worst, capacity = answer.request, answer.worst, answer.capacity
-    lines: list[RenderableType] = [peak_table(worst) if request.mode == "train" else component_table(worst, kind)]
+    lines: list[RenderableType] = [peak_table(worst) if request.mode == fitting.Mode.TRAIN else component_table(worst, kind)]
     if worst.component("activations") and kind != "kv-cache":
         lines.append(Text(f"activations assume impl {request.impl}: {acts.IMPLEMENTATION_MEANING[request.impl]}", style="italic"))
     if kind == "kv-cache":
