@@ -209,10 +209,9 @@ def chosen_budget(values: Mapping[str, Any], machine: Machine | None = None) -> 
     reads it: a card from the spec table, a size, cpu), else this machine (tutor.hardware.memory_budget)."""
     from tutor.formatting import format_bytes
     from tutor.hardware.memory_budget import DeviceBudget, device_budget
-    from tutor.lessons.calc_fields import CALC_FIELDS
 
     if values.get("memory"):
-        capacity = CALC_FIELDS["memory"].check(values["memory"])
+        capacity = FIELDS["memory"].check(values["memory"])
         return DeviceBudget(f"a {format_bytes(capacity, si_beside=True)} device", "given", capacity, "as given",
                             gpu=True)
     device = str(values.get("device") or THIS_DEVICE).strip()
