@@ -122,14 +122,14 @@ def test_bad_input_is_one_line_and_exit_code_2(argv: list[str], fragment: str) -
 
 
 def test_gpu_index_without_a_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tutor.commands import fit as fit_command
     from tutor.hardware import detect_machine
+    from tutor.hardware.memory_budget import device_budget
 
     machine = detect_machine()
     if machine.gpus:
         pytest.skip("this machine has a GPU")
     assert_one_line_error(["fit", "gpt2", "--device", "0"], "no gpu 0")
-    assert fit_command.device_budget(None).kind == "cpu"
+    assert device_budget(None).kind == "cpu"  # what fit uses without --device (tutor.fit_answer)
 
 
 @pytest.mark.parametrize(

@@ -139,7 +139,7 @@ def test_fit_budgets_the_gpu_torch_runs_on(monkeypatch):
 
 
 def test_peaks_and_name_follow_the_same_gpu(monkeypatch):
-    from tutor.ui.widgets.calc import device_peaks
+    from tutor.calculators import device_peaks
     from tutor.ui.widgets.live_pane import peak_lines, shown_gpu
 
     machine = machine_on(monkeypatch, FakeNvml([h100(), rtx_4090()]))

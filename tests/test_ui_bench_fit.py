@@ -23,7 +23,7 @@ from tutor.errors import UserError  # noqa: E402
 from tutor.lessons.calc_fields import CALC_FIELDS, memory_text, parse_length, parse_memory_size  # noqa: E402
 from tutor.lessons.model import Calc  # noqa: E402
 from tutor.theory import fit as fitting  # noqa: E402
-from tutor.ui import export  # noqa: E402
+from tutor import export  # noqa: E402
 from tutor.ui.app import TutorApp  # noqa: E402
 from tutor.ui.commands import export_current  # noqa: E402
 from tutor.ui.screens.bench import BenchScreen  # noqa: E402

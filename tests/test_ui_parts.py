@@ -21,7 +21,8 @@ from tutor.theory.units import GiB  # noqa: E402
 from tutor.ui.screens.help import GLOBAL_HELP, help_for  # noqa: E402
 from tutor.ui.services import BenchRow, bench_rows  # noqa: E402
 from tutor.ui.widgets.bits import encodings, flags, float_formats, torch_agrees  # noqa: E402
-from tutor.ui.widgets.calc import build_request, calc_renderable, coerce, machine_capacity  # noqa: E402
+from tutor.calculators import build_request, machine_capacity  # noqa: E402
+from tutor.ui.widgets.calc import calc_renderable, coerce  # noqa: E402
 from tutor.ui.widgets.charts import Comparison, bar_text, comparison_lines, gauge_text  # noqa: E402
 from tutor.ui.widgets.device_header import device_title  # noqa: E402
 from tutor.ui.widgets.live_pane import BARS, host_series, peak_lines, spark_text  # noqa: E402

@@ -150,5 +150,28 @@ def resolve_device(text: str) -> str:
     return bench_resolve(None if text == "auto" else text)
 
 
-__all__ = ["KINDS", "Param", "budget_param", "check_params", "check_value", "device_param", "make_probe",
+def fit_params(names: tuple[str, ...], defaults: dict[str, Any] | None = None,
+               choices: dict[str, tuple[str, ...]] | None = None, helps: dict[str, str] | None = None
+               ) -> tuple[Param, ...]:
+    """The fit fields `names` (tutor.fit_fields: help, choices, the lab range) as a lab's parameters, with the
+    lab's own defaults, narrower choices and, where it accepts other values than a calculator, its own help."""
+    from tutor.fit_fields import FIELDS
+
+    defaults, choices, helps = defaults or {}, choices or {}, helps or {}
+    params = []
+    for name in names:
+        field = FIELDS[name]
+        value = defaults.get(name, field.starting_value)
+        offered = choices.get(name) or field.options()
+        kind = {"whole": "int", "length": "int", "choice": "str", "flag": "bool"}.get(field.kind, "text")
+        if kind == "text" and offered:
+            kind = "str"
+        low, high = field.lab_range or (None, None)
+        params.append(Param(name, kind, value, helps.get(name, field.short_help),
+                            choices=tuple(str(c) for c in offered) if offered and kind == "str" else (),
+                            minimum=low, maximum=high))
+    return tuple(params)
+
+
+__all__ = ["KINDS", "Param", "budget_param", "check_params", "check_value", "device_param", "fit_params", "make_probe",
            "resolve_device"]

@@ -1,6 +1,6 @@
 """Calculator exercises: does the layout a learner chose meet a ```calc block's goal?
 
-The check is tutor.theory.fit's estimate, the same as `tensor-tutor fit`: the most loaded device
+The check is the fit answer (tutor.fit_answer), the same as `tensor-tutor fit`: the most loaded device
 (plus the CUDA context and allocator slack `fit` counts) must fit the goal's device, the card's
 total as its driver reports it (tutor.hardware.memory_budget.given_budget) or a given size, using
 no more than `devices_max` devices (dp x tp x pp) and no fewer than `devices_min`.
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tutor.errors import UserError
+from tutor.lessons.calc_fields import CALC_FIELDS
 from tutor.lessons.model import Calc, Goal
 from tutor.theory.units import GiB
 
@@ -58,27 +59,26 @@ def goal_text(calc: Calc) -> str:
 def check_goal(calc: Calc, values: dict[str, Any]) -> GoalCheck:
     """Whether `values` (the calculator's current fields; the block's fixed values win over them)
     meet the block's goal. UserError when the values make no sense (the calculator shows that)."""
-    from tutor.lessons.calc_fields import CALC_FIELDS, fit_request
-    from tutor.theory import fit as fitting
-    from tutor.model_files import resolve_model
+    from tutor.fit_answer import FitInputs, answer_fit
+    from tutor.hardware.memory_budget import given_budget
 
     goal = calc.goal
     if goal is None:
         raise UserError(f"calc {calc.id} has no goal")
     settings = {**values, **{name: value for name, value in calc.values.items() if name not in calc.fields}}
-    request_values = {name: value for name, value in settings.items()
-                      if name in CALC_FIELDS and CALC_FIELDS[name].fit_attribute is not None}
-    request_values["gpu"] = True
-    request = fit_request(request_values)
-    if settings.get("model"):
-        arch, _ = resolve_model(str(settings["model"]))
-        fitting.validate_request(arch, request)
-        worst = fitting.estimate(arch, request).worst.total
-    elif settings.get("params"):
-        worst = fitting.estimate_from_count(CALC_FIELDS["params"].check(settings["params"]), request).worst.total
-    else:
+    if not settings.get("model") and not settings.get("params"):
         raise UserError(f"calc {calc.id}: a goal needs a model or params")
-    capacity, name = goal_capacity(goal)
+    question = {name: value for name, value in settings.items()
+                if name in CALC_FIELDS and CALC_FIELDS[name].fit_attribute is not None}
+    question["gpu"] = True
+    if settings.get("model"):  # a model wins over a bare count
+        question["model"] = settings["model"]
+    else:
+        question["params"] = settings["params"]
+    answer = answer_fit(FitInputs.from_values(question, budget=given_budget(goal.device), searches=False))
+    worst = answer.worst.total
+    request = answer.request
+    capacity, name = int(answer.budget.capacity or 0), answer.budget.name
     devices = request.devices
     figures = {"worst_bytes": worst, "capacity_bytes": capacity, "devices": devices}
     if goal.devices_max is not None and devices > goal.devices_max:

@@ -145,8 +145,9 @@ def params(name: str) -> ParamCount:
 
 def flags(suggestion: Suggestion) -> str:
     """A fit suggestion as the `tensor-tutor fit` flags that make it: flags(fit.suggestions(...)[0]) ->
-    "--tp 8 --sp (8 devices)" (tutor.theory.fit gives the changes; the command phrases them)."""
-    from tutor.commands.fit import change_flags
+    "--tp 8 --sp (8 devices)" (tutor.theory.fit gives the changes; tutor.fit_answer phrases them, for the
+    command too)."""
+    from tutor.fit_answer import change_flags
 
     return change_flags(suggestion)
 

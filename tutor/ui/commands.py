@@ -1,5 +1,5 @@
 """Command palette (ctrl+p): go to any lesson, run the benchmark, open the fit check, go home, and
-export the current screen's result as JSON, CSV or Markdown (tutor.ui.export).
+export the current screen's result as JSON, CSV or Markdown (tutor.export).
 
 Textual's own system commands (Theme, Keys, Screenshot, Quit) stay beside these; the chosen
 theme is saved by the app.
@@ -28,7 +28,7 @@ def current_result(app: App) -> object | None:
 
 def export_current(app: App, fmt: str) -> None:
     """Save the current result under the data dir's exports/ folder and name the file in a toast."""
-    from tutor.ui.export import save_export
+    from tutor.export import save_export
 
     result = current_result(app)
     if result is None:

@@ -16,7 +16,7 @@ from tutor.ui.widgets.calc import DEFAULT_FIELDS, CalcBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 
 if TYPE_CHECKING:
-    from tutor.ui.export import FitValues
+    from tutor.export import FitValues
     from tutor.ui.services import Services
 
 
@@ -74,8 +74,8 @@ activations and KV cache per device, each with its formula, against this machine
         self.form = FitForm(model=model or "llama-3.1-8b", values={"mode": mode or "inference"})
 
     def export_result(self) -> FitValues:
-        """What Export saves from this screen: the form's values (tutor.ui.export turns them into a fit report)."""
-        from tutor.ui.export import FitValues
+        """What Export saves from this screen: the form's values (tutor.export turns them into a fit report)."""
+        from tutor.export import FitValues
 
         return FitValues(dict(self.query_one("#fit-form", CalcBlock).values), self.services.machine)
 

@@ -1,8 +1,9 @@
-"""The calc block: memory, KV-cache, parallelism, FLOPs and roofline calculators bound to tutor.theory.
+"""The calc block: memory, KV-cache, parallelism, FLOPs and roofline calculators, rendered.
 
-Field names and checks are the lesson engine's (tutor.lessons.calc_fields, the same words as
-`tensor-tutor fit`); every figure comes from tutor.theory (fit, flops, roofline), so a lesson,
-the CLI and the Fit screen cannot disagree.
+Field names and checks are the fit fields' declaration (tutor.fit_fields, through the lesson
+engine's tutor.lessons.calc_fields: the same words as `tensor-tutor fit`); the answers come from
+tutor.calculators (the fit answer of tutor.fit_answer, FLOPs, rooflines), so a lesson, the CLI
+and the Fit screen cannot disagree. This module only renders them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,19 @@ from textual.containers import Grid
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Label, Select, Static
 
+from tutor.calculators import (  # noqa: F401  (REFERENCE_GPU_KEY, KINDS: the calculators' names)
+    FIT_KINDS,
+    KINDS,
+    REFERENCE_GPU_KEY,
+    calc_fit,
+    flops_answer,
+    roofline_answer,
+)
 from tutor.errors import UserError
+from tutor.fit_answer import FitAnswer
+from tutor.fit_fields import FIELDS, FIT_SCREEN_FIELDS
 from tutor.formatting import format_bytes, format_number, format_percent
+from tutor.lessons.calc_fields import DEFAULTS
 from tutor.theory import activations as acts
 from tutor.theory import fit as fitting
 from tutor.theory.units import GiB
@@ -28,31 +40,15 @@ from tutor.ui.widgets.charts import bar_text, gauge_text
 
 if TYPE_CHECKING:  # types only: the form needs no hardware module at import
     from tutor.hardware.machine import Machine
-    from tutor.hardware.memory_budget import DeviceBudget
-    from tutor.theory.models import Architecture
 
-FIT_KINDS = ("memory", "kv-cache", "parallel", "fit")  # "fit": the Fit screen (adds bars and advice)
-KINDS = FIT_KINDS + ("flops", "roofline")
-REFERENCE_GPU_KEY = "h100-sxm"  # the lessons' reference GPU (tutor.lessons.values.reference_gpu)
 DEFAULT_FIELDS = {
     "memory": ("model", "mode", "dtype", "batch", "seq"),
     "kv-cache": ("model", "batch", "seq", "kv_dtype"),
     "parallel": ("model", "mode", "dp", "tp", "pp", "zero"),
     "flops": ("model", "tokens", "dp", "mfu"),
     "roofline": ("m", "n", "k", "dtype"),
-    "fit": ("model", "mode", "device", "dtype", "recipe", "optimizer", "batch", "seq", "dp", "tp", "pp", "ep", "zero",
-            "sequence_parallel", "recompute", "attention", "impl", "kv_dtype"),
+    "fit": FIT_SCREEN_FIELDS,
 }
-# Starting values of fields a lesson leaves unset (FitRequest's own defaults for the rest).
-DEFAULTS: dict[str, Any] = {"model": "llama-3.1-8b", "mode": "inference", "dtype": "bf16", "recipe": "mixed",
-                            "optimizer": "adam", "batch": 1, "seq": 4096, "dp": 1, "tp": 1, "pp": 1, "ep": 1,
-                            "zero": 0, "recompute": "none", "attention": "sdpa", "impl": "hf", "kv_dtype": "bf16",
-                            "tokens": "15T", "mfu": 0.4, "device": "this", "m": 4096, "n": 4096, "k": 4096,
-                            "lora_rank": 16, "lora_targets": "all-linear", "sequence_parallel": False}
-WHOLE = ("batch", "dp", "tp", "pp", "ep", "zero", "microbatches", "lora_rank")
-LENGTHS = ("seq", "m", "n", "k")  # typed as 4096 or 4k: binary k (tutor.lessons.calc_fields.parse_length)
-FLAGS = ("sequence_parallel", "gpu")
-NON_REQUEST = ("model", "params", "memory", "tokens", "device", "mfu", "m", "n", "k")
 LABELS = {"sequence_parallel": "sp", "kv_dtype": "kv dtype", "lora_rank": "lora rank", "lora_targets": "lora targets"}
 """Field labels where the field name is too long for the form's label column (sp: `fit --sp`)."""
 # What the input shows while empty: the units a bare number is read in, and examples.
@@ -60,17 +56,15 @@ PLACEHOLDERS = {"memory": "80 = 80 GB, or 24GiB", "seq": "4096 or 128k (k = 1,02
                 "n": "4096 or 4k", "k": "4096 or 4k", "tokens": "15T, 300B", "params": "7B, 350M",
                 "device": "this, h100, a100-40gb, rtx-4090…", "batch": "sequences", "mfu": "0.4 or 40%"}
 FIT_DEVICE_PLACEHOLDER = "this, h100, a100-40gb, 24GiB, cpu"
+LENGTHS = ("m", "n", "k")  # typed as 4096 or 4k: binary k (tutor.lessons.calc_fields.parse_length)
 
 
 def choices(name: str) -> tuple[Any, ...] | None:
     """The values a field offers in a drop-down (all of them: a learner sees what exists), or None for typed fields."""
-    from tutor.theory.kv_cache import KV_DTYPES
-    from tutor.theory.memory import OPTIMIZERS, WEIGHT_FORMATS
-
-    return {"mode": fitting.MODES, "recompute": acts.RECOMPUTE_MODES, "attention": acts.ATTENTION_KINDS,
-            "impl": acts.IMPLEMENTATIONS, "dtype": tuple(WEIGHT_FORMATS), "recipe": fitting.RECIPES,
-            "optimizer": tuple(OPTIMIZERS), "kv_dtype": tuple(KV_DTYPES), "zero": (0, 1, 2, 3),
-            "sequence_parallel": (False, True)}.get(name)
+    field = FIELDS.get(name)
+    if field is None or name == "device":
+        return None
+    return field.options()
 
 
 def preset_names() -> list[str]:
@@ -84,27 +78,22 @@ def coerce(name: str, text: str, kind: str = "memory") -> Any:
     from tutor.lessons.calc_fields import CALC_FIELDS
 
     text = text.strip()
-    if name in LENGTHS or name == "memory":
+    if name in LENGTHS:
         return CALC_FIELDS[name].check(text)
     if name == "device":
         if kind == "fit":  # the Fit screen's device is `fit --device`: a card, a size, cpu or a GPU index
             return text or "this"
         return CALC_FIELDS["device"].check(text)
-    if name in WHOLE:
-        try:
-            return int(text.replace(",", "").replace("_", ""))
-        except ValueError:
-            raise UserError(f"{name} must be a whole number, got {text!r}") from None
-    if name in FLAGS:
-        if text.lower() not in ("yes", "no", "true", "false"):
-            raise UserError(f"{name} must be yes or no, got {text!r}")
-        return text.lower() in ("yes", "true")
     if name == "mfu":
         try:
             return float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
         except ValueError:
             raise UserError(f"mfu must be a fraction such as 0.4, got {text!r}") from None
-    return text
+    field = FIELDS.get(name)
+    if field is None:
+        return text
+    value = field.parse(text)
+    return field.check(value) if field.kind in ("length", "size") else value
 
 
 def shown(value: Any, name: str = "") -> str:
@@ -122,68 +111,17 @@ def shown(value: Any, name: str = "") -> str:
     return str(value)
 
 
-def machine_capacity(machine: Machine) -> tuple[int | None, str, bool]:
-    """(bytes, what they are, is a GPU): what `tensor-tutor fit` compares with on this machine."""
-    from tutor.hardware.memory_budget import device_budget
-
-    budget = device_budget(None, machine)
-    name = "this machine's available RAM" if budget.kind == "cpu" else f"{budget.name} free memory"
-    return budget.capacity, name, budget.gpu
-
-
-def chosen_budget(values: dict[str, Any], machine: Machine) -> DeviceBudget:
-    """The DeviceBudget the fields name: `memory` (a size), `device` (as `tensor-tutor fit --device` reads
-    it: a card from the spec table, a size, cpu), else this machine (tutor.hardware.memory_budget)."""
-    from tutor.hardware.memory_budget import DeviceBudget, device_budget
-    from tutor.lessons.calc_fields import CALC_FIELDS
-
-    if values.get("memory"):
-        capacity = CALC_FIELDS["memory"].check(values["memory"])
-        return DeviceBudget(f"a {format_bytes(capacity, si_beside=True)} device", "given", capacity, "as given",
-                            gpu=True)
-    device = str(values.get("device") or "this").strip()
-    return device_budget(None if device == "this" else device, machine)
-
-
-def chosen_capacity(values: dict[str, Any], machine: Machine) -> tuple[int | None, str, bool]:
-    """(bytes, what they are, is a GPU) of the device the fields name (chosen_budget)."""
-    if not values.get("memory") and str(values.get("device") or "this").strip() == "this":
-        return machine_capacity(machine)
-    budget = chosen_budget(values, machine)
-    return budget.capacity, budget.name, budget.gpu
-
-
-def build_request(values: dict[str, Any], *, gpu: bool) -> fitting.FitRequest:
-    """The FitRequest the fields describe, checked by the lesson engine's field rules."""
-    from tutor.lessons.calc_fields import fit_request
-
-    fields = {name: value for name, value in values.items() if name not in NON_REQUEST}
-    fields.setdefault("gpu", gpu)
-    return fit_request(fields)
-
-
 def fit_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Group:
     """The per-device memory of a model, component by component, against this machine (or `memory`)."""
-    from tutor.lessons.calc_fields import CALC_FIELDS
-    from tutor.model_files import resolve_model
-
-    capacity, capacity_name, gpu = chosen_capacity(values, machine)
-    if kind == "kv-cache":
-        values = {**values, "mode": "inference"}
-    request = build_request(values, gpu=gpu)
-    arch = None
-    if values.get("params"):
-        estimate = fitting.estimate_from_count(CALC_FIELDS["params"].check(values["params"]), request)
-    else:
-        arch, _ = resolve_model(str(values.get("model", DEFAULTS["model"])))
-        estimate = fitting.estimate(arch, request)
-    worst = estimate.worst
-    lines: list[RenderableType] = [peak_table(worst) if request.mode == "train" else component_table(worst, kind)]
+    calc = calc_fit(kind, values, machine)
+    answer = calc.answer
+    request, worst, capacity = answer.request, answer.worst, answer.capacity
+    lines: list[RenderableType] = [peak_table(worst) if request.mode == fitting.Mode.TRAIN else component_table(worst, kind)]
     if worst.component("activations") and kind != "kv-cache":
         lines.append(Text(f"activations assume impl {request.impl}: {acts.IMPLEMENTATION_MEANING[request.impl]}", style="italic"))
     if kind == "kv-cache":
         kv = worst.component("kv_cache")
-        tokens = request.batch * request.seq_len
+        tokens = calc.kv_tokens
         lines.append(Text(f"KV cache: {format_bytes(kv)} for {tokens:,} tokens = {format_bytes(kv / tokens)} "
                           "per token"))
     if request.devices > 1:
@@ -191,14 +129,14 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Group
                           "the figures are for the most loaded one"))
     if capacity:
         fraction = worst.total / capacity
-        lines.append(gauge_text(f"{capacity_name} {format_bytes(capacity)}:", fraction, 70, suffix="used")
+        lines.append(gauge_text(f"{calc.capacity_name} {format_bytes(capacity)}:", fraction, 70, suffix="used")
                      if fraction <= 1 else
-                     Text(f"does not fit: {format_number(fraction)}x {capacity_name} ({format_bytes(capacity)})",
+                     Text(f"does not fit: {format_number(fraction)}x {calc.capacity_name} ({format_bytes(capacity)})",
                           style="bold red"))
     if kind == "fit":
         lines[1:1] = [component_bars(worst, capacity)]
-        if capacity and arch is not None:
-            lines.extend(fit_advice(arch, request, capacity, worst.total <= capacity))
+        if capacity and answer.arch is not None:
+            lines.extend(fit_advice(answer))
     return Group(*lines)
 
 
@@ -255,18 +193,16 @@ def component_bars(worst: fitting.DeviceMemory, capacity: int | None) -> Text:
     return text
 
 
-def fit_advice(arch: Architecture, request: fitting.FitRequest, capacity: int, fits: bool) -> list[Text]:
+def fit_advice(answer: FitAnswer) -> list[Text]:
     """The largest batch and sequence that fit, or the changes that would make the model fit, said as
     the fields to change (tutor.theory.fit.suggestions, the same search as `tensor-tutor fit`)."""
-    if fits:
-        batch = fitting.largest_batch(arch, request, capacity)
-        seq = fitting.largest_seq_len(arch, request, capacity)
-        return [Text(f"largest batch that fits: {batch:,}; largest seq: {seq:,} tokens", style="green")]
-    found = fitting.suggestions(arch, request, capacity)
-    if not found:
-        return [Text("no single change makes it fit here: pick a smaller model or a larger device")]
+    if answer.fits:
+        return [Text(f"largest batch that fits: {answer.largest_batch:,}; largest seq: {answer.largest_seq_len:,} tokens",
+                     style="green")]
+    if not answer.suggestions:
+        return [Text(answer.nothing_fits_text())]
     lines = [Text("would fit with one of these changes:", style="bold")]
-    for suggestion in found:
+    for suggestion in answer.suggestions:
         lines.append(Text(f"  {change_in_fields(suggestion)}: {format_bytes(suggestion.total)} per GPU"))
     return lines
 
@@ -294,34 +230,6 @@ def change_in_fields(suggestion: fitting.Suggestion) -> str:
     return "set " + ", ".join(words) + (f" ({'; '.join(why)})" if why else "")
 
 
-def device_peaks(machine: Machine, device: str, dtype: str) -> tuple[float | None, float | None, str]:
-    """(peak FLOP/s, memory bytes/s, name) of 'this' machine (the GPU torch calls cuda:0, else its CPU) or of a
-    GPU from the datasheet table (a key such as h100-sxm)."""
-    if device != "this":
-        from tutor.hardware.specs import lookup_gpu_spec
-
-        found = lookup_gpu_spec(device)
-        if found is None:
-            from tutor.lessons.calc_fields import unknown_device_message
-
-            raise UserError(unknown_device_message(device))
-        spec = found[0]
-        tflops = spec.peak_tflops(dtype)
-        return (tflops * 1e12 if tflops else None), spec.bandwidth_gbps * 1e9, spec.name
-    gpu = machine.gpu_for("cuda:0") if machine.gpus else None  # torch's cuda:0, not NVML's 0
-    target = "cuda:0" if gpu is not None else "cpu"
-    tflops = machine.peak_tflops(target, dtype)
-    gbps = machine.peak_memory_gbps(target)
-    name = gpu.name if gpu is not None else "this CPU"
-    return (tflops * 1e12 if tflops else None), (gbps * 1e9 if gbps else None), name
-
-
-def compared_devices(values: dict[str, Any]) -> tuple[str, ...]:
-    """The chosen device, and the reference GPU beside it when the chosen one is this machine."""
-    device = str(values.get("device", "this"))
-    return (device, REFERENCE_GPU_KEY) if device == "this" else (device,)
-
-
 def duration(seconds: float) -> str:
     for unit, size in (("years", 365 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
         if seconds >= size:
@@ -330,91 +238,41 @@ def duration(seconds: float) -> str:
 
 
 def flops_renderable(values: dict[str, Any], machine: Machine) -> Group:
-    """Compute for `tokens`: 6·N·D to train (Kaplan et al. 2020 §2.1), 2·N·D to run, N the active
-    parameters; and how long that takes at `mfu` of the peak on `dp` devices."""
-    from tutor.lessons.calc_fields import CALC_FIELDS
-    from tutor.theory.flops import training_flops
-    from tutor.model_files import resolve_model
-    from tutor.theory.models import count_parameters
-
-    if values.get("params"):
-        active = CALC_FIELDS["params"].check(values["params"])
-        name = f"{values['params']} parameters"
-    else:
-        arch, _ = resolve_model(str(values.get("model", DEFAULTS["model"])))
-        active, name = count_parameters(arch).active, arch.name or values.get("model")
-    tokens = CALC_FIELDS["tokens"].check(values.get("tokens", DEFAULTS["tokens"]))
-    devices = CALC_FIELDS["dp"].check(values.get("dp", 1))
-    mfu = CALC_FIELDS["mfu"].check(values.get("mfu", DEFAULTS["mfu"]))
-    mode = values.get("mode", "train")
-    dtype = "bf16"
-    if mode == "train":
-        total, formula = training_flops(params=active, tokens=tokens), "6"
-    else:
-        total, formula = 2 * active * tokens, "2"
-    lines: list[RenderableType] = [Text(f"{name}: {formula} x {active:,} active parameters x {tokens:,} tokens "
-                             f"= {format_number(float(total))} FLOPs", style="bold")]
-    if values.get("batch") and values.get("seq"):
-        per_step = int(values["batch"]) * int(values["seq"]) * devices
-        lines.append(Text(f"{per_step:,} tokens per step (batch x seq x dp): {tokens / per_step:,.0f} steps"))
-    for device in compared_devices(values):
-        peak, _, label = device_peaks(machine, device, dtype)
-        if peak is None:
-            lines.append(Text(f"{label}: no {dtype} peak known", style="dim"))
+    """Compute for `tokens` and how long it takes (tutor.calculators.flops_answer)."""
+    answer = flops_answer(values, machine)
+    lines: list[RenderableType] = [Text(f"{answer.name}: {answer.factor} x {answer.active:,} active parameters x "
+                                        f"{answer.tokens:,} tokens = {format_number(float(answer.total))} FLOPs",
+                                        style="bold")]
+    if answer.tokens_per_step:
+        lines.append(Text(f"{answer.tokens_per_step:,} tokens per step (batch x seq x dp): {answer.steps:,.0f} steps"))
+    for time in answer.times:
+        if time.seconds is None:
+            lines.append(Text(f"{time.label}: no {answer.dtype} peak known", style="dim"))
             continue
-        seconds = total / (peak * devices * mfu)
-        lines.append(Text(f"{devices:,} x {label} at {format_percent(mfu)} of its {dtype} peak: {duration(seconds)}"))
+        lines.append(Text(f"{answer.devices:,} x {time.label} at {format_percent(answer.mfu)} of its {answer.dtype} "
+                          f"peak: {duration(time.seconds)}"))
     return Group(*lines)
 
 
 def roofline_renderable(values: dict[str, Any], machine: Machine) -> Group:
-    """Arithmetic intensity of one matmul against the ridge points of the devices compared
-    (Williams et al. 2009); with a model, the decode bound tokens/s = bandwidth / bytes read."""
-    from tutor.lessons.calc_fields import CALC_FIELDS
-    from tutor.theory.formats import format_by_name
-    from tutor.theory.roofline import attainable_flops, matmul_arithmetic_intensity, ridge_point
-
-    m, n, k = (CALC_FIELDS[name].check(values.get(name, DEFAULTS[name])) for name in ("m", "n", "k"))
-    dtype = str(values.get("dtype", "bf16"))
-    element = format_by_name(dtype).storage_bits / 8
-    intensity = float(matmul_arithmetic_intensity(m, n, k, element))
-    lines: list[RenderableType] = [Text(f"[{m} x {k}] @ [{k} x {n}] in {dtype}: {intensity:,.1f} FLOP per byte moved",
-                             style="bold")]
-    peak_dtype = dtype if dtype in ("fp32", "tf32", "bf16", "fp16", "int8") else "fp8"
-    for device in compared_devices(values):
-        peak, bandwidth, label = device_peaks(machine, device, peak_dtype)
-        if peak is None or bandwidth is None:
-            lines.append(Text(f"{label}: peak or bandwidth unknown (measure them in Bench)", style="dim"))
+    """One matmul against the devices' ridge points, and a model's decode bound (tutor.calculators.roofline_answer)."""
+    answer = roofline_answer(values, machine)
+    lines: list[RenderableType] = [Text(f"[{answer.m} x {answer.k}] @ [{answer.k} x {answer.n}] in {answer.dtype}: "
+                                        f"{answer.intensity:,.1f} FLOP per byte moved", style="bold")]
+    for device in answer.devices:
+        if device.ridge is None or device.attainable is None:
+            lines.append(Text(f"{device.label}: peak or bandwidth unknown (measure them in Bench)", style="dim"))
             continue
-        ridge = ridge_point(peak, bandwidth)
-        bound = "compute-bound" if intensity >= ridge else "memory-bound"
-        lines.append(Text(f"{label}: ridge {ridge:,.0f} FLOP/B -> {bound}, at most "
-                          f"{attainable_flops(intensity, peak, bandwidth) / 1e12:,.1f} TFLOP/s"))
-    if values.get("model") and "model" in values:
-        lines.extend(decode_bound(values, machine, dtype))
+        bound = "compute-bound" if device.compute_bound else "memory-bound"
+        lines.append(Text(f"{device.label}: ridge {device.ridge:,.0f} FLOP/B -> {bound}, at most "
+                          f"{device.attainable / 1e12:,.1f} TFLOP/s"))
+    for decode in answer.decode:
+        if decode.tokens_per_second is None:
+            lines.append(Text(f"{decode.label}: memory bandwidth unknown, no decode bound", style="dim"))
+            continue
+        lines.append(Text(f"decode {decode.model} ({format_bytes(decode.weight_bytes)} of {decode.dtype} weights) "
+                          f"on {decode.label}: at most {decode.tokens_per_second:,.0f} tokens/s at batch {decode.batch}"))
     return Group(*lines)
-
-
-def decode_bound(values: dict[str, Any], machine: Machine, dtype: str) -> list[Text]:
-    """Decoding reads every weight once per step: tokens/s <= batch x bandwidth / weight bytes."""
-    from tutor.theory.memory import weight_bytes
-    from tutor.model_files import resolve_model
-    from tutor.theory.models import count_parameters
-    from tutor.theory.roofline import decode_tokens_per_second_bound
-
-    arch, _ = resolve_model(str(values["model"]))
-    weights = weight_bytes(count_parameters(arch).total, dtype)
-    batch = int(values.get("batch", 1))
-    lines = []
-    for device in compared_devices(values):
-        _, bandwidth, label = device_peaks(machine, device, "bf16")
-        if bandwidth is None:
-            lines.append(Text(f"{label}: memory bandwidth unknown, no decode bound", style="dim"))
-            continue
-        rate = decode_tokens_per_second_bound(weight_bytes=weights, bandwidth=bandwidth, batch=batch)
-        lines.append(Text(f"decode {arch.name or values['model']} ({format_bytes(weights)} of {dtype} weights) "
-                          f"on {label}: at most {rate:,.0f} tokens/s at batch {batch}"))
-    return lines
 
 
 def calc_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Group:

@@ -4,7 +4,8 @@ A result is what a screen shows: a lab's ProbeResult (a lesson's measure block),
 notebook Run, or a BenchOutcome that could not be saved), or the Fit screen's form (FitValues).
 JSON is the same JSON the command line prints (`lab NAME --json`, `bench --json`, `fit --json`);
 CSV has one row per measurement (per memory component for a fit), numbers in plain digits;
-Markdown is a table with the numbers as the app shows them. No Textual here.
+Markdown is a table with the numbers as the app shows them. No Textual here: the app's Export
+command (tutor.ui.commands) calls it.
 """
 
 from __future__ import annotations
@@ -91,25 +92,10 @@ def outcome_table(outcome: Any) -> Table:
 
 
 def fit_report(values: dict[str, Any], machine: Machine) -> dict[str, Any]:
-    """`tensor-tutor fit --json`'s report for the calculator's values (the command's own report builder)."""
-    from tutor.commands.fit import _report_json
-    from tutor.theory import fit as fitting
-    from tutor.model_files import resolve_model
-    from tutor.ui.widgets.calc import build_request, chosen_budget
+    """`tensor-tutor fit --json`'s report for the calculator's values (tutor.fit_answer, the command's own answer)."""
+    from tutor.fit_answer import FitInputs, answer_fit
 
-    budget = chosen_budget(values, machine)
-    capacity = budget.capacity
-    request = build_request(values, gpu=budget.gpu)
-    arch, source = resolve_model(str(values.get("model")))
-    estimate = fitting.estimate(arch, request)
-    fits = None if capacity is None else estimate.worst.total <= capacity
-    searches: dict[str, Any] = {"largest_batch": None, "largest_seq_len": None, "suggestions": [], "flag_notes": []}
-    if capacity is not None:
-        searches["largest_batch"] = fitting.largest_batch(arch, request, capacity)
-        searches["largest_seq_len"] = fitting.largest_seq_len(arch, request, capacity)
-        if not fits:
-            searches["suggestions"] = fitting.suggestions(arch, request, capacity)
-    return _report_json(estimate, arch.name or str(values.get("model")), str(source), budget, fits, searches)
+    return answer_fit(FitInputs.from_values(values, machine)).to_json()
 
 
 def fit_table(fit: FitValues) -> Table:
@@ -134,7 +120,7 @@ def as_table(result: Any) -> Table:
     """The Table of any exportable result; TypeError for anything else."""
     from tutor.bench.notebook import Run
     from tutor.labs import ProbeResult
-    from tutor.ui.services import BenchOutcome
+    from tutor.worker.jobs import BenchOutcome
 
     if isinstance(result, ProbeResult):
         return probe_table(result)

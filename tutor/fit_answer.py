@@ -1,0 +1,323 @@
+"""One fit answer for every front end: `answer_fit(FitInputs) -> FitAnswer`.
+
+Does a model fit a device, and what would make it fit? The command line (`tensor-tutor fit`),
+the app's calculators and Fit screen, the export of a fit, the lessons' goals and values and the
+fit lab all ask through `answer_fit`, so they cannot disagree: it resolves the model (a preset,
+a config.json, a model folder, or a bare parameter count), reads a folder's checkpoint headers,
+chooses the device budget, builds the tutor.theory.fit request, estimates it, gives the verdict,
+the largest batch and sequence that fit, the suggestions, the notes on fields that do not apply,
+and (when asked) the traced step. `FitAnswer.to_json()` is `tensor-tutor fit --json`'s object.
+Suggestions are phrased here as the flags that make them (`change_flags`), for the CLI and lessons.
+
+No click, no Rich, no Textual: the front ends render.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tutor.errors import UserError
+from tutor.fit_fields import BY_PARAMETER, FIELDS, FIT_FIELDS, flag_name, ignored_flag_notes, request_settings
+from tutor.theory import fit as fitting
+
+if TYPE_CHECKING:
+    from tutor.fit_trace import TracedFit
+    from tutor.hardware.machine import Machine
+    from tutor.hardware.memory_budget import DeviceBudget
+    from tutor.theory.models import Architecture
+    from tutor.theory.safetensors_header import SafetensorsSummary
+
+PARAMS_SOURCE = "--params (bare count: model states only)"
+THIS_DEVICE = "this"
+"""A calculator's device field for this machine (`fit` without --device)."""
+
+
+@dataclass(frozen=True)
+class FitInputs:
+    """What a fit question is asked with.
+
+    `request` holds FitRequest attributes (seq_len, not seq), already typed; use `from_command`
+    for a command's keywords or `from_values` for a calculator's or a lesson's fields, which the
+    field declaration (tutor.fit_fields) checks. `budget` overrides `device` (a goal's card, a
+    calculator's size); `given` names the fields the user set, so those that do not apply get a note.
+    """
+
+    model: str | None = None
+    params: str | int | None = None
+    device: str | None = None
+    request: Mapping[str, Any] = field(default_factory=dict)
+    budget: DeviceBudget | None = None
+    machine: Machine | None = None
+    given: tuple[str, ...] = ()
+    searches: bool = True
+    """Search the largest batch and sequence, and the suggestions (needs a known capacity and a model)."""
+    trace: bool = False
+    read_checkpoint: bool = True
+    """Read a model folder's safetensors headers (inference without a dtype then counts the stored bytes)."""
+
+    @classmethod
+    def from_command(cls, model: str | None, params: str | None, device: str | None, *,
+                     given: tuple[str, ...] = (), trace: bool = False, **request: Any) -> FitInputs:
+        """A command's keywords (fit_options' parameters): choices become their enum members, the
+        LoRA targets a tuple; range checks are tutor.theory.fit's (validate_request)."""
+        from tutor.theory.lora import parse_lora_targets
+
+        typed = {}
+        for name, value in request.items():
+            fit_field = BY_PARAMETER.get(name)
+            if fit_field is None or fit_field.attribute is None:
+                raise TypeError(f"{name!r} is not a fit request field")
+            if fit_field.enum is not None and value in {member.value for member in fit_field.enum}:
+                value = fit_field.enum(value)
+            typed[name] = value
+        if isinstance(typed.get("lora_targets"), str):
+            typed["lora_targets"] = parse_lora_targets(typed["lora_targets"])
+        return cls(model=model, params=params, device=device, request=typed, given=given, trace=trace)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], machine: Machine | None = None, *, budget: DeviceBudget | None
+                    = None, searches: bool = True) -> FitInputs:
+        """A calculator's or a lesson's fields by name (seq, device, memory, model or params), checked by the
+        field declaration; other fields (tokens, mfu, m, n, k: other calculators') are left out."""
+        request = request_settings({name: value for name, value in values.items()
+                                    if name in FIELDS and FIELDS[name].attribute is not None})
+        if budget is None:
+            budget = chosen_budget(values, machine)
+        params = values.get("params") or None
+        model = None if params else str(values.get("model") or FIELDS["model"].starting_value)
+        return cls(model=model, params=params, request=request, budget=budget, machine=machine, searches=searches,
+                   read_checkpoint=False)
+
+
+@dataclass(frozen=True)
+class FitAnswer:
+    """The answer to one fit question: the estimate, the device, the verdict and the advice."""
+
+    name: str
+    source: str
+    estimate: fitting.FitEstimate
+    budget: DeviceBudget
+    checkpoint: SafetensorsSummary | None = None
+    largest_batch: int | None = None
+    largest_seq_len: int | None = None
+    suggestions: tuple[fitting.Suggestion, ...] = ()
+    flag_notes: tuple[str, ...] = ()
+    traced: TracedFit | None = None
+
+    @property
+    def request(self) -> fitting.FitRequest:
+        return self.estimate.request
+
+    @property
+    def arch(self) -> Architecture | None:
+        return self.estimate.arch
+
+    @property
+    def worst(self) -> fitting.DeviceMemory:
+        """The most loaded device (the only one without pipeline stages)."""
+        return self.estimate.worst
+
+    @property
+    def capacity(self) -> int | None:
+        return self.budget.capacity
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the most loaded device fits the budget; None when its memory is unknown."""
+        return None if self.capacity is None else self.worst.total <= self.capacity
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The estimate's notes, then the notes on flags that do not apply."""
+        return tuple(self.estimate.notes) + self.flag_notes
+
+    @property
+    def nothing_fits(self) -> bool:
+        """It does not fit and no change tried (alone or combined) makes it fit."""
+        return self.fits is False and not self.suggestions
+
+    def nothing_fits_text(self) -> str:
+        """Why there is no suggestion, in words that hold (the search tries combined plans too)."""
+        if self.arch is None:
+            return ("no changes are searched for a bare parameter count (model states only): name a model "
+                    "(a preset or a config.json) to get suggestions, or use a larger device")
+        return (f"nothing tried here makes it fit, alone or combined ({fitting.plans_tried(self.request.mode)}): "
+                "pick a smaller model, a shorter sequence or a larger device")
+
+    def to_json(self) -> dict[str, Any]:
+        """`tensor-tutor fit --json`'s object."""
+        estimate, params = self.estimate, self.estimate.params
+        report: dict[str, Any] = {
+            "model": {
+                "name": self.name,
+                "source": self.source,
+                "model_type": estimate.arch.model_type if estimate.arch else None,
+                "params_total": estimate.total_params,
+                "params_active": params.active if params else estimate.total_params,
+                "params_trainable": estimate.trainable_params,
+            },
+            "mode": estimate.request.mode,
+            "request": request_json(estimate.request),
+            "per_device_bytes": _estimate_json(estimate),
+            "peak": _peak_json(estimate.worst),
+            "sum_of_components_bytes": estimate.worst.sum_of_components,
+            "components": [{"name": c.name, "bytes": c.bytes, "formula": c.formula} for c in estimate.worst.components],
+            "stages": [{"stage": s.stage, "layers": s.layers, "params": s.params, "total_bytes": s.total,
+                        "bytes": {n: s.component(n) for n in fitting.COMPONENTS}, "peak": _peak_json(s)}
+                       for s in estimate.stages],
+            "device": self.budget.to_json() if self.budget.capacity is not None else None,
+            "fits": self.fits,
+            "largest_batch": self.largest_batch,
+            "largest_seq_len": self.largest_seq_len,
+            # True: the search stopped at its bound (fitting.BATCH_SEARCH_BOUND, SEQ_SEARCH_BOUND), so
+            # the figure is "at least", not the largest that fits.
+            "largest_batch_at_search_bound": self.largest_batch == fitting.BATCH_SEARCH_BOUND,
+            "largest_seq_len_at_search_bound": self.largest_seq_len == fitting.SEQ_SEARCH_BOUND,
+            "suggestions": [suggestion_json(s) for s in self.suggestions],
+            "notes": list(self.notes),
+            "checkpoint": checkpoint_json(self.checkpoint, estimate.total_params),
+        }
+        if self.traced is not None:
+            from tutor.fit_trace import trace_json
+
+            report["trace"] = trace_json(self.traced, estimate)
+        return report
+
+
+def resolve_fit_model(model: str | None, params: str | int | None
+                      ) -> tuple[Architecture | None, str, str, int | None]:
+    """(Architecture or None, display name, source, bare count or None) for the MODEL / --params input."""
+    from tutor.theory.units import parse_count
+
+    if model and params:
+        raise UserError("give either MODEL or --params, not both")
+    if params:
+        count = parse_count(params) if isinstance(params, str) else FIELDS["params"].check(params)
+        return None, f"{params} parameters", PARAMS_SOURCE, count
+    if not model:
+        raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json, a model folder, or --params 7B")
+    from tutor.model_files import resolve_model
+
+    arch, source = resolve_model(model)
+    return arch, arch.name or model, str(source), None
+
+
+def chosen_budget(values: Mapping[str, Any], machine: Machine | None = None) -> DeviceBudget:
+    """The DeviceBudget a calculator's fields name: `memory` (a size), `device` (as `tensor-tutor fit --device`
+    reads it: a card from the spec table, a size, cpu), else this machine (tutor.hardware.memory_budget)."""
+    from tutor.formatting import format_bytes
+    from tutor.hardware.memory_budget import DeviceBudget, device_budget
+
+    if values.get("memory"):
+        capacity = FIELDS["memory"].check(values["memory"])
+        return DeviceBudget(f"a {format_bytes(capacity, si_beside=True)} device", "given", capacity, "as given",
+                            gpu=True)
+    device = str(values.get("device") or THIS_DEVICE).strip()
+    return device_budget(None if device == THIS_DEVICE else device, machine)
+
+
+def answer_fit(inputs: FitInputs) -> FitAnswer:
+    """Does the model fit, and what would make it fit? (UserError for input that makes no sense.)"""
+    from tutor.hardware.memory_budget import device_budget
+    from tutor.model_files import checkpoint_summary
+
+    arch, name, source, count = resolve_fit_model(inputs.model, inputs.params)
+    settings = dict(inputs.request)
+    mode = settings.get("mode", fitting.Mode.INFERENCE)
+    checkpoint = checkpoint_summary(inputs.model) if arch is not None and inputs.read_checkpoint else None
+    if settings.get("dtype") is None:
+        settings.pop("dtype", None)  # bf16, or (inference) the checkpoint as stored
+        if checkpoint is not None and mode == fitting.Mode.INFERENCE:
+            settings["stored_weight_bytes"] = checkpoint.total_bytes
+    budget = inputs.budget or device_budget(inputs.device, inputs.machine)
+    settings.setdefault("gpu", budget.gpu)
+    request = fitting.FitRequest(**settings)
+    if arch is not None:
+        estimate = fitting.estimate(arch, request)
+    else:
+        assert count is not None  # resolve_fit_model gives a count where it gives no architecture
+        estimate = fitting.estimate_from_count(count, request)
+    capacity = budget.capacity
+    largest_batch = largest_seq_len = None
+    found: tuple[fitting.Suggestion, ...] = ()
+    if inputs.searches and arch is not None and capacity is not None:
+        largest_batch = fitting.largest_batch(arch, request, capacity)
+        largest_seq_len = fitting.largest_seq_len(arch, request, capacity)
+        if estimate.worst.total > capacity:
+            found = tuple(fitting.suggestions(arch, request, capacity))
+    traced = None
+    if inputs.trace:
+        from tutor.fit_trace import traced_fit
+
+        traced = traced_fit(inputs.model if arch is not None else None, request)
+    return FitAnswer(name=name, source=source, estimate=estimate, budget=budget, checkpoint=checkpoint,
+                     largest_batch=largest_batch, largest_seq_len=largest_seq_len, suggestions=found,
+                     flag_notes=tuple(ignored_flag_notes(inputs.given, request.mode, request.recipe)), traced=traced)
+
+
+# ---- suggestions as flags ---------------------------------------------------------------------
+
+def change_flags(suggestion: fitting.Suggestion) -> str:
+    """A suggestion as the flags that make it: '--recompute full --zero 3 --dp 8 (8 devices)'."""
+    words = []
+    for change in suggestion.changes:
+        value = change.value
+        if value is True:
+            words.append(flag_name(change.field))  # an on/off flag: given means on
+        else:
+            shown = ",".join(value) if isinstance(value, tuple) else str(value)
+            words.append(f"{flag_name(change.field)} {shown}")
+    why = [suggestion.reason] if suggestion.reason else []
+    if suggestion.changes_layout:
+        why.append(f"{suggestion.devices:,} devices")
+    return " ".join(words) + (f" ({'; '.join(why)})" if why else "")
+
+
+# ---- JSON parts -------------------------------------------------------------------------------
+
+def _estimate_json(estimate: fitting.FitEstimate) -> dict[str, int]:
+    worst = estimate.worst
+    per_device = {name: worst.component(name) for name in fitting.COMPONENTS}
+    per_device["total"] = worst.total
+    return per_device
+
+
+def _peak_json(stage: fitting.DeviceMemory) -> dict[str, Any]:
+    """The moment of the step when the most tensors are alive (without overhead), and what they are."""
+    peak = stage.peak
+    return {"bytes": peak.bytes, "phase": peak.phase, "per_category_bytes": dict(peak.per_category),
+            "formula": peak.formula}
+
+
+def request_json(request: fitting.FitRequest) -> dict[str, Any]:
+    """The request as `fit --json` prints it: every declared field (tutor.fit_fields) in its order, the LoRA
+    targets as a list, the pipeline micro-batches as counted (default pp), and the devices it spans."""
+    data: dict[str, Any] = {}
+    for fit_field in FIT_FIELDS:
+        if fit_field.attribute is None or fit_field.attribute == "gpu":
+            continue
+        value = getattr(request, fit_field.attribute)
+        data[fit_field.attribute] = list(value) if isinstance(value, tuple) else value
+    # microbatches has always come last, before devices, in this object: scripts may read it in order.
+    data["microbatches"] = data.pop("microbatches") or request.pp
+    data["devices"] = request.devices
+    return data
+
+
+def checkpoint_json(checkpoint: SafetensorsSummary | None, params_total: int) -> dict[str, Any] | None:
+    if checkpoint is None:
+        return None
+    return {"files": checkpoint.files, "tensors": checkpoint.tensors, "elements_by_dtype": checkpoint.elements_by_dtype,
+            "total_elements": checkpoint.total_elements, "total_bytes": checkpoint.total_bytes,
+            "elements_minus_params": checkpoint.total_elements - params_total,
+            "format": checkpoint.checkpoint_format, "skipped_files": list(checkpoint.skipped)}
+
+
+def suggestion_json(suggestion: fitting.Suggestion) -> dict[str, Any]:
+    """One suggestion: `change` as flags (for people and old scripts), `changes` as FitRequest fields."""
+    return {"change": change_flags(suggestion),
+            "changes": [{"field": c.field, "value": list(c.value) if isinstance(c.value, tuple) else c.value}
+                        for c in suggestion.changes],
+            "reason": suggestion.reason or None, "devices": suggestion.devices, "total_bytes": suggestion.total}
