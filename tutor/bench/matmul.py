@@ -105,7 +105,7 @@ class MatmulResult:
     kind: str = "matmul"
     stable: bool = True  # the headline shape's timing settled (not noisy)
     busy: BusyShare | None = None  # other processes' CPU share during this sweep
-    fixed_size: bool = False  # the fixed-size case (fixed_size_matmul), not a sweep
+    fixed_size: bool = False  # the fixed-size case (fixed_size_matmul), not a sweep: `headline` is False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -512,7 +512,8 @@ def fixed_size_matmul(device: str, dtype: str = "fp32", *, budget_s: float, mach
         tflops_mean=tflops(matmul_flops(size, size, size), timing.mean_s), peak_tflops=comparison.peak,
         percent_of_peak=comparison.percent, peak_source=source, iters=timing.iters, noisy=not settled(timing),
         spread=timing.spread, notes=tuple(notes), peak_note=comparison.note, sweep=(shape,), stable=settled(timing),
-        busy=busy, fixed_size=True)]
+        busy=busy, fixed_size=True, headline=False)]  # not a sweep's headline: readers that pick a dtype's
+    # headline result (first_number.py, lab limits) keep the sweep's
 
 
 def _replace_headline(result: MatmulResult, headline: bool) -> MatmulResult:

@@ -104,7 +104,7 @@ class CaseResult:
     peak: float | None
     percent_of_peak: float | None
     notes: tuple[str, ...]
-    primary: bool  # matmul: the best backend of its dtype (the one the Bench screen shows)
+    primary: bool  # matmul: the best backend of its dtype, or the fixed-size case (the Bench screen shows these)
     fixed_size: bool  # the fixed-size fp32 matmul every run measures, so every two runs compare
     data: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
@@ -129,7 +129,8 @@ class CaseResult:
             extra = (backend, *notes, *((str(data["peak_note"]),) if data.get("peak_note") else ()))
             return cls(name=name, key=key, unit="TFLOP/s", median=_number(data.get("tflops_median")),
                        best=_number(data.get("tflops_best")), size=size, peak=_number(data.get("peak_tflops")),
-                       notes=tuple(note for note in extra if note), primary=data.get("headline", True) is not False,
+                       notes=tuple(note for note in extra if note),
+                       primary=fixed or data.get("headline", True) is not False,
                        fixed_size=fixed, **common)
         if kind in ("bandwidth", "transfer"):
             memory = str(data.get("memory") or "")

@@ -99,8 +99,11 @@ def run_bench_suite(progress: ProgressFn, cancel: threading.Event) -> BenchOutco
         progress(event.fraction, f"{event.case}: {event.state}")
 
     outcome = suite.run_suite(cases, budget_s=BENCH_BUDGET_S, progress=report, cancel=cancel)
+    from tutor.bench.memory import memory_accounting
+
     record = suite_run_record(outcome, machine=machine, device=device, command="tensor-tutor app: Bench screen",
-                              budget_s=BENCH_BUDGET_S, cancelled=outcome.cancelled, failures=outcome.failures)
+                              budget_s=BENCH_BUDGET_S, cancelled=outcome.cancelled,
+                              memory=memory_accounting(device).to_json(), failures=outcome.failures)
     warning = append_run(record)
     failures = outcome.failures + ((warning,) if warning else ())
     return BenchOutcome(bench_rows(record.cases), record.cancelled, failures, device)
