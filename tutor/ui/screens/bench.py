@@ -39,12 +39,11 @@ def rows_table(rows: Any) -> Table:
     table = Table(expand=True, box=None, show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("figure", no_wrap=True)
     table.add_column("measured", justify="right", no_wrap=True)
-    table.add_column("statistic")
     table.add_column("peak", justify="right", no_wrap=True)
-    table.add_column("why the gap", ratio=1)
+    table.add_column("which figure; why the gap", ratio=1)
     for row in rows:
-        table.add_row(row.label, format_quantity(row.measured, row.unit), Text(row.statistic, style="dim"),
-                      format_quantity(row.peak, row.unit), Text(row.note, style="dim"))
+        table.add_row(row.label, format_quantity(row.measured, row.unit), format_quantity(row.peak, row.unit),
+                      Text.assemble(row.statistic, ("; " if row.statistic and row.note else ""), (row.note, "dim")))
     return table
 
 
