@@ -107,7 +107,7 @@ if fit:
     device = fit.get("device") or {}
     print(f"  fit --device 0: {device.get('name')} capacity {device.get('capacity_bytes')} B "
           f"({device.get('source')}); verdict {fit.get('verdict', fit.get('fits'))}")
-for row in load("collective_nccl", lines=True) or []:
+for row in (load("collective_nccl") or {}).get("results", []):  # one JSON object: {"device", "results"}
     print(f"  nccl {row.get('op'):15} {row.get('bytes'):>12} B busbw {row.get('busbw_gbps')} GB/s")
 PY
 grep -q FAILED "$OUT/steps.tsv" && exit 1 || exit 0

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import fake_services, sync  # noqa: E402
+from ui_fakes import fake_services, slow_bench, sync  # noqa: E402
 
-from textual.widgets import OptionList, Static  # noqa: E402
+from textual.widgets import OptionList, ProgressBar, Static  # noqa: E402
 
 from tutor.bench.notebook import (append_run, compare_runs_at_same_sizes, read_notebook,  # noqa: E402
                                   run_headlines)
@@ -187,3 +187,17 @@ def test_the_fixed_fp32_case_is_compared_when_the_sweeps_differ(two_runs: Path) 
     case = next(case for case in compared["cases"] if "fixed" in case["case"])
     assert case["sizes_differ"] is False and case["ratio"] == pytest.approx(1.1)
     assert case["label"] == "median at 1024x1024x1024"
+
+
+@sync
+async def test_a_cancelled_bench_run_leaves_its_bar_where_it_stopped(data_dir: Path) -> None:
+    app = TutorApp(fake_services(run_bench=slow_bench))
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.action_bench(run=True)
+        await pilot.pause()
+        assert app.screen.running
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert not app.screen.running and "cancelled" in screen_text(app.screen.query_one("#status", Static))
+        assert app.screen.query_one("#progress", ProgressBar).progress < 100

@@ -296,7 +296,8 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
             status.update(Text(f"the benchmark failed: {message.error}", style="red"))
             return
         outcome = message.outcome
-        self.query_one("#progress", ProgressBar).update(progress=100)
+        if not outcome.cancelled:  # a cancelled run stops its bar where it was, never at 100 %
+            self.query_one("#progress", ProgressBar).update(progress=100)
         words = "cancelled: these are the cases that finished" if outcome.cancelled else "done"
         failures = "; ".join(outcome.failures)
         status.update(f"{words} on {outcome.device}" + (f" (problems: {failures})" if failures else ""))
