@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,24 @@ async def test_a_cancelled_bench_run_leaves_its_bar_where_it_stopped(data_dir: P
         await pilot.pause()
         assert not app.screen.running and "cancelled" in screen_text(app.screen.query_one("#status", Static))
         assert app.screen.query_one("#progress", ProgressBar).progress < 100
+
+
+def test_the_app_worker_and_the_command_line_save_the_same_record(data_dir: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.machines import recorded_machine
+    from tutor.worker import jobs
+
+    monkeypatch.setattr("tutor.bench.environment.load_machine", lambda: recorded_machine())
+    monkeypatch.setattr(jobs, "BENCH_BUDGET_S", 1.0)
+    outcome = jobs.run_bench_suite(lambda fraction, text: None, threading.Event())
+    cli("matmul", "--dtype", "fp32", "--budget", "0.5", "--json")
+    app_run, cli_run = read_notebook().runs
+    assert app_run.status == cli_run.status == COMPLETE and app_run.id != cli_run.id
+    assert set(app_run.header) == set(cli_run.header)  # one header: environment, memory, device, budget, time
+    assert app_run.header["command"] == "tensor-tutor app: Bench screen" and app_run.header["budget_s"] == 1.0
+    # What the screen showed live is what it shows from the notebook, and what history lists.
+    assert outcome.rows == bench_rows(app_run.cases)
+    assert any(case.fixed_size for case in app_run.cases)
+    shown = {row.label: row.measured for row in outcome.rows}
+    for figure in app_run.figures():
+        assert shown[figure.case.name] == figure.headline.value

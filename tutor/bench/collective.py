@@ -164,7 +164,7 @@ def _measure_rank(rank: int, world: int, device: str, ops: tuple[str, ...], size
             for _ in range(WARMUP_ITERS):
                 run()
             sync()
-            times = []
+            times: list[float] = []
             share = (deadline - time.time()) / (total_cases - size_index * len(ops) - op_index)
             case_deadline = time.perf_counter() + max(share, 0.0)
             while len(times) < MAX_ITERS:

@@ -114,13 +114,13 @@ class CaseResult:
         device = str(data.get("device") or "")
         notes = tuple(str(note) for note in (data.get("notes") or ()) if note) if isinstance(
             data.get("notes"), (list, tuple)) else ()
-        common = {"kind": kind, "device": device, "iters": _count(data.get("iters")),
+        common: dict[str, Any] = {"kind": kind, "device": device, "iters": _count(data.get("iters")),
                   "spread": _number(data.get("spread")), "percent_of_peak": _number(data.get("percent_of_peak")),
                   "data": data}
         if kind == "matmul":
             fixed = data.get("fixed_size") is True
             size = shape_text(data.get("m"), data.get("n"), data.get("k")) if "m" in data else ""
-            key = ("matmul", device, str(data.get("dtype")), str(data.get("backend")))
+            key: tuple[str, ...] = ("matmul", device, str(data.get("dtype")), str(data.get("backend")))
             name = f"matmul {data.get('dtype')}"
             if fixed:
                 key += (f"fixed {size}",)
