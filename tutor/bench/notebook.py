@@ -198,12 +198,6 @@ def case_key(result: dict[str, Any]) -> tuple[str, ...] | None:
     return CaseResult.from_json(result).key
 
 
-def headline_value(result: dict[str, Any]) -> tuple[str, float] | None:
-    """(field, value) of a result's headline (tutor.bench.record.CaseResult.headline: the median)."""
-    headline = CaseResult.from_json(result).headline()
-    return (headline.field, headline.value) if headline is not None else None
-
-
 def case_label(key: tuple[str, ...]) -> str:
     return " ".join(part for part in key if part)
 
