@@ -118,6 +118,8 @@ def test_plan_orders_fp32_first_and_default_kinds() -> None:
     machine = recorded_machine()
     cases = plan_suite(("matmul", "bandwidth", "collective"), device="cpu", machine=machine,
                        dtypes=("bf16", "fp32"), ranks=2)
-    assert [c.name for c in cases] == ["matmul fp32", "matmul bf16", "bandwidth", "collective x2"]
+    # The fixed-size fp32 square comes first: short, and the one figure every two runs compare at one size.
+    assert [c.name for c in cases] == ["matmul fp32 1024²", "matmul fp32", "matmul bf16", "bandwidth", "collective x2"]
+    assert [c.name for c in plan_suite(("matmul",), device="cpu", machine=machine, dtypes=("bf16",))] == ["matmul bf16"]
     assert default_kinds("cpu", ranks=None) == ("matmul", "bandwidth")
     assert default_kinds("cpu", ranks=2) == ("matmul", "bandwidth", "collective")

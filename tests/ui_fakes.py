@@ -242,10 +242,10 @@ FakeSettings = Settings
 def fake_bench(progress: Any, cancel: threading.Event) -> BenchOutcome:
     progress(0.5, "matmul fp32: done")
     return BenchOutcome((
-        BenchRow("matmul fp32", 0.121, 0.2688, "TFLOP/s", "torch; small size"),
-        BenchRow("matmul bf16", 0.031, 0.5376, "TFLOP/s", "torch; bf16 emulated"),
-        BenchRow("matmul fp16", 0.3, 0.2688, "TFLOP/s", "torch"),
-        BenchRow("bandwidth triad", 9.8, None, "GB/s", "no published DRAM peak"),
+        BenchRow("matmul fp32", 0.121, 0.2688, "TFLOP/s", "torch; small size", "median of 10 at 512²"),
+        BenchRow("matmul bf16", 0.031, 0.5376, "TFLOP/s", "torch; bf16 emulated", "median of 5 at 256²"),
+        BenchRow("matmul fp16", 0.3, 0.2688, "TFLOP/s", "torch", "median of 10 at 1024²"),
+        BenchRow("bandwidth triad", 9.8, None, "GB/s", "no published DRAM peak", "median of 10 at 128 MiB per array"),
     ), device="cpu")
 
 

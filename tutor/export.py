@@ -63,21 +63,22 @@ def probe_table(result: Any) -> Table:
 
 
 def run_table(run: Any) -> Table:
-    """A stored bench run: `bench --json`'s object ({"device": header, "results": [...]}); one row per result."""
-    from tutor.bench.notebook import case_key, case_label, case_size, headline_value
+    """A stored bench run: `bench --json`'s object ({"device": header, "results": [...]}); one row per
+    result with its headline (tutor.bench.record: the figure `bench history` and the Bench screen show)."""
+    from tutor.bench.notebook import case_label, case_size
 
     rows = []
-    for result in run.results:
-        key, figure = case_key(result), headline_value(result)
-        if key is None or figure is None:
+    for case in run.cases:
+        headline = case.headline()
+        if case.key is None or headline is None:
             continue
-        unit = {"tflops_median": "TFLOP/s", "gbps_median": "GB/s", "busbw_gbps": "GB/s"}.get(figure[0], "")
-        peak = result.get("peak_tflops") if result.get("kind") == "matmul" else result.get("peak_gbps")
-        rows.append({"case": case_label(key), "size": case_size(result), "figure": figure[0], "value": figure[1],
-                     "unit": unit, "peak": peak, "percent_of_peak": result.get("percent_of_peak"),
-                     "noisy": result.get("noisy")})
+        rows.append({"run": run.number, "date": run.date, "device": case.device, "case": case_label(case.key),
+                     "size": case_size(case.data), "figure": headline.field, "statistic": headline.label,
+                     "value": headline.value, "unit": headline.unit, "peak": case.peak,
+                     "percent_of_peak": case.percent_of_peak, "noisy": case.data.get("noisy")})
     title = f"bench run {run.number}, {run.date}, {run.device}" + (" (cancelled)" if run.cancelled else "")
-    columns = ("case", "size", "figure", "value", "unit", "peak", "percent_of_peak", "noisy")
+    columns = ("run", "date", "device", "case", "size", "figure", "statistic", "value", "unit", "peak",
+               "percent_of_peak", "noisy")
     return Table(f"bench-run-{run.number}", title, {"device": run.header, "results": list(run.results)}, columns,
                  tuple(rows), {"percent_of_peak": "%"})
 

@@ -15,7 +15,9 @@ that fails, dies or hangs is reported as a state, never waited on forever, and l
         -m tutor.bench.collective --sizes 1M,64M,1G --json
 
 (`torchrun --standalone --nproc-per-node N -m tutor.bench.collective` on a single node.) Rank 0
-prints one JSON line per result.
+prints the results, with --json as one JSON object {"device": {...}, "results": [...]}, as
+`tensor-tutor bench collective --json` does. Sizes are measured smallest first; the sizes left when the
+budget is spent are reported as skipped, with a note.
 """
 
 from __future__ import annotations
@@ -100,63 +102,102 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+SKIPPED = "skipped"
+"""The state of a size left unmeasured because the budget was spent before it."""
+
+
+def _buffer_bytes(size: int, world: int, element: int = 4) -> int:
+    """S as measured: `size` rounded down to whole fp32 elements divisible by the ranks (at least one each)."""
+    return max(world, size // element // world * world) * element
+
+
+def _predicted_size_s(seconds_per_byte: dict[str, float], ops: tuple[str, ...], size_bytes: int) -> float:
+    """Seconds the next size needs at least (warm-up and MIN_ITERS of each op), from each op's time per
+    byte at the size before it: a collective of a larger buffer is bandwidth-bound, its time ~ S."""
+    return sum((WARMUP_ITERS + MIN_ITERS) * seconds_per_byte.get(op, 0.0) * size_bytes for op in ops)
+
+
 def _measure_rank(rank: int, world: int, device: str, ops: tuple[str, ...], sizes: tuple[int, ...],
-                  budget_s: float, backend: str) -> list[dict[str, Any]]:
-    """Runs inside every rank after init_process_group; rank 0's return value is the report."""
+                  budget_s: float, backend: str, deadline: float | None = None) -> list[dict[str, Any]]:
+    """Runs inside every rank after init_process_group; rank 0's return value is the report.
+
+    Sizes are measured smallest first; before each larger size the ranks agree (all_reduce MIN) that
+    its predicted time fits what is left of the budget, else the sizes left are reported as skipped.
+    `deadline` (time.time()) is the caller's, so ranks that took long to start spend the same budget."""
     import torch
     import torch.distributed as dist
 
     element = 4  # fp32, as nccl-tests' default float and all_reduce_bench.py
-    deadline = time.perf_counter() + budget_s
+    deadline = time.time() + budget_s if deadline is None else deadline
     on_cuda = device.startswith("cuda")
     sync = (lambda: torch.cuda.synchronize(torch.device(device))) if on_cuda else (lambda: None)
-    rows = []
-    cases = [(op, size) for size in sizes for op in ops]
-    for index, (op, size) in enumerate(cases):
-        elements = max(world, size // element // world * world)
-        total_bytes = elements * element
-        full = torch.rand(elements, device=device)
-        part = torch.rand(elements // world, device=device)
-        # torch >= 2.13 renamed the tensor forms to *_single (the old names warn); both are (output, input).
-        all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        if op == "all_reduce":
-            run = lambda: dist.all_reduce(full)  # noqa: E731
-        elif op == "all_gather":
-            run = lambda: all_gather(full, part)  # noqa: E731
-        else:
-            run = lambda: reduce_scatter(part, full)  # noqa: E731
-        for _ in range(WARMUP_ITERS):
-            run()
-        sync()
-        times = []
-        share = (deadline - time.perf_counter()) / (len(cases) - index)
-        case_deadline = time.perf_counter() + max(share, 0.0)
-        while len(times) < MAX_ITERS:
-            # Every rank must agree to go on, or one would wait in a collective the others skipped.
-            go = torch.tensor([1.0 if (len(times) < MIN_ITERS or time.perf_counter() < case_deadline) else 0.0],
-                              device=device)
-            dist.all_reduce(go, op=dist.ReduceOp.MIN)
-            if go.item() == 0.0:
-                break
-            dist.barrier()
-            start = time.perf_counter()
-            run()
+
+    def all_agree(yes: bool) -> bool:
+        flag = torch.tensor([1.0 if yes else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return flag.item() == 1.0
+
+    rows: list[dict[str, Any]] = []
+    ordered = tuple(sorted(sizes))
+    seconds_per_byte: dict[str, float] = {}
+    total_cases = len(ordered) * len(ops)
+    for size_index, size in enumerate(ordered):
+        if size_index and not all_agree(
+                _predicted_size_s(seconds_per_byte, ops, _buffer_bytes(size, world)) <= deadline - time.time()):
+            rows.extend({"op": op, "bytes": _buffer_bytes(later, world), "times": [], "skipped": True}
+                        for later in ordered[size_index:] for op in ops)
+            break
+        for op_index, op in enumerate(ops):
+            elements = _buffer_bytes(size, world) // element
+            total_bytes = elements * element
+            full = torch.rand(elements, device=device)
+            part = torch.rand(elements // world, device=device)
+            # torch >= 2.13 renamed the tensor forms to *_single (the old names warn); both are (output, input).
+            all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            if op == "all_reduce":
+                run = lambda: dist.all_reduce(full)  # noqa: E731
+            elif op == "all_gather":
+                run = lambda: all_gather(full, part)  # noqa: E731
+            else:
+                run = lambda: reduce_scatter(part, full)  # noqa: E731
+            for _ in range(WARMUP_ITERS):
+                run()
             sync()
-            times.append(time.perf_counter() - start)
-        # Average each iteration's time over ranks (all_reduce_bench.py averages across ranks).
-        summed = torch.tensor(times, dtype=torch.float64, device=device)
-        dist.all_reduce(summed)
-        mean_times = sorted((summed / world).tolist())
-        rows.append({"op": op, "bytes": total_bytes, "times": mean_times})
+            times: list[float] = []
+            share = (deadline - time.time()) / (total_cases - size_index * len(ops) - op_index)
+            case_deadline = time.perf_counter() + max(share, 0.0)
+            while len(times) < MAX_ITERS:
+                # Every rank must agree to go on, or one would wait in a collective the others skipped.
+                if not all_agree(len(times) < MIN_ITERS or time.perf_counter() < case_deadline):
+                    break
+                dist.barrier()
+                start = time.perf_counter()
+                run()
+                sync()
+                times.append(time.perf_counter() - start)
+            # Average each iteration's time over ranks (all_reduce_bench.py averages across ranks).
+            summed = torch.tensor(times, dtype=torch.float64, device=device)
+            dist.all_reduce(summed)
+            mean_times = sorted((summed / world).tolist())
+            seconds_per_byte[op] = mean_times[len(mean_times) // 2] / total_bytes
+            rows.append({"op": op, "bytes": total_bytes, "times": mean_times})
     return rows
 
 
-def _rows_to_results(rows: list[dict[str, Any]], *, backend: str, world: int, device: str) -> list[CollectiveResult]:
+def _rows_to_results(rows: list[dict[str, Any]], *, backend: str, world: int, device: str,
+                     budget_s: float | None = None) -> list[CollectiveResult]:
     from tutor.bench.timing import timing_from_samples
 
     results = []
     for row in rows:
+        if row.get("skipped"):
+            spent = f" ({budget_s:g} s)" if budget_s is not None else ""
+            results.append(CollectiveResult(
+                op=row["op"], backend=backend, ranks=world, bytes=row["bytes"], dtype="fp32", algbw_gbps=None,
+                busbw_gbps=None, time_median_s=None, time_best_s=None, iters=0, device=device, state=SKIPPED,
+                message=f"budget{spent} spent before this size: not measured"))
+            continue
         timing = timing_from_samples(row["times"])
         algbw = gbps(row["bytes"], timing.median_s)
         results.append(CollectiveResult(
@@ -166,6 +207,17 @@ def _rows_to_results(rows: list[dict[str, Any]], *, backend: str, world: int, de
             message=timing.noise_message, noisy=timing.noisy, spread=timing.spread,
         ))
     return results
+
+
+def budget_note(results: list[CollectiveResult]) -> str:
+    """One line when sizes were skipped for the budget ("" otherwise): what a reader must know."""
+    from tutor.formatting import format_decimal_bytes
+
+    skipped = sorted({result.bytes for result in results if result.state == SKIPPED})
+    if not skipped:
+        return ""
+    return (f"budget spent: {', '.join(format_decimal_bytes(size) for size in skipped)} not measured "
+            "(give --budget more seconds or fewer --sizes)")
 
 
 def process_group_device(backend: str, device: str) -> dict[str, Any]:
@@ -185,7 +237,7 @@ def process_group_device(backend: str, device: str) -> dict[str, Any]:
 def _collective_rank(ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
     """One rank of a local run (tutor.labs.ranks): every rank measures, rank 0's rows are the report."""
     rows = _measure_rank(ctx.rank, ctx.world, ctx.device, params["ops"], params["sizes"], params["budget_s"],
-                         ctx.backend)
+                         ctx.backend, deadline=params.get("deadline"))
     return {"rows": rows}
 
 
@@ -212,7 +264,8 @@ def collective_bandwidth(*, ranks: int, budget_s: float, ops: tuple[str, ...] = 
     from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK, RankFailure, RanksCancelled, run_ranks
 
     memory = DEFAULT_MEMORY_PER_RANK + collective_buffer_bytes(max(sizes), ranks)
-    params = {"ops": tuple(ops), "sizes": tuple(sizes), "budget_s": budget_s}
+    # One deadline for every rank, from before they start: their start-up is spent from the budget too.
+    params = {"ops": tuple(ops), "sizes": tuple(sizes), "budget_s": budget_s, "deadline": time.time() + budget_s}
     try:
         reports = run_ranks(_collective_rank, params, ranks=ranks, timeout_s=STARTUP_TIMEOUT_S + budget_s * 2,
                             cancel=cancel, backend=backend, memory_per_rank_bytes=memory)
@@ -222,7 +275,7 @@ def collective_bandwidth(*, ranks: int, budget_s: float, ops: tuple[str, ...] = 
     except RankFailure as error:  # a rank that failed, died or hung is a reported state (the suite goes on)
         state, payload = ("timeout" if error.reason == "timeout" else "failed"), str(error)
     if state == "ok":
-        return _rows_to_results(payload, backend=backend, world=ranks, device=device)
+        return _rows_to_results(payload, backend=backend, world=ranks, device=device, budget_s=budget_s)
     return [CollectiveResult(op=op, backend=backend, ranks=ranks, bytes=0, dtype="fp32", algbw_gbps=None,
                              busbw_gbps=None, time_median_s=None, time_best_s=None, iters=0, device=device,
                              state=state, message=str(payload)) for op in ops]
@@ -238,25 +291,52 @@ def _result_line(result: CollectiveResult) -> str:
             f"  busbw {format_rate(result.busbw_gbps * 1e9, 'B/s'):>11}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`torchrun ... -m tutor.bench.collective`: every rank measures, rank 0 prints the results."""
+def _parser() -> Any:
+    """The torchrun entry's options (argparse: --help answers before torch is imported)."""
     import argparse
 
-    import torch
-    import torch.distributed as dist
+    parser = argparse.ArgumentParser(
+        prog="python -m tutor.bench.collective",
+        description="Collective bandwidth (algbw, busbw as nccl-tests defines them) across the ranks of a "
+                    "torchrun job; rank 0 prints the results. For local ranks without torchrun use "
+                    "`tensor-tutor bench collective --ranks N`.",
+        epilog="example: torchrun --standalone --nproc-per-node=8 -m tutor.bench.collective --sizes 1M,64M,1G --json")
+    parser.add_argument("--ops", default=",".join(COLLECTIVE_OPS), metavar="OPS",
+                        help=f"collectives, comma-separated (default {','.join(COLLECTIVE_OPS)})")
+    parser.add_argument("--sizes", default=None, metavar="SIZES",
+                        help="buffer sizes, comma-separated, e.g. 1M,64M,1GiB (default 1MiB,16MiB,64MiB); measured "
+                             "smallest first, and the sizes left when the budget is spent are skipped and said so")
+    parser.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
+                        help="seconds for the measurements, after the process group starts (default 30)")
+    parser.add_argument("--json", action="store_true",
+                        help='print one JSON object {"device": {...}, "results": [...]} on rank 0, nothing else')
+    return parser
 
-    parser = argparse.ArgumentParser(prog="python -m tutor.bench.collective", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ops", default=",".join(COLLECTIVE_OPS))
-    parser.add_argument("--sizes", default=None, help="comma-separated sizes, e.g. 1M,64M,1GiB")
-    parser.add_argument("--budget", type=float, default=30.0)
-    parser.add_argument("--json", action="store_true")
+
+def main(argv: list[str] | None = None) -> int:
+    """`torchrun ... -m tutor.bench.collective`: every rank measures, rank 0 prints the results."""
+    parser = _parser()
     args = parser.parse_args(argv)
+    ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
+    unknown = [op for op in ops if op not in COLLECTIVE_OPS]
+    if unknown or not ops:
+        parser.error(f"unknown collective {', '.join(unknown) or '(none given)'} (choose from {', '.join(COLLECTIVE_OPS)})")
+    if not (args.budget > 0 and args.budget < float("inf")):
+        parser.error(f"--budget must be a positive number of seconds, got {args.budget:g}")
+    try:
+        sizes = parse_sizes(args.sizes)
+    except UserError as error:
+        parser.error(str(error))
     if "RANK" not in os.environ:
         print("run under torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK); for local ranks use "
               "`tensor-tutor bench collective --ranks N`", file=sys.stderr)
         return 2
+    import torch
+    import torch.distributed as dist
+
     from tutor.bench.timing import usable_cpu_count
 
+    started = time.time()
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     # Ranks on one node share its cores; without this each would start a full-size thread pool.
@@ -267,16 +347,24 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group(backend, **process_group_device(backend, device))
     world, rank = dist.get_world_size(), dist.get_rank()
     try:
-        ops = tuple(op.strip() for op in args.ops.split(",") if op.strip())
-        rows = _measure_rank(rank, world, device, ops, parse_sizes(args.sizes), args.budget, backend)
+        rows = _measure_rank(rank, world, device, ops, sizes, args.budget, backend)
     finally:
         dist.destroy_process_group()
     if rank == 0:
-        for result in _rows_to_results(rows, backend=backend, world=world, device=device):
-            if args.json:
-                print(json.dumps(result.to_json()))
-            else:
+        results = _rows_to_results(rows, backend=backend, world=world, device=device, budget_s=args.budget)
+        note = budget_note(results)
+        if args.json:
+            from tutor.bench.record import utc_now
+
+            header = {"date": utc_now(), "command": "python -m tutor.bench.collective " + " ".join(sys.argv[1:]),
+                      "device_under_test": device, "backend": backend, "ranks": world, "budget_s": args.budget,
+                      "elapsed_s": round(time.time() - started, 3), "torch": torch.__version__, "cancelled": False}
+            print(json.dumps({"device": header, "results": [result.to_json() for result in results]}))
+        else:
+            for result in results:
                 print(_result_line(result))
+        if note:
+            print(f"tensor-tutor: note: {note}", file=sys.stderr)
     return 0
 
 

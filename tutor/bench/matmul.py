@@ -105,6 +105,7 @@ class MatmulResult:
     kind: str = "matmul"
     stable: bool = True  # the headline shape's timing settled (not noisy)
     busy: BusyShare | None = None  # other processes' CPU share during this sweep
+    fixed_size: bool = False  # the fixed-size case (fixed_size_matmul), not a sweep: `headline` is False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,7 +116,7 @@ class MatmulResult:
             "peak_source": self.peak_source, "peak_note": self.peak_note, "iters": self.iters, "noisy": self.noisy,
             "spread": self.spread, "notes": list(self.notes), "headline": self.headline, "stable": self.stable,
             "busy": self.busy.to_json() if self.busy is not None else None,
-            "sweep": [shape.to_json() for shape in self.sweep],
+            "sweep": [shape.to_json() for shape in self.sweep], **({"fixed_size": True} if self.fixed_size else {}),
         }
 
 
@@ -472,6 +473,47 @@ def matmul_throughput(device: str, dtype: str, *, budget_s: float, machine: Mach
         top = max(results, key=lambda result: (result.stable, result.tflops_median))
         results = [_replace_headline(result, result is top) for result in results]
     return results
+
+
+def fixed_matmul_size(device: str) -> int:
+    """The one square every run measures, so any two runs compare at the same size: the real-size
+    threshold (SMALL_CPU on a CPU, SMALL_GPU on a GPU), the smallest square not labelled "small size".
+    1024³ fp32 is 2.1 GFLOP, a few tens of ms a GEMM on 2 cores: it fits `bench --quick`."""
+    return SMALL_CPU if device == "cpu" else SMALL_GPU
+
+
+def fixed_size_matmul(device: str, dtype: str = "fp32", *, budget_s: float, machine: Machine,
+                      cancel: threading.Event | None = None) -> list[MatmulResult]:
+    """One square of fixed_matmul_size(device) with torch, timed until stable within `budget_s`: the
+    figure `bench history --compare` can always compare, whatever sizes the sweeps of two runs settled
+    on. Empty if cancelled before an iteration finished."""
+    if dtype not in supported_matmul_dtypes(device):
+        raise UserError(f"{dtype} matmul is not available on {device}")
+    warm_up(device)
+    size = fixed_matmul_size(device)
+    peak, source = peak_tflops(machine, device, dtype)
+    meter = BusyMeter.start()
+    try:
+        with _precision_context(dtype, device):
+            shape, timing = _measure_shape(lambda m, n, k: _TorchCase(m, n, k, dtype, device), size, size, size,
+                                           device=device, budget_s=max(budget_s, 1e-3), cancel=cancel)
+    except BenchCancelled:
+        return []
+    busy = meter.stop()
+    comparison = compare_with_peak(shape.tflops_median, peak, assumed_clock_hz=machine.peak_clock_hz(device))
+    notes = [f"fixed size {size}² in every run"]
+    if not settled(timing):
+        notes.append(f"did not settle: spread {timing.spread:.0%}")
+    if busy is not None and (busy.busy or not settled(timing)):
+        notes.append(busy.describe())
+    return [MatmulResult(
+        device=device, dtype=dtype, backend=torch_backend_name(device), m=size, n=size, k=size,
+        tflops_median=shape.tflops_median, tflops_best=shape.tflops_best,
+        tflops_mean=tflops(matmul_flops(size, size, size), timing.mean_s), peak_tflops=comparison.peak,
+        percent_of_peak=comparison.percent, peak_source=source, iters=timing.iters, noisy=not settled(timing),
+        spread=timing.spread, notes=tuple(notes), peak_note=comparison.note, sweep=(shape,), stable=settled(timing),
+        busy=busy, fixed_size=True, headline=False)]  # not a sweep's headline: readers that pick a dtype's
+    # headline result (first_number.py, lab limits) keep the sweep's
 
 
 def _replace_headline(result: MatmulResult, headline: bool) -> MatmulResult:

@@ -1,6 +1,8 @@
 """The results notebook: one JSON line per benchmark run in the user data dir.
 
-Each line is {"notebook_version", "header": {...environment...}, "results": [...]}; lines are
+Each line is one run record (tutor.bench.record.BenchRun): {"notebook_version", "run_id", "status",
+"header": {...environment...}, "results": [...]} (version 1 lines have no run id or status and read
+the same); lines are
 appended whole with one os.write on an O_APPEND descriptor and fsync'd, so concurrent runs never
 interleave and a crash leaves at most one torn last line. Before appending, a torn last line (no
 final newline, or one that does not parse) is moved to a side file `results.jsonl.torn-<UTC time>`
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tutor.bench.record import HEADLINE_STATISTIC, BenchRun, CaseResult, Headline, new_run_id
 from tutor.hardware.machine import Machine
 
 NOTEBOOK_FILE = "results.jsonl"
@@ -100,11 +103,15 @@ def _lock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)
 
 
-def append_run(header: dict[str, Any], results: Sequence[dict[str, Any]], path: Path | None = None) -> str | None:
-    """Append one run as one line. Returns None on success, else a one-line warning (which also
-    reports a torn last line that was set aside before this run was saved)."""
+def append_run(header: dict[str, Any] | BenchRun, results: Sequence[dict[str, Any]] = (),
+               path: Path | None = None) -> str | None:
+    """Append one run as one line: a BenchRun (tutor.bench.record), or a header and its results.
+    Returns None on success, else a one-line warning (which also reports a torn last line that was set
+    aside before this run was saved)."""
     target = path or notebook_path()
-    record = {"notebook_version": NOTEBOOK_VERSION, "header": header, "results": list(results)}
+    run = header if isinstance(header, BenchRun) else BenchRun(
+        number=0, header=header, results=tuple(results), run_id=new_run_id())
+    record = run.to_json()
     try:
         line = (json.dumps(record, separators=(",", ":"), allow_nan=False, default=str) + "\n").encode()
     except ValueError as error:
@@ -132,27 +139,8 @@ def _is_run_record(record: Any) -> bool:
             and isinstance(record.get("results"), list) and all(isinstance(r, dict) for r in record["results"]))
 
 
-@dataclass(frozen=True)
-class Run:
-    """One stored run: its position in the notebook (1-based), header and results."""
-
-    number: int
-    header: dict[str, Any]
-    results: tuple[dict[str, Any], ...]
-
-    @property
-    def date(self) -> str:
-        return str(self.header.get("date", "?"))
-
-    @property
-    def cancelled(self) -> bool:
-        """True when the run was stopped (Ctrl-C, Esc) before its budget was spent."""
-        return self.header.get("cancelled") is True
-
-    @property
-    def device(self) -> str:
-        devices = sorted({str(r.get("device")) for r in self.results if r.get("device")})
-        return ",".join(devices) or "?"
+Run = BenchRun
+"""A stored run is the bench run record (tutor.bench.record.BenchRun)."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +185,8 @@ def read_notebook(path: Path | None = None) -> Notebook:
         if not _is_run_record(record):
             corrupt += 1
             continue
-        runs.append(Run(number=len(runs) + 1, header=record["header"], results=tuple(record["results"])))
+        runs.append(Run(number=len(runs) + 1, header=record["header"], results=tuple(record["results"]),
+                        run_id=str(record.get("run_id") or ""), stored_status=str(record.get("status") or "")))
     notes = [f"skipped {corrupt} corrupt line(s) in {target}"] if corrupt else []
     if aside_note:
         notes.append(f"{aside_note} (in {target.parent})")
@@ -206,25 +195,7 @@ def read_notebook(path: Path | None = None) -> Notebook:
 
 def case_key(result: dict[str, Any]) -> tuple[str, ...] | None:
     """What makes two results the same case across runs; None for results without a figure."""
-    kind = result.get("kind")
-    if kind == "matmul":
-        return ("matmul", str(result.get("device")), str(result.get("dtype")), str(result.get("backend")))
-    if kind in ("bandwidth", "transfer"):
-        return (kind, str(result.get("device")), str(result.get("op")), str(result.get("memory", "")))
-    if kind == "collective":
-        return ("collective", str(result.get("op")), str(result.get("backend")), str(result.get("ranks")),
-                str(result.get("bytes")))
-    return None
-
-
-def headline_value(result: dict[str, Any]) -> tuple[str, float] | None:
-    """The figure a case is compared by: matmul median TFLOP/s, bandwidth median GB/s, busbw."""
-    field = {"matmul": "tflops_median", "bandwidth": "gbps_median", "transfer": "gbps_median",
-             "collective": "busbw_gbps"}.get(str(result.get("kind")))
-    value = result.get(field) if field else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
-        return field, float(value)
-    return None
+    return CaseResult.from_json(result).key
 
 
 def case_label(key: tuple[str, ...]) -> str:
@@ -240,42 +211,33 @@ class CaseComparison:
     before: float
     after: float
     ratio: float
+    statistic: str = HEADLINE_STATISTIC
+    unit: str = ""
+
+
+def _figures(run: Run) -> dict[tuple[str, ...], tuple[CaseResult, Headline]]:
+    """case key -> (case, headline) for every result with a figure (the last one of a key wins)."""
+    table = {}
+    for case in run.cases:
+        headline = case.headline()
+        if case.key is not None and headline is not None:
+            table[case.key] = (case, headline)
+    return table
 
 
 def compare_runs(before: Run, after: Run) -> list[CaseComparison]:
-    """Ratios after/before for every case both runs measured (matching by case_key)."""
-    def figures(run: Run) -> dict[tuple[str, ...], tuple[str, float]]:
-        table = {}
-        for result in run.results:
-            key, value = case_key(result), headline_value(result)
-            if key is not None and value is not None:
-                table[key] = value
-        return table
-
-    old, new = figures(before), figures(after)
-    return [CaseComparison(case=case_label(key), figure=old[key][0], before=old[key][1], after=new[key][1],
-                           ratio=new[key][1] / old[key][1])
+    """Ratios after/before of the headline figure of every case both runs measured (matching by case key)."""
+    old, new = _figures(before), _figures(after)
+    return [CaseComparison(case=case_label(key), figure=old[key][1].field, before=old[key][1].value,
+                           after=new[key][1].value, ratio=new[key][1].value / old[key][1].value,
+                           statistic=old[key][1].statistic, unit=old[key][1].unit)
             for key in old if key in new]
 
 
 def run_headlines(run: Run) -> dict[str, float]:
-    """Short figures for a history listing: best matmul TFLOP/s per dtype, triad GB/s, busbw."""
-    headlines: dict[str, float] = {}
-    for result in run.results:
-        value = headline_value(result)
-        if value is None:
-            continue
-        kind = result.get("kind")
-        if kind == "matmul":
-            label = f"{result.get('dtype')} TFLOP/s"
-        elif kind == "bandwidth" and result.get("op") == "triad":
-            label = "triad GB/s"
-        elif kind == "collective" and result.get("op") == "all_reduce":
-            label = "all_reduce busbw GB/s"
-        else:
-            continue
-        headlines[label] = max(headlines.get(label, 0.0), value[1])
-    return headlines
+    """Short figures for a history listing: each matmul dtype's headline TFLOP/s, triad GB/s, busbw
+    (BenchRun.figures: the same headlines as every other view)."""
+    return {figure.legacy_label: figure.headline.value for figure in run.figures()}
 
 
 def case_size(result: dict[str, Any]) -> str:
@@ -283,12 +245,7 @@ def case_size(result: dict[str, Any]) -> str:
     two runs' figures compare only at the same size (a larger matmul reaches a higher TFLOP/s)."""
     if result.get("kind") == "matmul":
         return "x".join(str(result.get(dim)) for dim in ("m", "n", "k"))
-    size = result.get("array_bytes") or result.get("bytes")
-    if isinstance(size, int) and not isinstance(size, bool):
-        from tutor.formatting import format_bytes
-
-        return format_bytes(size) + (" per array" if result.get("array_bytes") else "")
-    return ""
+    return CaseResult.from_json(result).size
 
 
 @dataclass(frozen=True)
@@ -302,8 +259,7 @@ class SizeMismatch:
 
 def case_sizes(run: Run) -> dict[str, str]:
     """case label -> the size it was measured at, for the results compare_runs keeps (the last with a figure)."""
-    return {case_label(key): case_size(result) for result in run.results
-            if (key := case_key(result)) is not None and headline_value(result) is not None}
+    return {case_label(key): case_size(case.data) for key, (case, _) in _figures(run).items()}
 
 
 def compare_runs_at_same_sizes(before: Run, after: Run) -> tuple[list[CaseComparison], list[SizeMismatch]]:
@@ -333,7 +289,7 @@ def last_matmul_tflops(notebook: Notebook, *, device: str, dtype: str, machine: 
             continue
         figures = [r.get("tflops_median") for r in run.results
                    if r.get("kind") == "matmul" and r.get("device") == device and r.get("dtype") == dtype
-                   and r.get("headline", True)]
+                   and r.get("headline", True) and not r.get("fixed_size")]
         rates = [float(f) for f in figures if isinstance(f, (int, float)) and not isinstance(f, bool)
                  and math.isfinite(f) and f > 0]
         if rates:

@@ -73,7 +73,7 @@ def render_results(results: Sequence[Any], header: dict[str, Any], console: Any 
                              **_column_options(column, ("dtype", "m x n x k", "% peak")))
         peaks: dict[str, str] = {}
         for r in by_kind["matmul"]:
-            mark = "" if r.headline else " (not best)"
+            mark = " (fixed size)" if r.fixed_size else "" if r.headline else " (not best)"
             peaks[r.dtype] = _rate(r.peak_tflops, "TFLOP/s") if r.peak_tflops is not None else "unknown"
             cells = [r.dtype, r.backend + mark, f"{r.m}x{r.n}x{r.k}", _rate(r.tflops_median, "TFLOP/s"),
                      _rate(r.tflops_best, "TFLOP/s"), _rate(r.peak_tflops, "TFLOP/s"), _percent(r.percent_of_peak),

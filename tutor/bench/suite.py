@@ -129,12 +129,14 @@ def default_kinds(device: str, *, ranks: int | None) -> tuple[str, ...]:
 
 
 def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: Sequence[str],
-               ranks: int | None = None, quick: bool = False) -> list[BenchCase]:
-    """The cases for `kinds` on `device`: one matmul case per dtype (fp32 first: the bf16/fp16
+               ranks: int | None = None, quick: bool = False, ops: Sequence[str] | None = None,
+               sizes: Sequence[int] | None = None) -> list[BenchCase]:
+    """The cases for `kinds` on `device`: with fp32, the fixed-size fp32 square first
+    (tutor.bench.matmul.fixed_size_matmul); one matmul sweep per dtype (fp32 first: the bf16/fp16
     notes compare with it), one bandwidth case, one transfer case, one collective case."""
     from tutor.bench.bandwidth import host_device_transfer, memory_bandwidth
-    from tutor.bench.collective import DEFAULT_SIZES, collective_bandwidth
-    from tutor.bench.matmul import matmul_throughput
+    from tutor.bench.collective import COLLECTIVE_OPS, DEFAULT_SIZES, collective_bandwidth
+    from tutor.bench.matmul import fixed_matmul_size, fixed_size_matmul, matmul_throughput
 
     cases: list[BenchCase] = []
     fp32_seen: dict[str, float] = {}
@@ -151,6 +153,12 @@ def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: S
         return BenchCase(name=f"matmul {dtype}", kind="matmul", weight=1.4 if two_backends else 1.0, run=run)
 
     if "matmul" in kinds:
+        if "fp32" in dtypes:  # first: short, and the figure every two runs compare at the same size
+            size = fixed_matmul_size(device)
+            cases.append(BenchCase(
+                name=f"matmul fp32 {size}²", kind="matmul", weight=0.3,
+                run=lambda budget, cancel: fixed_size_matmul(device, "fp32", budget_s=budget, machine=machine,
+                                                            cancel=cancel)))
         ordered = sorted(dtypes, key=lambda name: name != "fp32")
         cases.extend(matmul_case(dtype) for dtype in ordered)
     if "bandwidth" in kinds:
@@ -163,14 +171,17 @@ def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: S
             run=lambda budget, cancel: host_device_transfer(device, budget_s=budget, machine=machine, cancel=cancel)))
     if "collective" in kinds:
         world = ranks if ranks is not None else 2
-        sizes = DEFAULT_SIZES[:2] if quick else DEFAULT_SIZES
+        chosen_sizes = tuple(sizes) if sizes else DEFAULT_SIZES[:2] if quick else DEFAULT_SIZES
+        chosen_ops = tuple(ops) if ops else COLLECTIVE_OPS
         if world > 1:  # too many local ranks: one UserError line (exit 2) before anything is measured
             from tutor.bench.memory import collective_buffer_bytes
             from tutor.bench.ranks import DEFAULT_MEMORY_PER_RANK, check_local_ranks, choose_backend
 
             check_local_ranks(world, backend=choose_backend(world),
-                              memory_per_rank_bytes=DEFAULT_MEMORY_PER_RANK + collective_buffer_bytes(max(sizes), world))
+                              memory_per_rank_bytes=DEFAULT_MEMORY_PER_RANK + collective_buffer_bytes(max(chosen_sizes),
+                                                                                                      world))
         cases.append(BenchCase(
             name=f"collective x{world}", kind="collective", weight=1.5,
-            run=lambda budget, cancel: collective_bandwidth(ranks=world, budget_s=budget, sizes=sizes, cancel=cancel)))
+            run=lambda budget, cancel: collective_bandwidth(ranks=world, budget_s=budget, ops=chosen_ops,
+                                                            sizes=chosen_sizes, cancel=cancel)))
     return cases

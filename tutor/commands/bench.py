@@ -8,8 +8,9 @@
     tensor-tutor bench history [--compare 3 5]
 
 `--json` prints {"device": {...}, "results": [...]} on stdout and nothing else (progress goes to
-stderr). Ctrl-C stops within about a second, prints what finished and exits 130. Every run is
-appended to the results notebook (see tutor.bench.notebook).
+stderr). SIGINT (Ctrl-C), SIGTERM and SIGHUP stop within about a second, save and print what finished
+as a cancelled run and exit 130, 143 or 129. Every run is appended to the results notebook as one
+record (tutor.bench.record, tutor.bench.notebook).
 """
 
 from __future__ import annotations
@@ -27,68 +28,94 @@ import click
 from tutor.errors import UserError
 
 
-def _run_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option("--quick", is_flag=True, default=None, help="fp32/bf16/fp16 matmul and bandwidth, ~20 s."),
-        click.option("--device", default=None, help="cpu, cuda or cuda:N (default: the first GPU, else cpu)."),
-        click.option("--dtype", default=None, help="Matmul dtypes, comma-separated: fp32,tf32,bf16,fp16,fp8."),
-        click.option("--budget", type=float, default=None, help="Seconds for the whole run (default 60; 18 with --quick)."),
-        click.option("--ranks", type=int, default=None, help="Local processes for collectives (default 2)."),
-        click.option("--json", "as_json", is_flag=True, default=None, help="Print JSON only."),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
+_OPTIONS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "quick": click.option("--quick", is_flag=True, default=None, help="fp32/bf16/fp16 matmul and bandwidth, ~20 s."),
+    "device": click.option("--device", default=None, help="cpu, cuda or cuda:N (default: the first GPU, else cpu)."),
+    "dtype": click.option("--dtype", default=None, help="Matmul dtypes, comma-separated: fp32,tf32,bf16,fp16,fp8."),
+    "budget": click.option("--budget", type=float, default=None, help="Seconds for the whole run (default 60)."),
+    "quick_budget": click.option("--budget", type=float, default=None,
+                                 help="Seconds for the whole run (default 60; 18 with --quick)."),
+    "ranks": click.option("--ranks", type=int, default=None, help="Local processes for collectives (default 2)."),
+    "ops": click.option("--ops", default=None, metavar="OPS",
+                        help="Collectives, comma-separated: all_reduce,all_gather,reduce_scatter (default: all)."),
+    "sizes": click.option("--sizes", default=None, metavar="SIZES",
+                          help="Buffer sizes, comma-separated, e.g. 1M,16M,64MiB (default 1MiB,16MiB,64MiB); "
+                               "measured smallest first, and sizes left when the budget is spent are skipped."),
+    "as_json": click.option("--json", "as_json", is_flag=True, default=None,
+                            help="Print one JSON object ({\"device\": ..., \"results\": [...]}) and nothing else."),
+}
+
+
+_RUN_PARAMETERS = ("quick", "device", "dtype", "budget", "ranks", "ops", "sizes", "as_json")
+
+
+def _run_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options `names` (keys of _OPTIONS), in that order: each subcommand lists only its own."""
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        for name in reversed(names):
+            function = _OPTIONS[name](function)
+        return function
+
+    return decorate
 
 
 def _merged(ctx: click.Context, options: dict[str, Any]) -> dict[str, Any]:
-    """Options given after the subcommand win over those given before it."""
+    """The group's options (`bench --budget 5 matmul`), with those given after the subcommand winning."""
     parent = (ctx.parent.params if ctx.parent is not None else {}) or {}
-    return {key: options[key] if options.get(key) is not None else parent.get(key) for key in options}
+    merged = {key: value for key, value in parent.items() if value is not None}
+    merged.update({key: value for key, value in options.items() if value is not None})
+    return {key: merged.get(key) for key in {*_RUN_PARAMETERS, *options}}
 
 
 @click.group(name="bench", invoke_without_command=True)
-@_run_options
+@_run_options("quick", "device", "dtype", "quick_budget", "ranks", "as_json")
 @click.pass_context
 def bench(ctx: click.Context, **options: Any) -> None:
-    """Measure this machine against its datasheet (matmul, bandwidth, transfer, collective)."""
+    """Measure this machine against its datasheet (matmul, bandwidth, transfer, collective).
+
+    A bare `bench` runs matmul and bandwidth (plus transfer on a GPU, and collectives with --ranks
+    or 2+ GPUs) and saves the run to the results notebook; SIGINT, SIGTERM and SIGHUP stop it,
+    keep what finished, record the run as cancelled and exit 130, 143 or 129."""
     if ctx.invoked_subcommand is None:
-        _run(ctx, None, options)
+        _run(ctx, None, _merged(ctx, options))
 
 
-@bench.command()
-@_run_options
+@bench.command(short_help="Maximum achievable matmul TFLOP/s per dtype (mamf-style shape sweep).")
+@_run_options("dtype", "device", "budget", "as_json")
 @click.pass_context
 def matmul(ctx: click.Context, **options: Any) -> None:
-    """Maximum achievable matmul TFLOP/s per dtype (mamf-style shape sweep)."""
+    """Maximum achievable matmul TFLOP/s per dtype (mamf-style shape sweep), and with fp32 one
+    fixed-size square that every run measures, so any two runs compare."""
     _run(ctx, ("matmul",), _merged(ctx, options))
 
 
-@bench.command()
-@_run_options
+@bench.command(short_help="STREAM-like copy, scale, add, triad, read-only and write-only GB/s.")
+@_run_options("device", "budget", "as_json")
 @click.pass_context
 def bandwidth(ctx: click.Context, **options: Any) -> None:
     """STREAM-like copy, scale, add, triad, read-only and write-only GB/s."""
     _run(ctx, ("bandwidth",), _merged(ctx, options))
 
 
-@bench.command()
-@_run_options
+@bench.command(short_help="Host-to-device and device-to-host GB/s, pinned and pageable (needs CUDA).")
+@_run_options("device", "budget", "as_json")
 @click.pass_context
 def transfer(ctx: click.Context, **options: Any) -> None:
     """Host-to-device and device-to-host GB/s, pinned and pageable (needs CUDA)."""
     _run(ctx, ("transfer",), _merged(ctx, options))
 
 
-@bench.command()
-@_run_options
+@bench.command(short_help="all_reduce, all_gather, reduce_scatter algbw/busbw across local ranks.")
+@_run_options("ranks", "ops", "sizes", "budget", "as_json")
 @click.pass_context
 def collective(ctx: click.Context, **options: Any) -> None:
-    """all_reduce, all_gather, reduce_scatter algbw/busbw across local ranks (gloo or NCCL)."""
+    """all_reduce, all_gather, reduce_scatter algbw/busbw across local ranks (gloo, or NCCL with a
+    GPU per rank), as nccl-tests defines them. Across nodes, under torchrun:
+    `torchrun ... -m tutor.bench.collective --json` (see README)."""
     _run(ctx, ("collective",), _merged(ctx, options))
 
 
-@bench.command()
+@bench.command(short_help="List stored runs, or compare two of them.")
 @click.option("--compare", nargs=2, type=int, default=None, metavar="A B", help="Ratios B/A per matching case.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
 @click.pass_context
@@ -114,6 +141,8 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
         if as_json:
             click.echo(json.dumps({"before": compare[0], "after": compare[1],
                                    "cases": [{**row.__dict__, "figure_label": _figure_label(row.figure),
+                                              "label": f"{row.statistic} at {sizes[i][1]}"
+                                              if sizes[i][0] == sizes[i][1] and sizes[i][1] else row.statistic,
                                               "size_before": sizes[i][0], "size_after": sizes[i][1],
                                               "sizes_differ": sizes[i][0] != sizes[i][1]}
                                              for i, row in enumerate(rows)]}))
@@ -129,7 +158,7 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
                              no_wrap=column == "ratio", overflow="fold")
         differing = 0
         for row, (size_before, size_after) in zip(rows, sizes):
-            unit = _FIGURE_UNITS.get(row.figure, "")
+            unit = row.unit
             ratio = f"{format_quantity(row.ratio, 'x')}"
             case = escape(row.case)
             if size_before != size_after:
@@ -148,8 +177,11 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
     if as_json:
         click.echo(json.dumps({"notebook": str(notebook_path()), "corrupt_lines": notebook.corrupt_lines,
                                "set_aside": [str(path) for path in notebook.set_aside],
-                               "runs": [{"number": run.number, "date": run.date, "device": run.device,
-                                         "cancelled": run.cancelled, "headlines": run_headlines(run)}
+                               "runs": [{"number": run.number, "run_id": run.id, "date": run.date,
+                                         "device": run.device, "status": run.status, "cancelled": run.cancelled,
+                                         "headlines": run_headlines(run),
+                                         "figures": [{"name": figure.name, "case": figure.case.name,
+                                                      **figure.headline.to_json()} for figure in run.figures()]}
                                         for run in notebook.runs]}))
         return
     from rich.console import Console
@@ -165,7 +197,7 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
     for column in ("#", "date", "device", "headline figures"):
         table.add_column(column, **(ID_COLUMN if column == "#" else PROSE_COLUMN))
     for run in notebook.runs:
-        figures = ", ".join(_headline_text(label, value) for label, value in run_headlines(run).items())
+        figures = ", ".join(figure.text() for figure in run.figures())
         if run.cancelled:
             figures = f"cancelled: partial; {figures}" if figures else "cancelled before any result"
         table.add_row(f"{run.number}{' (cancelled)' if run.cancelled else ''}", escape(run.date),
@@ -173,21 +205,12 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) 
     console.print(table)
 
 
-_FIGURE_UNITS = {"tflops_median": "TFLOP/s", "gbps_median": "GB/s", "busbw_gbps": "GB/s"}
 _FIGURE_LABELS = {"tflops_median": "median FLOP/s", "gbps_median": "median B/s", "busbw_gbps": "bus bandwidth"}
 
 
 def _figure_label(field: str) -> str:
     """A notebook field as a reader names it: tflops_median -> 'median FLOP/s'."""
     return _FIGURE_LABELS.get(field, field.replace("_", " "))
-
-
-def _headline_text(label: str, value: float) -> str:
-    """'fp32 TFLOP/s', 0.134 -> 'fp32 134 GFLOP/s': the unit rescaled so the mantissa reads 1..999."""
-    from tutor.formatting import format_rate
-
-    name, _, unit = label.rpartition(" ")
-    return f"{name} {format_rate(value, unit)}".strip()
 
 
 def _validate(options: dict[str, Any]) -> None:
@@ -198,24 +221,41 @@ def _validate(options: dict[str, Any]) -> None:
         raise UserError(f"--ranks must be at least 1, got {ranks}")
 
 
-class _Interrupts:
-    """Ctrl-C for the whole of a bench run, as a flag rather than only an exception.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""Ctrl-C; `timeout`, CI cancellation, `systemctl stop`, `docker stop`; a closed terminal."""
 
-    Python's own handler raises KeyboardInterrupt wherever the main thread happens to be: inside a
+
+def exit_code_for(signum: int) -> int:
+    """The shell's code for a process ended by a signal: 128 + its number (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+    return 128 + signum
+
+
+class _Interrupts:
+    """SIGINT, SIGTERM and SIGHUP for the whole of a bench run, as a flag rather than only an exception.
+
+    Python's own SIGINT handler raises KeyboardInterrupt wherever the main thread happens to be: inside a
     finaliser or a weakref callback while torch loads it is printed as "Exception ignored" and lost
     (the run then ignores the Ctrl-C), and after the results it escapes and the interpreter kills
-    itself with SIGINT (exit -2, nothing saved). This handler records every Ctrl-C in `seen`, sets
-    `cancel` (the suite stops at its next iteration boundary), and raises KeyboardInterrupt only
-    while `raising` (torch's import, which only an exception can stop); `seen` is checked after
-    each phase so a swallowed exception still counts."""
+    itself with SIGINT (exit -2, nothing saved); SIGTERM and SIGHUP kill at once, saving nothing. This
+    handler records the first signal in `signum` (every one sets `seen`), sets `cancel` (the suite
+    stops at its next iteration boundary and what finished is saved as a cancelled run), and raises
+    KeyboardInterrupt only while `raising` (torch's import, which only an exception can stop); `seen`
+    is checked after each phase so a swallowed exception still counts."""
 
     def __init__(self) -> None:
         self.seen = threading.Event()
         self.cancel = threading.Event()
         self.raising = True
-        self._previous: Any = None
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(self.signum if self.signum is not None else signal.SIGINT)
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
         self.seen.set()
         self.cancel.set()
         if self.raising:
@@ -223,12 +263,13 @@ class _Interrupts:
 
     def __enter__(self) -> "_Interrupts":
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 def _run(ctx: click.Context, kinds: tuple[str, ...] | None, options: dict[str, Any]) -> None:
@@ -237,51 +278,77 @@ def _run(ctx: click.Context, kinds: tuple[str, ...] | None, options: dict[str, A
         _run_interruptible(kinds, options, interrupts)
 
 
+def _quietly(interrupts: _Interrupts, write: Callable[[], None]) -> None:
+    """Write output; after a SIGHUP the terminal may be gone (EIO, EPIPE): then the output goes to
+    /dev/null rather than ending in a traceback (the run is already saved)."""
+    try:
+        write()
+        sys.stdout.flush()
+    except OSError:
+        if not interrupts.seen.is_set():
+            raise
+        import os
+
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.dup2(null, sys.stderr.fileno())
+
+
 def _run_interruptible(kinds: tuple[str, ...] | None, options: dict[str, Any], interrupts: _Interrupts) -> None:
     quick, as_json = bool(options.get("quick")), bool(options.get("as_json"))
     command = "tensor-tutor bench " + " ".join(sys.argv[2:])
     try:
         device, machine, cases, budget = _plan(kinds, options, quick)
-        interrupts.raising = False  # from here on a Ctrl-C is the cancel event, never an exception
+        interrupts.raising = False  # from here on a signal is the cancel event, never an exception
         if interrupts.seen.is_set():  # a KeyboardInterrupt that something inside the import swallowed
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupts.raising = False
-        # Ctrl-C while torch loads: nothing finished, but a --json caller still gets JSON.
-        if as_json:
-            click.echo(json.dumps({"device": _bare_header(command, options), "results": []}))
-        click.echo("tensor-tutor: cancelled before any measurement finished", err=True)
-        sys.exit(130)
-    outcome, _ = _run_with_progress(cases, budget, cancel=interrupts.cancel)
-    from tutor.bench.environment import environment_header
+        # Stopped while torch loads: nothing finished, but a --json caller still gets JSON.
+        def say() -> None:
+            if as_json:
+                click.echo(json.dumps({"device": _bare_header(command, options), "results": []}))
+            click.echo("tensor-tutor: cancelled before any measurement finished", err=True)
+
+        _quietly(interrupts, say)
+        sys.exit(interrupts.exit_code)
     from tutor.bench.memory import memory_accounting
-
-    header = environment_header(machine, command=command)
-    header["memory"] = memory_accounting(device).to_json()
-    interrupted = interrupts.seen.is_set()
-    header["device_under_test"] = device
-    header["budget_s"] = budget
-    header["elapsed_s"] = round(outcome.elapsed_s, 3)
-    header["cancelled"] = outcome.cancelled or interrupted
-    results = outcome.to_json()
     from tutor.bench.notebook import append_run
+    from tutor.bench.record import suite_run_record
 
-    warning = append_run(header, results)
-    if warning:
-        click.echo(f"tensor-tutor: warning: {warning}", err=True)
-    for failure in outcome.failures:
-        click.echo(f"tensor-tutor: warning: {failure}", err=True)
-    if as_json:
-        click.echo(json.dumps({"device": header, "results": results}, default=str))
-    else:
-        from tutor.bench.render import render_results
+    outcome, _ = _run_with_progress(cases, budget, cancel=interrupts.cancel)
+    record = suite_run_record(outcome, machine=machine, device=device, command=command, budget_s=budget,
+                              cancelled=interrupts.seen.is_set(), memory=memory_accounting(device).to_json(),
+                              failures=outcome.failures)
+    warning = append_run(record)
+    header, results = record.header, list(record.results)
 
-        render_results(outcome.results, header)
-    if interrupted or interrupts.seen.is_set():
-        click.echo("tensor-tutor: cancelled; the results above are what finished", err=True)
+    def report() -> None:
+        if warning:
+            click.echo(f"tensor-tutor: warning: {warning}", err=True)
+        for failure in outcome.failures:
+            click.echo(f"tensor-tutor: warning: {failure}", err=True)
+        if as_json:
+            click.echo(json.dumps({"device": header, "results": results}, default=str))
+        else:
+            from tutor.bench.render import render_results
+
+            render_results(outcome.results, header)
+        collectives = [result for result in outcome.results if result.kind == "collective"]
+        if collectives:
+            from tutor.bench.collective import budget_note
+
+            if note := budget_note(collectives):
+                click.echo(f"tensor-tutor: note: {note}", err=True)
+        if interrupts.seen.is_set():
+            click.echo("tensor-tutor: cancelled; the results above are what finished (saved as a cancelled run)",
+                       err=True)
+
+    _quietly(interrupts, report)
+    if interrupts.seen.is_set():
         # sys.exit, not ctx.exit: click's main(standalone_mode=False) returns an Exit's code
         # instead of exiting with it, and tutor.cli.main ignores that return value.
-        sys.exit(130)
+        sys.exit(interrupts.exit_code)
     if outcome.failures and not outcome.results:
         sys.exit(1)
 
@@ -302,10 +369,28 @@ def _plan(kinds: tuple[str, ...] | None, options: dict[str, Any], quick: bool) -
     if "transfer" in kinds and not device.startswith("cuda"):
         raise UserError("host<->device transfers need a CUDA device (this run is on cpu)")
     budget = options.get("budget") or (suite.QUICK_BUDGET_S if quick else suite.DEFAULT_BUDGET_S)
+    ops, sizes = _collective_choices(options)
     machine = load_machine()
     cases = suite.plan_suite(kinds, device=device, machine=machine, dtypes=dtypes, ranks=options.get("ranks"),
-                             quick=quick)
+                             quick=quick, ops=ops, sizes=sizes)
     return device, machine, cases, budget
+
+
+def _collective_choices(options: dict[str, Any]) -> tuple[tuple[str, ...] | None, tuple[int, ...] | None]:
+    """--ops and --sizes as tuples (None: the defaults); a bad name or size is a UserError (exit 2)."""
+    from tutor.bench.collective import COLLECTIVE_OPS, parse_sizes
+
+    ops = None
+    if options.get("ops") is not None:
+        ops = tuple(dict.fromkeys(part.strip() for part in str(options["ops"]).split(",") if part.strip()))
+        unknown = [op for op in ops if op not in COLLECTIVE_OPS]
+        if unknown or not ops:
+            raise UserError(f"unknown collective {', '.join(map(repr, unknown)) or 'list (empty)'} "
+                            f"(choose from {', '.join(COLLECTIVE_OPS)})")
+    sizes = parse_sizes(options["sizes"]) if options.get("sizes") is not None else None
+    if sizes is not None and (not sizes or min(sizes) <= 0):
+        raise UserError(f"--sizes must be positive sizes such as 1M,64M, got {options['sizes']!r}")
+    return ops, sizes
 
 
 def _bare_header(command: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +398,7 @@ def _bare_header(command: str, options: dict[str, Any]) -> dict[str, Any]:
     import datetime as _dt
 
     return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": command,
-            "device_under_test": options.get("device"), "cancelled": True}
+            "device_under_test": options.get("device"), "cancelled": True, "status": "cancelled"}
 
 
 def _run_with_progress(cases: list[Any], budget: float, cancel: threading.Event | None = None) -> tuple[Any, bool]:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # tutor.bench's modules import torch; the types are only read by checkers
     from tutor.bench.bandwidth import BandwidthResult
     from tutor.bench.matmul import MatmulResult
+    from tutor.bench.record import CaseResult
     from tutor.bench.suite import Progress
 
 # (fraction 0..1, message): the progress callback probes and the bench suite report through.
@@ -33,13 +34,15 @@ BENCH_DTYPES = ("fp32", "bf16", "fp16")
 
 @dataclass(frozen=True)
 class BenchRow:
-    """One measured figure of the Bench screen beside its theoretical peak."""
+    """One measured figure of the Bench screen beside its theoretical peak: a case's headline
+    (tutor.bench.record.CaseResult.headline), `statistic` saying which ("median of 9 at 1024²")."""
 
     label: str
     measured: float
     peak: float | None
     unit: str
     note: str = ""
+    statistic: str = ""
 
     @property
     def fraction(self) -> float | None:
@@ -59,34 +62,32 @@ class BenchOutcome:
     device: str = "cpu"
 
 
-def bench_rows(results: Sequence["MatmulResult | BandwidthResult"]) -> tuple[BenchRow, ...]:
-    """Rows for the Bench screen from tutor.bench results (MatmulResult / BandwidthResult).
+def bench_rows(results: Sequence["CaseResult | MatmulResult | BandwidthResult | Any"]) -> tuple[BenchRow, ...]:
+    """The Bench screen's rows (bars, gauges, table), for a live run or a stored one: each case's
+    headline (CaseResult.headline, the median; the same figure `bench history` and `--compare` show),
+    matmul only for the best backend of each dtype. Takes CaseResults or tutor.bench result objects."""
+    from tutor.bench.record import CaseResult
 
-    Matmul rows show the headline backend of each dtype (median TFLOP/s); bandwidth rows the
-    STREAM figure of merit (best GB/s), as `tensor-tutor bench` prints them.
-    """
     rows: list[BenchRow] = []
     for result in results:
-        kind = result.kind
-        if kind == "matmul":
-            if not result.headline:
-                continue
-            note = "; ".join((result.backend, *result.notes, *((result.peak_note,) if result.peak_note else ())))
-            rows.append(BenchRow(f"matmul {result.dtype}", result.tflops_median, result.peak_tflops, "TFLOP/s",
-                                 note))
-        elif kind in ("bandwidth", "transfer"):
-            label = f"{kind} {result.op}" + (f" {result.memory}" if result.memory else "")
-            note = "; ".join(result.notes) if result.notes else ""
-            rows.append(BenchRow(label, result.gbps_best, result.peak_gbps, "GB/s", note))
+        case = result if isinstance(result, CaseResult) else CaseResult.from_json(result.to_json())
+        headline = case.headline()
+        if headline is None or (case.kind == "matmul" and not case.primary):
+            continue
+        rows.append(BenchRow(case.name, headline.value, case.peak, headline.unit, "; ".join(case.notes),
+                             headline.label))
     return tuple(rows)
 
 
 def run_bench_suite(progress: ProgressFn, cancel: threading.Event) -> BenchOutcome:
     """The quick suite of `tensor-tutor bench --quick` (fp32/bf16/fp16 matmul + bandwidth), saved
-    to the results notebook like a CLI run. Imports torch (through tutor.bench) only when called."""
+    to the results notebook as the same record a CLI run saves (tutor.bench.record.suite_run_record).
+    Imports torch (through tutor.bench) only when called."""
     from tutor.bench import suite
-    from tutor.bench.environment import environment_header, load_machine, resolve_device
+    from tutor.bench.environment import load_machine, resolve_device
     from tutor.bench.matmul import parse_dtypes
+    from tutor.bench.notebook import append_run
+    from tutor.bench.record import suite_run_record
 
     device = resolve_device(None)
     available = parse_dtypes(None, device)
@@ -98,14 +99,14 @@ def run_bench_suite(progress: ProgressFn, cancel: threading.Event) -> BenchOutco
         progress(event.fraction, f"{event.case}: {event.state}")
 
     outcome = suite.run_suite(cases, budget_s=BENCH_BUDGET_S, progress=report, cancel=cancel)
-    from tutor.bench.notebook import append_run
+    from tutor.bench.memory import memory_accounting
 
-    header = environment_header(machine, command="tensor-tutor app: Bench screen")
-    header.update(device_under_test=device, budget_s=BENCH_BUDGET_S, cancelled=outcome.cancelled,
-                  elapsed_s=round(outcome.elapsed_s, 3))
-    warning = append_run(header, outcome.to_json())
+    record = suite_run_record(outcome, machine=machine, device=device, command="tensor-tutor app: Bench screen",
+                              budget_s=BENCH_BUDGET_S, cancelled=outcome.cancelled,
+                              memory=memory_accounting(device).to_json(), failures=outcome.failures)
+    warning = append_run(record)
     failures = outcome.failures + ((warning,) if warning else ())
-    return BenchOutcome(bench_rows(outcome.results), outcome.cancelled, failures, device)
+    return BenchOutcome(bench_rows(record.cases), record.cancelled, failures, device)
 
 
 def torch_cast(value: str, formats: Sequence[str]) -> dict[str, float]:

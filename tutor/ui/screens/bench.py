@@ -22,9 +22,9 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
-from tutor.bench.notebook import Notebook, Run, compare_runs_at_same_sizes, read_notebook, run_headlines
-from tutor.formatting import format_quantity, format_rate
-from tutor.ui.services import BenchRow
+from tutor.bench.notebook import Notebook, Run, compare_runs_at_same_sizes, read_notebook
+from tutor.formatting import format_quantity
+from tutor.ui.services import BenchRow, bench_rows
 
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
@@ -40,35 +40,17 @@ def rows_table(rows: Any) -> Table:
     table.add_column("figure", no_wrap=True)
     table.add_column("measured", justify="right", no_wrap=True)
     table.add_column("peak", justify="right", no_wrap=True)
-    table.add_column("why the gap", ratio=1)
+    table.add_column("which figure; why the gap", ratio=1)
     for row in rows:
         table.add_row(row.label, format_quantity(row.measured, row.unit), format_quantity(row.peak, row.unit),
-                      Text(row.note, style="dim"))
+                      Text.assemble(row.statistic, ("; " if row.statistic and row.note else ""), (row.note, "dim")))
     return table
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def rows_from_run(run: Run) -> tuple[BenchRow, ...]:
-    """The Bench screen's rows for a stored run, as tutor.ui.services.bench_rows makes them from a live one:
-    the headline backend of each matmul dtype (median TFLOP/s), STREAM's best GB/s, collectives' bus bandwidth."""
-    rows: list[BenchRow] = []
-    for result in run.results:
-        kind = result.get("kind")
-        if kind == "matmul" and result.get("headline", True) and _number(result.get("tflops_median")) is not None:
-            notes = [str(result.get("backend", "")), *map(str, result.get("notes") or ()), str(result.get("peak_note") or "")]
-            rows.append(BenchRow(f"matmul {result.get('dtype')}", _number(result["tflops_median"]),
-                                 _number(result.get("peak_tflops")), "TFLOP/s", "; ".join(n for n in notes if n)))
-        elif kind in ("bandwidth", "transfer") and _number(result.get("gbps_best")) is not None:
-            label = f"{kind} {result.get('op')}" + (f" {result['memory']}" if result.get("memory") else "")
-            rows.append(BenchRow(label, _number(result["gbps_best"]), _number(result.get("peak_gbps")), "GB/s",
-                                 "; ".join(map(str, result.get("notes") or ()))))
-        elif kind == "collective" and _number(result.get("busbw_gbps")) is not None:
-            rows.append(BenchRow(f"{result.get('op')} {result.get('ranks')} ranks", _number(result["busbw_gbps"]),
-                                 None, "GB/s", f"bus bandwidth, {result.get('backend')}"))
-    return tuple(rows)
+    """The Bench screen's rows for a stored run: the same rows (bench_rows) a live run gets, from each
+    case's one headline (tutor.bench.record)."""
+    return bench_rows(run.cases)
 
 
 def run_date(run: Run) -> str:
@@ -77,12 +59,8 @@ def run_date(run: Run) -> str:
 
 
 def run_figures(run: Run) -> str:
-    """The headline figures of a run in one line: 'fp32 131 GFLOP/s, bf16 29 GFLOP/s, triad 10.1 GB/s'."""
-    figures = []
-    for label, value in run_headlines(run).items():
-        name, _, unit = label.rpartition(" ")
-        figures.append(f"{name} {format_rate(value, unit)}")
-    return ", ".join(figures) or "no figures"
+    """The headline figures of a run in one line, each labelled: 'fp32 131 GFLOP/s (median of 9 at 1024²), ...'."""
+    return ", ".join(figure.text() for figure in run.figures()) or "no figures"
 
 
 def comparison_text(before: Run, after: Run) -> Text:
@@ -95,11 +73,9 @@ def comparison_text(before: Run, after: Run) -> Text:
     table.add_column(f"run {before.number}", justify="right", no_wrap=True)
     table.add_column(f"run {after.number}", justify="right", no_wrap=True)
     table.add_column("ratio", justify="right", no_wrap=True)
-    units = {"tflops_median": "TFLOP/s", "gbps_median": "GB/s", "busbw_gbps": "GB/s"}
     for row in same:
-        unit = units.get(row.figure, "")
-        table.add_row(row.case, format_quantity(row.before, unit), format_quantity(row.after, unit),
-                      format_quantity(row.ratio, "x"))
+        table.add_row(f"{row.case} ({row.statistic})", format_quantity(row.before, row.unit),
+                      format_quantity(row.after, row.unit), format_quantity(row.ratio, "x"))
     parts: list[Any] = [table] if same else [Text(f"run {after.number} against run {before.number}: no case was "
                                                     "measured at the same size in both", style="yellow")]
     for mismatch in differ:
@@ -122,7 +98,9 @@ BF16 and FP16 (TFLOP/s) and STREAM-like memory bandwidth (GB/s), in about 20 sec
 
 - **r** (or *Run*) starts it, **Escape** cancels it (what finished is kept) or goes home.
 - Blue bars are the theoretical peak, green bars the measurement; the gauges say what
-  fraction of the peak was reached. A CPU has no published memory peak: measured only.
+  fraction of the peak was reached. Every figure is a case's median, labelled with its
+  count and size ("median of 9 at 1024²"): the list, the bars, the table, the command
+  line's `bench history` and the export all show that same figure. A CPU has no published memory peak: measured only.
 Every run is saved to the results notebook (`tensor-tutor bench history`), and the list of
 saved runs shows them all, the command line's too; cancelled runs are marked.
 - **Up/Down** in the list shows a run; **m** marks it for comparison: mark two and their
@@ -318,7 +296,8 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
             status.update(Text(f"the benchmark failed: {message.error}", style="red"))
             return
         outcome = message.outcome
-        self.query_one("#progress", ProgressBar).update(progress=100)
+        if not outcome.cancelled:  # a cancelled run stops its bar where it was, never at 100 %
+            self.query_one("#progress", ProgressBar).update(progress=100)
         words = "cancelled: these are the cases that finished" if outcome.cancelled else "done"
         failures = "; ".join(outcome.failures)
         status.update(f"{words} on {outcome.device}" + (f" (problems: {failures})" if failures else ""))
