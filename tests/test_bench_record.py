@@ -25,7 +25,7 @@ from tutor.bench.notebook import (append_run, compare_runs_at_same_sizes, read_n
 from tutor.bench.record import CANCELLED, COMPLETE, CaseResult, run_record  # noqa: E402
 from tutor.commands.bench import bench  # noqa: E402
 from tutor.formatting import format_quantity  # noqa: E402
-from tutor.ui import export  # noqa: E402
+from tutor import export  # noqa: E402
 from tutor.ui.app import TutorApp  # noqa: E402
 from tutor.ui.services import bench_rows  # noqa: E402
 

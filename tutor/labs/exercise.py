@@ -44,5 +44,5 @@ EXERCISE = make_probe(
     description="Runs a lesson exercise's check on an answer: bits, a schedule, a placement or a training loop.",
     needs_torch=False,
     params=(Param("check", "str", "bf16-bits", "which exercise", choices=tuple(CHECKS)),
-            Param("answer", "text", "0", "the answer: text, or a Python loop for the loop exercises")),
+            Param("answer", "text", "0011110111001100", "the answer: text, or a Python loop for the loop exercises")),
     metrics=("passed",), body=_exercise, render=render_verdict)
