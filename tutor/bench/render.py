@@ -65,7 +65,7 @@ def render_results(results: Sequence[Any], header: dict[str, Any], console: Any 
     if "matmul" in by_kind:
         table = Table(title="matmul FLOP/s (2mnk / t): median = measured, best = burst", title_justify="left")
         notes = _Notes(console)
-        columns = ("dtype", "backend", "m x n x k", "median", "best", "peak", "% peak", "gap to peak")
+        columns: tuple[str, ...] = ("dtype", "backend", "m x n x k", "median", "best", "peak", "% peak", "gap to peak")
         if notes.below:  # narrow: the peak per dtype goes under the table with the notes
             columns = tuple(column for column in columns if column != "peak")
         for column in columns:

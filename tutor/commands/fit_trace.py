@@ -10,9 +10,14 @@ torch and transformers are imported only when --trace is given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tutor.errors import UserError
 from tutor.theory.units import GiB
+
+if TYPE_CHECKING:
+    from tutor.bench.memory_trace import MemoryTrace, TraceSetup
+    from tutor.theory.fit import FitEstimate, FitRequest
 
 TRAIN_RECIPES = {"fp32": ("fp32", False), "bf16": ("bf16", False), "hf-amp": ("fp32", True)}
 INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
@@ -32,7 +37,7 @@ LABELS = {"optimizer_states": "opt. states", "optimizer_temporaries": "opt. temp
 class TracedFit:
     """A traced step for a fit request: the trace, the device the answer is for, and what to know."""
 
-    trace: object                  # tutor.bench.memory_trace.MemoryTrace
+    trace: MemoryTrace
     target_device: str             # "cuda" (a GPU answer) or "cpu"
     notes: tuple[str, ...] = field(default=())
 
@@ -46,7 +51,7 @@ def load_model_config(model: str | None) -> dict:
     return read_model_config(model).config  # the same reading, and one-line messages, as `fit`
 
 
-def trace_setup(request) -> tuple[object, tuple[str, ...]]:
+def trace_setup(request: FitRequest) -> tuple[TraceSetup, tuple[str, ...]]:
     """The transformers setup that runs `request` on one device, and notes on what differs; UserError
     (one line) for what --trace cannot run."""
     from tutor.bench.memory_trace import OPTIMIZERS, TraceSetup
@@ -90,7 +95,7 @@ def trace_setup(request) -> tuple[object, tuple[str, ...]]:
     return setup, tuple(notes)
 
 
-def traced_fit(model_arg: str | None, request) -> TracedFit:
+def traced_fit(model_arg: str | None, request: FitRequest) -> TracedFit:
     """Trace one step of `model_arg` (a preset, config.json or folder) as `request` describes it."""
     from tutor.bench.memory_trace import trace_step
 
@@ -105,7 +110,7 @@ def traced_fit(model_arg: str | None, request) -> TracedFit:
     return TracedFit(trace=trace, target_device=target, notes=notes + tuple(trace.notes))
 
 
-def _formula_peak(estimate) -> tuple[int, str, dict[str, int], str]:
+def _formula_peak(estimate: FitEstimate) -> tuple[int, str, dict[str, int], str]:
     """(bytes, phase, per category, formula) of fit's peak; the sum of categories where fit has no peak."""
     stage = estimate.worst
     peak = getattr(stage, "peak", None)
@@ -115,7 +120,7 @@ def _formula_peak(estimate) -> tuple[int, str, dict[str, int], str]:
     return sum(per.values()), "", per, "every category at its own maximum at once"
 
 
-def formula_optimizer_step(estimate) -> tuple[int, str]:
+def formula_optimizer_step(estimate: FitEstimate) -> tuple[int, str]:
     """(bytes of optimizer temporaries, formula) at the theory's optimizer.step() moment.
 
     fit counts AdamW's temporaries only at that moment (tutor/theory/fit.py `_optimizer_temporaries`:
@@ -137,7 +142,7 @@ def formula_optimizer_step(estimate) -> tuple[int, str]:
     return peak.per_category.get("optimizer_temporaries", 0), peak.formula
 
 
-def comparison(result: TracedFit, estimate) -> dict:
+def comparison(result: TracedFit, estimate: FitEstimate) -> dict:
     """Traced against formula: at the peak, each category's own maximum, and the ratios."""
     trace = result.trace
     stage = estimate.worst
@@ -162,7 +167,7 @@ def _ratio(traced: int, formula: int) -> float | None:
     return round(traced / formula, 4) if formula else None
 
 
-def trace_json(result: TracedFit, estimate=None) -> dict:
+def trace_json(result: TracedFit, estimate: FitEstimate | None = None) -> dict:
     """The `"trace"` object of `fit --json --trace`."""
     report = result.trace.to_json()
     report["target_device"] = result.target_device
@@ -172,7 +177,7 @@ def trace_json(result: TracedFit, estimate=None) -> dict:
     return report
 
 
-def explanations(result: TracedFit, estimate) -> list[str]:
+def explanations(result: TracedFit, estimate: FitEstimate) -> list[str]:
     """Why the traced step and the formula differ, from the numbers of both."""
     from tutor.formatting import format_bytes
 
@@ -214,7 +219,7 @@ def explanations(result: TracedFit, estimate) -> list[str]:
     return lines
 
 
-def render_trace(result: TracedFit, estimate) -> None:
+def render_trace(result: TracedFit, estimate: FitEstimate) -> None:
     """Rich tables: traced vs formula per category (at the peak and each one's maximum), then why."""
     from rich.console import Console
     from rich.markup import escape

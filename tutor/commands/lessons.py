@@ -29,17 +29,17 @@ def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
     progress = ProgressStore()
     if progress.warning:
         click.echo(f"tensor-tutor: warning: {progress.warning}", err=True)
-    rows = [{"id": info.id, "title": info.title, "track": info.track, "minutes": info.minutes,
-             "completed": progress.is_completed(info.id)} for info in curriculum.lessons]
-    tracks = []
-    for track in curriculum.tracks:
-        done, total = progress.track_progress(track)
-        tracks.append({"id": track.id, "title": track.title, "summary": track.summary,
-                       "lessons": list(track.lesson_ids), "completed": done, "total": total})
     if as_json:
-        for row in rows:
-            row["blocks"] = [{"kind": block.directive, "id": block.id}
-                             for block in curriculum.lesson(row["id"]).interactive_blocks]
+        rows = [{"id": info.id, "title": info.title, "track": info.track, "minutes": info.minutes,
+                 "completed": progress.is_completed(info.id),
+                 "blocks": [{"kind": block.directive, "id": block.id}
+                            for block in curriculum.lesson(info.id).interactive_blocks]}
+                for info in curriculum.lessons]
+        tracks = []
+        for track in curriculum.tracks:
+            done, total = progress.track_progress(track)
+            tracks.append({"id": track.id, "title": track.title, "summary": track.summary,
+                           "lessons": list(track.lesson_ids), "completed": done, "total": total})
         click.echo(json.dumps({"lessons": rows, "tracks": tracks}, indent=2))
         return
     from rich.console import Console
@@ -48,18 +48,21 @@ def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
 
     from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN
 
-    table = Table(title=f"{len(rows)} lessons in {len(tracks)} tracks (open one: tensor-tutor learn ID)",
-                  title_justify="left")
-    for column, justify in (("lesson", "left"), ("title", "left"), ("min", "right"), ("done", "center")):
-        # The id is what a learner types: it keeps its full width; the title wraps instead.
-        table.add_column(column, justify=justify, **(ID_COLUMN if column in ("lesson", "min", "done") else PROSE_COLUMN))
-    for track in tracks:
+    table = Table(title=f"{len(curriculum.lessons)} lessons in {len(curriculum.tracks)} tracks "
+                        "(open one: tensor-tutor learn ID)", title_justify="left")
+    # The id is what a learner types: it keeps its full width; the title wraps instead.
+    table.add_column("lesson", justify="left", **ID_COLUMN)
+    table.add_column("title", justify="left", **PROSE_COLUMN)
+    table.add_column("min", justify="right", **ID_COLUMN)
+    table.add_column("done", justify="center", **ID_COLUMN)
+    for track in curriculum.tracks:
+        done, total = progress.track_progress(track)
         table.add_section()
-        table.add_row(f"[bold]{escape(track['title'])}[/bold]", escape(track["summary"]), "",
-                      f"{track['completed']}/{track['total']}")
-        for row in rows:
-            if row["track"] == track["id"]:
-                table.add_row(row["id"], escape(row["title"]), str(row["minutes"]), "yes" if row["completed"] else "")
+        table.add_row(f"[bold]{escape(track.title)}[/bold]", escape(track.summary), "", f"{done}/{total}")
+        for info in curriculum.lessons:
+            if info.track == track.id:
+                table.add_row(info.id, escape(info.title), str(info.minutes),
+                              "yes" if progress.is_completed(info.id) else "")
     Console().print(table)
 
 

@@ -71,11 +71,12 @@ def choice_order(count: int, seed: int) -> list[int]:
 
 def shuffle_choices(quiz: Quiz, seed: int) -> Quiz:
     """The quiz with its choices (and their feedback) in a learner's order, `answer` following them."""
-    if quiz.kind != "choice" or not quiz.shuffle or len(quiz.choices) < 2:
+    # a choice quiz's answer is its index (checked by the loader)
+    if quiz.kind != "choice" or not quiz.shuffle or len(quiz.choices) < 2 or not isinstance(quiz.answer, int):
         return quiz
     order = choice_order(len(quiz.choices), seed)
     feedback = tuple(quiz.feedback[i] for i in order) if quiz.feedback else ()
-    return replace(quiz, choices=tuple(quiz.choices[i] for i in order), answer=order.index(int(quiz.answer)),
+    return replace(quiz, choices=tuple(quiz.choices[i] for i in order), answer=order.index(quiz.answer),
                    feedback=feedback)
 
 

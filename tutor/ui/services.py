@@ -22,7 +22,9 @@ from tutor.worker.jobs import (BENCH_BUDGET_S, BENCH_DTYPES, TORCH_DTYPES, Bench
                                run_bench_suite, torch_cast)
 
 if TYPE_CHECKING:
-    from tutor.lessons.model import Lesson, LessonInfo, Track
+    from tutor.lessons.grading import Grade
+    from tutor.lessons.model import Lesson, LessonInfo, Quiz, Track
+    from tutor.lessons.progress import LessonProgress
     from tutor.worker.client import WorkerClient
 
 __all__ = ["BENCH_BUDGET_S", "BENCH_DTYPES", "TORCH_DTYPES", "BenchOutcome", "BenchRow", "CurriculumLike",
@@ -34,8 +36,11 @@ __all__ = ["BENCH_BUDGET_S", "BENCH_DTYPES", "TORCH_DTYPES", "BenchOutcome", "Be
 class ProbeLike(Protocol):
     """What the app needs of a probe (tutor.labs.Probe; the worker's proxies are Probes too)."""
 
-    name: str
-    title: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
 
     def run(self, params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult: ...
 
@@ -59,7 +64,8 @@ class SamplerLike(Protocol):
 class CurriculumLike(Protocol):
     """The tracks and lessons (tutor.lessons.Curriculum)."""
 
-    tracks: tuple[Track, ...]
+    @property
+    def tracks(self) -> tuple[Track, ...]: ...
 
     @property
     def lessons(self) -> tuple[LessonInfo, ...]: ...
@@ -78,7 +84,7 @@ class ProgressLike(Protocol):
 
     warning: str | None
 
-    def lesson_state(self, lesson_id: str) -> object: ...
+    def lesson_state(self, lesson_id: str) -> LessonProgress: ...
 
     def set_last_lesson(self, lesson_id: str) -> None: ...
 
@@ -95,12 +101,26 @@ class ProgressLike(Protocol):
 
 BenchRunner = Callable[[ProgressFn, threading.Event], BenchOutcome]
 TorchCaster = Callable[[str, Sequence[str]], dict[str, float]]
-ValuesRenderer = Callable[..., str]
-"""tutor.lessons.render_values(text, *, device=...)."""
-Grader = Callable[..., "Grade"]
-"""tutor.lessons.grade(quiz, answer, *, device=...)."""
-AnswerFn = Callable[..., "str | float | int"]
-"""tutor.lessons.expected_answer(quiz, *, device=...)."""
+
+
+class ValuesRenderer(Protocol):
+    """tutor.lessons.render_values: a lesson's text with its {{ }} values computed for `device`."""
+
+    def __call__(self, text: str, *, device: Machine | None = None) -> str: ...
+
+
+class Grader(Protocol):
+    """tutor.lessons.grade: the verdict on one answer to a quiz."""
+
+    def __call__(self, quiz: Quiz, answer: str, *, device: Machine | None = None) -> Grade: ...
+
+
+class AnswerFn(Protocol):
+    """tutor.lessons.expected_answer: the reference answer of a quiz."""
+
+    def __call__(self, quiz: Quiz, *, device: Machine | None = None) -> str | float | int: ...
+
+
 SettingsSaver = Callable[[Settings], "str | None"]
 """tutor.settings.save_settings: returns its problem as one line instead of raising."""
 
