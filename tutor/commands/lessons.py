@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from tutor.labs import Probe
 
 
 @click.group("lessons", invoke_without_command=True)
@@ -177,9 +181,11 @@ def _check() -> None:
     from tutor.lessons import lessons_root
     from tutor.lessons.lint import lint_curriculum
 
-    probes = None
+    probes: Mapping[str, Probe] | None = None
     if importlib.util.find_spec("tutor.labs") is not None:
-        from tutor.labs import PROBES as probes
+        from tutor.labs import PROBES
+
+        probes = PROBES
     root = lessons_root()
     problems = lint_curriculum(root, probes)
     for problem in problems:

@@ -319,7 +319,9 @@ def _timed_stage_class():
 
     class TimedStage(PipelineStage):
         def start_step(self, t0: float) -> None:
-            self.t0, self.events, self.saved_bytes = t0, [], {}
+            self.t0 = t0
+            self.events: list[dict[str, Any]] = []
+            self.saved_bytes: dict[int, int] = {}
 
         def _now(self) -> float:
             if self.device.type == "cuda":

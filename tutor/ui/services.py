@@ -10,7 +10,7 @@ Protocols below.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -22,13 +22,14 @@ from tutor.worker.jobs import (BENCH_BUDGET_S, BENCH_DTYPES, TORCH_DTYPES, Bench
                                run_bench_suite, torch_cast)
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
     from tutor.lessons.grading import Grade
     from tutor.lessons.model import Lesson, LessonInfo, Quiz, Track
-    from tutor.lessons.progress import LessonProgress
     from tutor.worker.client import WorkerClient
 
 __all__ = ["BENCH_BUDGET_S", "BENCH_DTYPES", "TORCH_DTYPES", "BenchOutcome", "BenchRow", "CurriculumLike",
-           "ProbeLike", "ProgressLike", "SamplerLike", "Services", "bench_rows", "default_services",
+           "DrawsResults", "LessonStateLike", "ProbeLike", "ProgressLike", "SamplerLike", "Services", "bench_rows", "default_services",
            "run_bench_suite", "torch_cast"]
 
 
@@ -42,7 +43,19 @@ class ProbeLike(Protocol):
     @property
     def title(self) -> str: ...
 
+    @property
+    def default_params(self) -> Mapping[str, object]: ...
+
     def run(self, params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult: ...
+
+
+@runtime_checkable
+class DrawsResults(Protocol):
+    """A probe that can draw a result's details (tutor.labs.Probe.render: timelines, per-rank bars;
+    None when it draws nothing). Probes without the attribute (the tests' fakes) draw nothing."""
+
+    @property
+    def render(self) -> Callable[[ProbeResult], RenderableType] | None: ...
 
 
 @runtime_checkable
@@ -77,14 +90,37 @@ class CurriculumLike(Protocol):
     def previous_lesson(self, lesson_id: str) -> LessonInfo | None: ...
 
 
+class LessonStateLike(Protocol):
+    """One lesson's progress (tutor.lessons.progress.LessonProgress)."""
+
+    @property
+    def done_blocks(self) -> Set[str]: ...
+
+    @property
+    def completed(self) -> bool: ...
+
+
 @runtime_checkable
 class ProgressLike(Protocol):
     """Where the learner's progress goes (tutor.lessons.ProgressStore). `warning` is the latest
-    problem saving it (one line), None while all is well."""
+    problem saving it (one line), None while all is well; `learner_id` seeds the learner's draws
+    and choice order; `last_lesson` is the lesson the learner was in (None at first)."""
 
     warning: str | None
 
-    def lesson_state(self, lesson_id: str) -> LessonProgress: ...
+    @property
+    def learner_id(self) -> str: ...
+
+    @property
+    def last_lesson(self) -> str | None: ...
+
+    def lesson_state(self, lesson_id: str) -> LessonStateLike: ...
+
+    def round_of(self, lesson_id: str, block_id: str) -> int: ...
+
+    def attempts(self, lesson_id: str, block_id: str) -> int: ...
+
+    def record_reveal(self, lesson_id: str, block_id: str) -> None: ...
 
     def set_last_lesson(self, lesson_id: str) -> None: ...
 
