@@ -11,6 +11,9 @@ import click
 
 if TYPE_CHECKING:
     from tutor.labs import Probe
+    from tutor.lessons.learner import LessonDevice
+    from tutor.lessons.model import Lesson, Quiz
+    from tutor.lessons.progress import ProgressStore
 
 
 @click.group("lessons", invoke_without_command=True)
@@ -92,7 +95,8 @@ def show(lesson_id: str, as_json: bool) -> None:
     click.echo(lesson_text(lesson, blocks))
 
 
-def shown_blocks(lesson: Any, *, learner_id: str, device: Any, progress: Any = None) -> list[dict[str, Any]]:
+def shown_blocks(lesson: Lesson, *, learner_id: str, device: LessonDevice,
+                 progress: ProgressStore | None = None) -> list[dict[str, Any]]:
     """Each block of the lesson as the learner gets it: kind, id and its prompt fields, rendered."""
     from tutor.lessons.learner import learner_view
     from tutor.lessons.model import Bits, Calc, Measure, Predict, Prose, Quiz
@@ -124,21 +128,21 @@ def shown_blocks(lesson: Any, *, learner_id: str, device: Any, progress: Any = N
     return result
 
 
-def _quiz_unit(quiz: Any) -> str:
+def _quiz_unit(quiz: Quiz) -> str:
     from tutor.lessons.grading import quiz_unit
 
     return quiz_unit(quiz)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _params_text(params: dict[str, Any]) -> str:
+def _params_text(params: dict[str, object]) -> str:
     return ", ".join(f"{name}={value}" for name, value in params.items()) or "defaults"
 
 
-def lesson_text(lesson: Any, blocks: list[dict[str, Any]]) -> str:
+def lesson_text(lesson: Lesson, blocks: list[dict[str, Any]]) -> str:
     """The lesson as plain text: prose as written (values computed), each block as a labelled prompt."""
     info = lesson.info
     lines = [info.title, f"{info.track} · {info.minutes} min" + (f" · after {', '.join(info.prerequisites)}"

@@ -40,18 +40,20 @@ def draw_values(block: Quiz | Predict, seed: int) -> dict[str, Any]:
     return {name: rng.choice(values) for name, values in block.draw}
 
 
-def drawn_values(block: Any) -> dict[str, Any]:
-    """The values the block's expressions see: those drawn for the learner, else each draw's first."""
-    drawn = getattr(block, "drawn", None)
-    if drawn is not None:
-        return dict(drawn)
-    return {name: values[0] for name, values in getattr(block, "draw", ())}
+def drawn_values(block: Block) -> dict[str, Any]:
+    """The values the block's expressions see: those drawn for the learner, else each draw's first
+    (only quiz and predict blocks draw)."""
+    if not isinstance(block, (Quiz, Predict)):
+        return {}
+    if block.drawn is not None:
+        return dict(block.drawn)
+    return {name: values[0] for name, values in block.draw}
 
 
-def draw_combinations(block: Any, limit: int = MAX_DRAW_COMBINATIONS) -> list[dict[str, Any]]:
+def draw_combinations(block: Block, limit: int = MAX_DRAW_COMBINATIONS) -> list[dict[str, Any]]:
     """Every combination of the block's draws (the lint checks each), or `limit` of them, sampled
     with a fixed seed, when there are more. A block without draws has one: {}."""
-    draws = tuple(getattr(block, "draw", ()))
+    draws = block.draw if isinstance(block, (Quiz, Predict)) else ()
     names = [name for name, _ in draws]
     total = 1
     for _, values in draws:
