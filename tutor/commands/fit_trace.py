@@ -63,7 +63,7 @@ def trace_setup(request: FitRequest) -> tuple[TraceSetup, tuple[str, ...]]:
     if parallel:
         raise UserError(f"{ONE_DEVICE}; got {', '.join(parallel)}")
     notes: list[str] = []
-    attention = getattr(request, "attention", "sdpa")
+    attention = request.attention
     if attention == "flash":
         attention = "sdpa"
         notes.append("flash_attention_2 needs a CUDA GPU and the flash-attn package: traced SDPA instead")
@@ -113,7 +113,7 @@ def traced_fit(model_arg: str | None, request: FitRequest) -> TracedFit:
 def _formula_peak(estimate: FitEstimate) -> tuple[int, str, dict[str, int], str]:
     """(bytes, phase, per category, formula) of fit's peak; the sum of categories where fit has no peak."""
     stage = estimate.worst
-    peak = getattr(stage, "peak", None)
+    peak = stage.peak
     if peak is not None:
         return peak.bytes, peak.phase, dict(peak.per_category), peak.formula
     per = {c.name: c.bytes for c in stage.components if c.name != "overhead"}
@@ -132,7 +132,7 @@ def formula_optimizer_step(estimate: FitEstimate) -> tuple[int, str]:
 
     from tutor.theory import fit as fitting
 
-    peak = getattr(estimate.worst, "peak", None)
+    peak = estimate.worst.peak
     if estimate.request.mode != "train" or peak is None:
         return 0, ""
     if peak.phase != "optimizer" and estimate.arch is not None:

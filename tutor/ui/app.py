@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from textual import events, on
 from textual.app import App
@@ -34,6 +34,20 @@ from tutor.worker.client import WorkerState
 if TYPE_CHECKING:
     from tutor.lessons.model import Measure, Predict
     from tutor.ui.widgets.measure import ProbeRunner
+
+
+@runtime_checkable
+class CancelsMeasurements(Protocol):
+    """A screen that runs measurements (the lesson screen): quitting stops them."""
+
+    def cancel_measurements(self) -> None: ...
+
+
+@runtime_checkable
+class Cancels(Protocol):
+    """A screen with one cancellable run (the Bench screen's suite)."""
+
+    def cancel(self) -> None: ...
 
 
 PROGRESS_WARNING_CHECK_S = 2.0
@@ -245,9 +259,10 @@ class TutorApp(App[None]):
         if self.active_runner is not None:
             self.active_runner.cancel()
         for screen in self.screen_stack:
-            cancel = getattr(screen, "cancel_measurements", None) or getattr(screen, "cancel", None)
-            if callable(cancel):
-                cancel()
+            if isinstance(screen, CancelsMeasurements):
+                screen.cancel_measurements()
+            elif isinstance(screen, Cancels):
+                screen.cancel()
 
     async def action_quit(self) -> None:
         self.cancel_measurements()
