@@ -87,7 +87,7 @@ def read_json(path: Path, default: T) -> tuple[T, str | None]:
     return value, None
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
+def write_json_atomic(path: Path, value: object) -> None:
     """Write `value` as JSON so that `path` always holds either the old or the new complete file.
 
     A temporary file in the same folder is written, flushed, fsynced and renamed over `path`
