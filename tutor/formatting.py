@@ -77,12 +77,12 @@ def format_number(value: float | None, *, digits: int = SIGNIFICANT_DIGITS) -> s
     return "0" if text in ("-0", "0") else text
 
 
-def format_exact(value: float | None) -> str:
+def format_exact(value: float | str | None) -> str:
     """The shortest decimal that reads back as the same float (Python's repr), written out without
     an exponent: 0.1 -> '0.1', 65504.0 -> '65,504', 1e-05 -> '0.00001', 2**-24 -> '5.960464477539063 × 10⁻⁸'
     (below 10⁻⁶ and from 10¹⁵ on, repr's digits times a power of ten)."""
-    if value is None or _nan(value) or isinstance(value, bool) or math.isinf(value):
-        return format_number(value)
+    if value is None or _nan(value) or isinstance(value, bool) or math.isinf(float(value)):
+        return format_number(float(value) if isinstance(value, str) else value)
     shortest = Decimal(repr(float(value)))
     digits = max(1, len(shortest.as_tuple().digits))
     magnitude = abs(float(value))
