@@ -89,6 +89,7 @@ class FakeProbe:
     description: str = "a deterministic stand-in"
     needs_torch: bool = False
     params_schema: dict = field(default_factory=dict)
+    default_params: dict = field(default_factory=dict)
     slow: bool = False
     calls: list = field(default_factory=list)
 
@@ -212,12 +213,23 @@ class FakeProgress:
         self.predictions: list[tuple] = []
         self.last_lesson: str | None = None
         self.warning: str | None = None
+        self.learner_id = ""
+        self.reveals: list[tuple[str, str]] = []
 
     def set_last_lesson(self, lesson_id: str) -> None:
         self.last_lesson = lesson_id
 
     def lesson_state(self, lesson_id: str) -> LessonProgress:
         return self.state.setdefault(lesson_id, LessonProgress(set(), False))
+
+    def round_of(self, lesson_id: str, block_id: str) -> int:
+        return 0
+
+    def attempts(self, lesson_id: str, block_id: str) -> int:
+        return 0
+
+    def record_reveal(self, lesson_id: str, block_id: str) -> None:
+        self.reveals.append((lesson_id, block_id))
 
     def mark_block(self, lesson_id: str, block_id: str) -> None:
         self.lesson_state(lesson_id).done_blocks.add(block_id)

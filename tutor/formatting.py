@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from collections.abc import Mapping
-from typing import Any
 
 NOT_AVAILABLE = "N/A"
 SIGNIFICANT_DIGITS = 3
@@ -38,8 +37,9 @@ _SMALLEST_PLAIN = 1e-6   # below this a decimal fraction has too many zeros to r
 _LARGEST_PLAIN = 1e15    # from here on a digit string is too long to read
 
 
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def _nan(value: object) -> bool:
+    """A NaN float: shown as missing, like None (tested apart so that `x is None or _nan(x)` narrows x)."""
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _powers_of_ten(value: float, digits: int) -> str:
@@ -53,10 +53,10 @@ def _strip_zeros(text: str) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def format_number(value: float, *, digits: int = SIGNIFICANT_DIGITS) -> str:
+def format_number(value: float | None, *, digits: int = SIGNIFICANT_DIGITS) -> str:
     """A bare number: `digits` significant digits (all of the integer part), thousands separators,
     trailing zeros dropped; whole numbers exactly ("8,192"); "N/A" when missing; "inf" as IEEE 754 names it."""
-    if _missing(value):
+    if value is None or _nan(value):
         return NOT_AVAILABLE
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -77,19 +77,19 @@ def format_number(value: float, *, digits: int = SIGNIFICANT_DIGITS) -> str:
     return "0" if text in ("-0", "0") else text
 
 
-def format_exact(value: float | None) -> str:
+def format_exact(value: float | str | None) -> str:
     """The shortest decimal that reads back as the same float (Python's repr), written out without
     an exponent: 0.1 -> '0.1', 65504.0 -> '65,504', 1e-05 -> '0.00001', 2**-24 -> '5.960464477539063 × 10⁻⁸'
     (below 10⁻⁶ and from 10¹⁵ on, repr's digits times a power of ten)."""
-    if _missing(value) or isinstance(value, bool) or math.isinf(float(value)):
-        return format_number(value)
+    if value is None or _nan(value) or isinstance(value, bool) or math.isinf(float(value)):
+        return format_number(float(value) if isinstance(value, str) else value)
     shortest = Decimal(repr(float(value)))
     digits = max(1, len(shortest.as_tuple().digits))
     magnitude = abs(float(value))
     if magnitude and (magnitude < _SMALLEST_PLAIN or magnitude >= _LARGEST_PLAIN):
-        sign, figures, exponent = shortest.as_tuple()
+        sign, figures, _ = shortest.as_tuple()
         mantissa = f"{'-' if sign else ''}{figures[0]}" + (f".{''.join(map(str, figures[1:]))}" if digits > 1 else "")
-        return f"{mantissa} × 10{str(exponent + digits - 1).translate(_SUPERSCRIPT)}"
+        return f"{mantissa} × 10{str(shortest.adjusted()).translate(_SUPERSCRIPT)}"
     text = _strip_zeros(f"{shortest:,f}")
     return "0" if text in ("-0", "0") else text
 
@@ -120,7 +120,7 @@ def _shown_magnitude(text: str) -> float:
 def format_bytes(n_bytes: float | None, *, si_beside: bool = False, digits: int = SIGNIFICANT_DIGITS) -> str:
     """A size in binary units: '512 B', '16.1 KiB', '1.5 GiB'; with `si_beside`, the decimal size
     datasheets print beside it: '74.5 GiB (80 GB)' (IEC 80000-13: Ki = 2**10, k = 10**3)."""
-    if _missing(n_bytes):
+    if n_bytes is None or _nan(n_bytes):
         return NOT_AVAILABLE
     if n_bytes == 0:
         return "0 B"
@@ -135,7 +135,7 @@ def format_bytes(n_bytes: float | None, *, si_beside: bool = False, digits: int 
 
 def format_decimal_bytes(n_bytes: float | None, *, digits: int = SIGNIFICANT_DIGITS) -> str:
     """A size in decimal units as datasheets print them: '80 GB', '1.61 GB', '512 B'."""
-    if _missing(n_bytes):
+    if n_bytes is None or _nan(n_bytes):
         return NOT_AVAILABLE
     mantissa, unit = _scaled(n_bytes, 1000, _DECIMAL_BYTE_UNITS, digits=digits)
     return f"{mantissa} {unit}"
@@ -150,7 +150,7 @@ def format_rate(value: float | None, unit: str, *, digits: int = SIGNIFICANT_DIG
 def format_count(n: float | None, *, exact: bool = False, digits: int = SIGNIFICANT_DIGITS) -> str:
     """A count the way model cards write it, '8.03B', '124M', '12.9K', '512';
     with `exact`, every digit: '8,030,261,248'."""
-    if _missing(n):
+    if n is None or _nan(n):
         return NOT_AVAILABLE
     if exact:
         return f"{round(n):,}"
@@ -162,14 +162,14 @@ def format_count(n: float | None, *, exact: bool = False, digits: int = SIGNIFIC
 
 def format_percent(fraction: float | None, *, digits: int = SIGNIFICANT_DIGITS) -> str:
     """A fraction as a percentage: 0.859 -> '85.9%', 0.003 -> '0.3%', 1.0 -> '100%'."""
-    if _missing(fraction):
+    if fraction is None or _nan(fraction):
         return NOT_AVAILABLE
     return f"{format_number(fraction * 100, digits=digits)}%"
 
 
 def format_duration(seconds: float | None, *, digits: int = SIGNIFICANT_DIGITS) -> str:
     """A time span: '850 ns', '12.5 µs', '7.4 ms', '3.2 s', '2 min 5 s', '3 h 20 min', '2 d 4 h'."""
-    if _missing(seconds):
+    if seconds is None or _nan(seconds):
         return NOT_AVAILABLE
     seconds = float(seconds)
     if math.isinf(seconds):
@@ -216,7 +216,7 @@ def _split_prefix(unit: str) -> tuple[int, str] | None:
     return None
 
 
-def format_quantity(value: Any, unit: str = "", *, digits: int = SIGNIFICANT_DIGITS) -> str:
+def format_quantity(value: object, unit: str = "", *, digits: int = SIGNIFICANT_DIGITS) -> str:
     """Any figure with its unit, rescaled to read well: (0.0074, 'TFLOP/s') -> '7.4 GFLOP/s',
     (16510, 'B') -> '16.1 KiB', (0.0074, 's') -> '7.4 ms', (85.9, '%') -> '85.9%', (3.2, 'x') -> '3.2x',
     (8192, 'tokens') -> '8,192 tokens', (True, '') -> 'yes', None -> 'N/A'.
@@ -226,7 +226,7 @@ def format_quantity(value: Any, unit: str = "", *, digits: int = SIGNIFICANT_DIG
     unit = (unit or "").strip()
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if _missing(value):
+    if value is None or _nan(value):
         return NOT_AVAILABLE
     if not isinstance(value, (int, float)):
         return f"{value} {unit}".strip()
@@ -256,7 +256,7 @@ def format_quantity(value: Any, unit: str = "", *, digits: int = SIGNIFICANT_DIG
     return f"{format_number(value, digits=digits)} {unit}".strip()
 
 
-def _parameter_value(key: str, value: Any) -> tuple[str, str]:
+def _parameter_value(key: str, value: object) -> tuple[str, str]:
     """(label, text) for one lab parameter: 'budget_s', 3 -> ('budget', '3 s')."""
     for suffix, unit in (("_s", "s"), ("_ms", "ms"), ("_bytes", "B"), ("_mb", "MB"), ("_gb", "GB"),
                          ("_mib", "MiB"), ("_gib", "GiB")):
@@ -270,6 +270,6 @@ def _parameter_value(key: str, value: Any) -> tuple[str, str]:
     return label, str(value)
 
 
-def format_params(params: Mapping[str, Any]) -> str:
+def format_params(params: Mapping[str, object]) -> str:
     """A lab's parameters on one line, no reprs: {'dtypes': ['fp32'], 'budget_s': 3} -> 'dtypes fp32 · budget 3 s'."""
     return " · ".join(" ".join(_parameter_value(key, value)) for key, value in params.items())

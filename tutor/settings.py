@@ -38,16 +38,16 @@ def settings_path() -> Path:
     return data_dir() / SETTINGS_FILE
 
 
-def _valid_theme(value: Any) -> bool:
+def _valid_theme(value: object) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 64 and value.strip() == value
 
 
-def _valid_sample_hz(value: Any) -> bool:
+def _valid_sample_hz(value: object) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             and SAMPLE_HZ_RANGE[0] <= value <= SAMPLE_HZ_RANGE[1])
 
 
-def _valid_device(value: Any) -> bool:
+def _valid_device(value: object) -> bool:
     return isinstance(value, str) and _DEVICE.fullmatch(value) is not None
 
 
@@ -73,7 +73,8 @@ def settings_from_json(data: dict[str, Any]) -> tuple[Settings, list[str]]:
 def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
     """The saved settings, or defaults, and a warning line when something had to be ignored."""
     path = settings_path() if path is None else Path(path)
-    data, warning = read_json(path, {})
+    empty: dict[str, Any] = {}
+    data, warning = read_json(path, empty)
     settings, problems = settings_from_json(data)
     if problems:
         problem_text = f"{path.name}: " + "; ".join(problems)
@@ -84,16 +85,16 @@ def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
 def save_settings(settings: Settings, path: Path | None = None) -> str | None:
     """Write settings.json atomically, keeping keys it does not know; returns a warning line instead of
     raising when it cannot."""
-    for field in dataclasses.fields(Settings):
-        value = getattr(settings, field.name)
-        if not _VALIDATORS[field.name](value):
+    for name, value in dataclasses.asdict(settings).items():
+        if not _VALIDATORS[name](value):
             from tutor.errors import UserError
 
-            raise UserError(f"setting {field.name} = {value!r} is not {_EXPECTED[field.name]}")
+            raise UserError(f"setting {name} = {value!r} is not {_EXPECTED[name]}")
     path = settings_path() if path is None else Path(path)
     try:
         with locked(path):
-            on_disk, _ = read_json(path, {})
+            empty: dict[str, Any] = {}
+            on_disk, _ = read_json(path, empty)
             # Keys this version does not know (a newer version wrote them) are kept, not dropped.
             write_json_atomic(path, {**on_disk, **dataclasses.asdict(settings)})
     except OSError as error:

@@ -58,6 +58,9 @@ def set_aside(path: Path, why: str) -> str:
     return f"{path.name} was unreadable ({why}); moved it to {target.name} and started fresh"
 
 
+_JSON_KINDS: dict[type, str] = {dict: "an object", list: "a list"}
+
+
 def read_json(path: Path, default: T) -> tuple[T, str | None]:
     """The JSON value stored at `path`, or a copy of `default` and a warning.
 
@@ -79,12 +82,12 @@ def read_json(path: Path, default: T) -> tuple[T, str | None]:
     except json.JSONDecodeError as error:
         return copy.deepcopy(default), set_aside(path, f"invalid JSON at line {error.lineno}")
     if default is not None and not isinstance(value, type(default)):
-        expected = {dict: "an object", list: "a list"}.get(type(default), type(default).__name__)
+        expected = _JSON_KINDS.get(type(default), type(default).__name__)
         return copy.deepcopy(default), set_aside(path, f"expected {expected}, found {type(value).__name__}")
     return value, None
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
+def write_json_atomic(path: Path, value: object) -> None:
     """Write `value` as JSON so that `path` always holds either the old or the new complete file.
 
     A temporary file in the same folder is written, flushed, fsynced and renamed over `path`

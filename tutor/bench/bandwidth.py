@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tutor.bench.counting import compare_with_peak, gbps, stream_bytes, stream_bytes_counting
 from tutor.bench.environment import cpu_llc_bytes, peak_memory_gbps
@@ -22,6 +23,9 @@ from tutor.bench.timing import BenchCancelled, Timing, time_case, use_all_cpu_th
 from tutor.errors import UserError
 from tutor.hardware.machine import Machine
 from tutor.theory.interconnect import PCIE_GENERATIONS, pcie_bandwidth_bytes_per_s
+
+if TYPE_CHECKING:
+    import torch
 
 BANDWIDTH_OPS = ("copy", "scale", "add", "triad", "read", "write")
 ELEMENT_BYTES = 8  # fp64, STREAM's default STREAM_TYPE double
@@ -132,7 +136,7 @@ def _random_arrays(count: int, elements: int, device: str) -> list[Any]:
     return arrays
 
 
-def _kernels(a: Any, b: Any, c: Any) -> dict[str, Any]:
+def _kernels(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
     import torch
 
     q = STREAM_SCALAR

@@ -21,7 +21,10 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psutil
 
 # Other processes taking at least this share of the usable cores make the machine "busy" in what a
 # learner reads. A desktop at rest (browser, editor, the tutor's own interface) stays well under it.
@@ -127,7 +130,7 @@ def machine_busy_seconds(cpus: Sequence[int]) -> float:
     return sum(busy_seconds(per_cpu[index]) for index in cpus if index < len(per_cpu))
 
 
-def process_tree_seconds(root: Any | None = None) -> float:
+def process_tree_seconds(root: psutil.Process | None = None) -> float:
     """CPU seconds so far of `root` (a psutil.Process; default: this process), its reaped children
     (children_user/children_system) and every live descendant."""
     import psutil
@@ -143,7 +146,7 @@ def process_tree_seconds(root: Any | None = None) -> float:
     return total
 
 
-def process_seconds(process: Any) -> float | None:
+def process_seconds(process: psutil.Process) -> float | None:
     """CPU seconds so far of `process` alone (not its children: the app's children are the
     measurement itself); None once it is gone."""
     import psutil
@@ -155,7 +158,7 @@ def process_seconds(process: Any) -> float | None:
     return times.user + times.system
 
 
-def interface_process() -> Any | None:
+def interface_process() -> psutil.Process | None:
     """The app interface this measurement runs for (TENSOR_TUTOR_INTERFACE_PID, set by the
     measurement process), as a psutil.Process; None from the CLI, or when it is this process."""
     import psutil
@@ -169,7 +172,7 @@ def interface_process() -> Any | None:
         return None
 
 
-def _descendants(root: Any) -> list[Any]:
+def _descendants(root: psutil.Process) -> list[psutil.Process]:
     import psutil
 
     try:
@@ -181,8 +184,8 @@ def _descendants(root: Any) -> list[Any]:
 class BusyMeter:
     """Two snapshots of CPU time, at start and stop; nothing runs in between."""
 
-    def __init__(self, *, cpus: Sequence[int] | None = None, root: Any | None = None,
-                 interface: Any | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, *, cpus: Sequence[int] | None = None, root: psutil.Process | None = None,
+                 interface: psutil.Process | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.cpus = list(cpus) if cpus is not None else usable_cpus()
         self.root = root
         self.interface = interface if interface is not None else interface_process()
@@ -190,8 +193,9 @@ class BusyMeter:
         self.first: CpuSnapshot | None = None
 
     @classmethod
-    def start(cls, **kwargs: Any) -> BusyMeter:
-        meter = cls(**kwargs)
+    def start(cls, *, cpus: Sequence[int] | None = None, root: psutil.Process | None = None,
+              interface: psutil.Process | None = None, clock: Callable[[], float] = time.perf_counter) -> BusyMeter:
+        meter = cls(cpus=cpus, root=root, interface=interface, clock=clock)
         meter.first = meter.snapshot()
         return meter
 

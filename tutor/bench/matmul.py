@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tutor.bench.busy import BusyMeter, BusyShare
 from tutor.bench.counting import compare_with_peak, tflops
@@ -33,6 +33,9 @@ from tutor.bench.timing import STABLE_MIN_ITERS, BenchCancelled, Timing, time_ca
 from tutor.errors import UserError
 from tutor.hardware.machine import Machine
 from tutor.theory.flops import matmul_flops
+
+if TYPE_CHECKING:
+    import torch
 
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 # Squares tried in order; growth stops at the first that no longer fits the budget.
@@ -190,7 +193,7 @@ def _torch_dtype(dtype: str):
             "fp16": torch.float16}[dtype]
 
 
-def scaled_mm(a: Any, b: Any, scale: Any, out_dtype: Any) -> Any:
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """torch._scaled_mm with unit scales on both schemas: keyword scales work on torch 2.3/2.4
     (keyword-only scale_a/scale_b, returns (out, amax)) and 2.5+ (positional, returns out)."""
     import torch

@@ -228,7 +228,11 @@ def storage_tracker_class():
                 self.size.append(storage.nbytes())
                 self.role.append(category)
                 self.made_by.append((self.phase, self._op))
-                self._refs.append(weakref.ref(storage, lambda _, key=key, cdata=cdata: self._freed(key, cdata)))
+
+                def freed(_ref: object) -> None:
+                    self._freed(key, cdata)
+
+                self._refs.append(weakref.ref(storage, freed))
                 self.events.append((key, self.size[key], self.phase, op_index, self._op))
                 return key
 
@@ -321,7 +325,7 @@ def storage_tracker_class():
     return _StorageTracker
 
 
-_StorageTracker = None
+_StorageTracker: type | None = None
 
 
 def _torch():

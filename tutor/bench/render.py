@@ -4,7 +4,10 @@ percent of peak, and a short reason for the gap."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 from tutor.formatting import format_bytes, format_duration, format_quantity, format_rate
 
@@ -33,7 +36,7 @@ column they would stretch every row to dozens of lines."""
 class _Notes:
     """The 'gap to peak' notes of one table: in the table on a wide console, else numbered below it."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Console) -> None:
         self.below = console.width < NOTES_IN_TABLE_MIN_WIDTH
         self.lines: list[str] = []
 
@@ -43,14 +46,14 @@ class _Notes:
         self.lines.append(text)
         return f"note {len(self.lines)}"
 
-    def print(self, console: Any) -> None:
+    def print(self, console: Console) -> None:
         from rich.markup import escape
 
         for number, text in enumerate(self.lines, 1):
             console.print(f"  note {number}: {escape(text)}")
 
 
-def render_results(results: Sequence[Any], header: dict[str, Any], console: Any = None) -> None:
+def render_results(results: Sequence[Any], header: dict[str, Any], console: Console | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -65,7 +68,7 @@ def render_results(results: Sequence[Any], header: dict[str, Any], console: Any 
     if "matmul" in by_kind:
         table = Table(title="matmul FLOP/s (2mnk / t): median = measured, best = burst", title_justify="left")
         notes = _Notes(console)
-        columns = ("dtype", "backend", "m x n x k", "median", "best", "peak", "% peak", "gap to peak")
+        columns: tuple[str, ...] = ("dtype", "backend", "m x n x k", "median", "best", "peak", "% peak", "gap to peak")
         if notes.below:  # narrow: the peak per dtype goes under the table with the notes
             columns = tuple(column for column in columns if column != "peak")
         for column in columns:

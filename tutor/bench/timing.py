@@ -231,7 +231,7 @@ def _time_cuda(fn, device, warmup, iters, budget_s, min_iters, max_iters, flush_
     flush = _l2_flush_buffer(device) if flush_l2 else None
     stream_device = torch.device(device)
 
-    def one_pair():
+    def one_pair() -> tuple[torch.cuda.Event, torch.cuda.Event]:
         if setup is not None:
             setup()
         if flush is not None:
@@ -252,7 +252,7 @@ def _time_cuda(fn, device, warmup, iters, budget_s, min_iters, max_iters, flush_
         warm_times = [s.elapsed_time(e) / 1e3 for s, e in warm_pairs]
         target = iters if iters is not None else _iterations_for_budget(min(warm_times), budget_s, min_iters, max_iters)
         deadline = None if budget_s is None else timer() + budget_s
-        pairs = []
+        pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         cancelled = False
         # No host sync inside the loop; the deadline check costs a host clock read only. The queue
         # is synchronized every 32 iterations so a cancel never waits behind a long backlog.

@@ -7,7 +7,7 @@ of the devices (CUDA/ROCm/MPS), which costs the seconds of importing torch.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,8 +18,12 @@ from tutor.hardware.nvidia import GpuInfo
 from tutor.hardware.torch_devices import TorchView
 from tutor.formatting import format_bytes, format_number, format_rate
 
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.panel import Panel
 
-def _na(value: Any, unit: str = "", reason: str | None = None) -> str:
+
+def _na(value: object, unit: str = "", reason: str | None = None) -> str:
     if value is None:
         return reason or "N/A"
     return f"{value}{unit}"
@@ -100,14 +104,14 @@ def _render(machine: Machine, torch_view: TorchView | None) -> None:
     console.print(f"[dim]{markup_safe(versions)}[/]")
 
 
-def _gpu_panel(machine: Machine, gpu: GpuInfo) -> Any:
+def _gpu_panel(machine: Machine, gpu: GpuInfo) -> Panel:
     from rich.console import Group
     from rich.panel import Panel
     from rich.table import Table
 
     na = gpu.unavailable
 
-    def field(name: str, value: Any, unit: str = "") -> str:
+    def field(name: str, value: object, unit: str = "") -> str:
         return _na(value, unit, na.get(name))
 
     grid = Table.grid(padding=(0, 2))
@@ -147,7 +151,7 @@ def _gpu_panel(machine: Machine, gpu: GpuInfo) -> Any:
     grid.add_row("processes", processes)
     spec = gpu.spec
     device = f"cuda:{gpu.index}"
-    parts: list[Any] = [grid]
+    parts: list[RenderableType] = [grid]
     if spec is None:
         parts.append(f"[yellow]{UNKNOWN_GPU}[/] (no datasheet entry for {markup_safe(repr(gpu.name))})")
     else:
@@ -171,7 +175,7 @@ def _gpu_panel(machine: Machine, gpu: GpuInfo) -> Any:
     return Panel(Group(*parts), title=title, title_align="left")
 
 
-def _torch_panel(view: TorchView) -> Any:
+def _torch_panel(view: TorchView) -> Panel:
     from rich.panel import Panel
     from rich.table import Table
 

@@ -4,9 +4,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from tutor.labs import Probe
+    from tutor.lessons.learner import LessonDevice
+    from tutor.lessons.model import Lesson, Quiz
+    from tutor.lessons.progress import ProgressStore
 
 
 @click.group("lessons", invoke_without_command=True)
@@ -29,17 +36,17 @@ def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
     progress = ProgressStore()
     if progress.warning:
         click.echo(f"tensor-tutor: warning: {progress.warning}", err=True)
-    rows = [{"id": info.id, "title": info.title, "track": info.track, "minutes": info.minutes,
-             "completed": progress.is_completed(info.id)} for info in curriculum.lessons]
-    tracks = []
-    for track in curriculum.tracks:
-        done, total = progress.track_progress(track)
-        tracks.append({"id": track.id, "title": track.title, "summary": track.summary,
-                       "lessons": list(track.lesson_ids), "completed": done, "total": total})
     if as_json:
-        for row in rows:
-            row["blocks"] = [{"kind": block.directive, "id": block.id}
-                             for block in curriculum.lesson(row["id"]).interactive_blocks]
+        rows = [{"id": info.id, "title": info.title, "track": info.track, "minutes": info.minutes,
+                 "completed": progress.is_completed(info.id),
+                 "blocks": [{"kind": block.directive, "id": block.id}
+                            for block in curriculum.lesson(info.id).interactive_blocks]}
+                for info in curriculum.lessons]
+        tracks = []
+        for track in curriculum.tracks:
+            done, total = progress.track_progress(track)
+            tracks.append({"id": track.id, "title": track.title, "summary": track.summary,
+                           "lessons": list(track.lesson_ids), "completed": done, "total": total})
         click.echo(json.dumps({"lessons": rows, "tracks": tracks}, indent=2))
         return
     from rich.console import Console
@@ -48,18 +55,21 @@ def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
 
     from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN
 
-    table = Table(title=f"{len(rows)} lessons in {len(tracks)} tracks (open one: tensor-tutor learn ID)",
-                  title_justify="left")
-    for column, justify in (("lesson", "left"), ("title", "left"), ("min", "right"), ("done", "center")):
-        # The id is what a learner types: it keeps its full width; the title wraps instead.
-        table.add_column(column, justify=justify, **(ID_COLUMN if column in ("lesson", "min", "done") else PROSE_COLUMN))
-    for track in tracks:
+    table = Table(title=f"{len(curriculum.lessons)} lessons in {len(curriculum.tracks)} tracks "
+                        "(open one: tensor-tutor learn ID)", title_justify="left")
+    # The id is what a learner types: it keeps its full width; the title wraps instead.
+    table.add_column("lesson", justify="left", **ID_COLUMN)
+    table.add_column("title", justify="left", **PROSE_COLUMN)
+    table.add_column("min", justify="right", **ID_COLUMN)
+    table.add_column("done", justify="center", **ID_COLUMN)
+    for track in curriculum.tracks:
+        done, total = progress.track_progress(track)
         table.add_section()
-        table.add_row(f"[bold]{escape(track['title'])}[/bold]", escape(track["summary"]), "",
-                      f"{track['completed']}/{track['total']}")
-        for row in rows:
-            if row["track"] == track["id"]:
-                table.add_row(row["id"], escape(row["title"]), str(row["minutes"]), "yes" if row["completed"] else "")
+        table.add_row(f"[bold]{escape(track.title)}[/bold]", escape(track.summary), "", f"{done}/{total}")
+        for info in curriculum.lessons:
+            if info.track == track.id:
+                table.add_row(info.id, escape(info.title), str(info.minutes),
+                              "yes" if progress.is_completed(info.id) else "")
     Console().print(table)
 
 
@@ -85,7 +95,8 @@ def show(lesson_id: str, as_json: bool) -> None:
     click.echo(lesson_text(lesson, blocks))
 
 
-def shown_blocks(lesson: Any, *, learner_id: str, device: Any, progress: Any = None) -> list[dict[str, Any]]:
+def shown_blocks(lesson: Lesson, *, learner_id: str, device: LessonDevice,
+                 progress: ProgressStore | None = None) -> list[dict[str, Any]]:
     """Each block of the lesson as the learner gets it: kind, id and its prompt fields, rendered."""
     from tutor.lessons.learner import learner_view
     from tutor.lessons.model import Bits, Calc, Exercise, Measure, Predict, Prose, Quiz
@@ -120,21 +131,21 @@ def shown_blocks(lesson: Any, *, learner_id: str, device: Any, progress: Any = N
     return result
 
 
-def _quiz_unit(quiz: Any) -> str:
+def _quiz_unit(quiz: Quiz) -> str:
     from tutor.lessons.grading import quiz_unit
 
     return quiz_unit(quiz)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _params_text(params: dict[str, Any]) -> str:
+def _params_text(params: dict[str, object]) -> str:
     return ", ".join(f"{name}={value}" for name, value in params.items()) or "defaults"
 
 
-def lesson_text(lesson: Any, blocks: list[dict[str, Any]]) -> str:
+def lesson_text(lesson: Lesson, blocks: list[dict[str, Any]]) -> str:
     """The lesson as plain text: prose as written (values computed), each block as a labelled prompt."""
     info = lesson.info
     lines = [info.title, f"{info.track} · {info.minutes} min" + (f" · after {', '.join(info.prerequisites)}"
@@ -185,9 +196,11 @@ def _check() -> None:
     from tutor.lessons import lessons_root
     from tutor.lessons.lint import lint_curriculum
 
-    probes = None
+    probes: Mapping[str, Probe] | None = None
     if importlib.util.find_spec("tutor.labs") is not None:
-        from tutor.labs import PROBES as probes
+        from tutor.labs import PROBES
+
+        probes = PROBES
     root = lessons_root()
     problems = lint_curriculum(root, probes)
     for problem in problems:

@@ -131,7 +131,7 @@ def guarded_server_class() -> type:
             self.max_sessions = max_sessions
             self.sessions = 0
 
-        async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
+        async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
             origin = request.headers.get("Origin")
             if not origin_allowed(origin, self.host, self.port, request.headers.get("Host")):
                 click.echo(f"tensor-tutor: refused a session from origin {origin!r} (not {self.public_url})",

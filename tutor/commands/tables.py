@@ -8,15 +8,19 @@ and cuts an id only where even the ids alone do not fit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal, TypedDict
 
-ID_COLUMN = {"no_wrap": True, "overflow": "fold"}
+
+class ColumnOptions(TypedDict, total=False):
+    """The keyword options of rich's Table.add_column that these tables set."""
+
+    no_wrap: bool
+    overflow: Literal["fold", "crop", "ellipsis", "ignore"]
+
+
+ID_COLUMN: ColumnOptions = {"no_wrap": True, "overflow": "fold"}
 """Options of a column of ids (lesson ids, presets, lab names, GPU keys)."""
 
-PROSE_COLUMN = {"overflow": "fold"}
+PROSE_COLUMN: ColumnOptions = {"overflow": "fold"}
 """Options of a column of names or sentences: wrapped at spaces, a word longer than the column folded, never cut."""
 
-
-def add_id_column(table: Any, header: str, **options: Any) -> None:
-    """A column of ids that is never cut or wrapped while the table fits at all."""
-    table.add_column(header, **{**ID_COLUMN, **options})

@@ -372,7 +372,7 @@ def detect_cpu(cpuinfo_text: str | None = None, cache_root: Path = SYS_CACHE) ->
     logical = logical or info.logical_cpus or os.cpu_count()
     try:
         freq = psutil.cpu_freq()
-    except (*psutil_errors(psutil), AttributeError):  # psutil #2382/#2642/#2841: cpu_freq fails on some
+    except psutil_errors(psutil) + (AttributeError,):  # psutil #2382/#2642/#2841: cpu_freq fails on some
         freq = None  # Apple Silicon releases; AttributeError: platforms where psutil has no cpu_freq
     freq_max = freq.max if freq is not None and freq.max else None
     freq_current = freq.current if freq is not None and freq.current else None
@@ -384,6 +384,8 @@ def detect_cpu(cpuinfo_text: str | None = None, cache_root: Path = SYS_CACHE) ->
         current = Clock(info.mhz * 1e6, "\"cpu MHz\" in /proc/cpuinfo")
     else:
         current = Clock(None, "unknown")
+    ram_total: int | None
+    ram_available: int | None
     try:
         memory = psutil.virtual_memory()
         ram_total, ram_available = int(memory.total), int(memory.available)

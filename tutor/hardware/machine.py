@@ -240,9 +240,10 @@ class Machine:
             return f"{text}; {spec.notes}" if spec.notes else text
         text = f"{spec.name} datasheet, dense: {spec.source}"
         if gpu.is_mig:
-            share = gpu.compute_share
-            text = (f"MIG device {gpu.name}: {gpu.sm_count} SMs of {spec.derivation.sm_count} x the {text}"
-                    if share is not None else f"MIG device {gpu.name}: its SM count is unknown, so no share of "
+            # a share is known only with the parent's SM count (mig_compute_share)
+            full = spec.derivation.sm_count if spec.derivation is not None else None
+            text = (f"MIG device {gpu.name}: {gpu.sm_count} SMs of {full} x the {text}"
+                    if gpu.compute_share is not None and full is not None else f"MIG device {gpu.name}: its SM count is unknown, so no share of "
                     f"the {spec.name} peak applies")
         return text if spec.confidence == "datasheet" else f"{text} [confidence {spec.confidence}]"
 

@@ -55,8 +55,8 @@ def device_budget(spec: str | None = None, machine: Machine | None = None) -> De
 
         machine = detect_machine()
     gpus = machine.gpus
-    if cuda or (text and text.isdigit()):
-        index = int(cuda.group(1) or 0) if cuda else int(text)
+    index = int(cuda.group(1) or 0) if cuda else int(text) if text and text.isdigit() else None
+    if index is not None:
         if not gpus:
             reason = machine.nvml.reason or "NVML found no NVIDIA GPU"
             raise UserError(f"no GPU {index} on this machine ({reason}); use --device h100 or --device 24GiB "

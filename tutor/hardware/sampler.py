@@ -111,6 +111,8 @@ def read_host() -> HostSample:
         cpu: tuple[float, ...] | None = tuple(psutil.cpu_percent(interval=None, percpu=True))
     except errors:
         cpu = None
+    used: int | None
+    total: int | None
     try:
         memory = psutil.virtual_memory()
         used, total = int(memory.total - memory.available), int(memory.total)

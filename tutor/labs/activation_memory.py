@@ -128,7 +128,8 @@ def _activation_memory(params: dict, progress: ProgressFn, cancel: threading.Eve
     device = resolve_device(params["device"])
     torch.manual_seed(params["seed"])
     shape = BlockShape(**geometry)
-    blocks = torch.nn.Sequential(*(Block(shape) for _ in range(params["layers"])))
+    stacked = [Block(shape) for _ in range(params["layers"])]
+    blocks = torch.nn.Sequential(*stacked)
     blocks = blocks.to(device=device, dtype=TORCH_DTYPES[params["dtype"]]).train()
     # The input stands for the previous layer's output, so it requires grad: otherwise autograd
     # would not keep the first norm's input at all.
@@ -141,7 +142,7 @@ def _activation_memory(params: dict, progress: ProgressFn, cancel: threading.Eve
         out = blocks(x)
     progress(0.7, "backward pass")
     out.float().square().mean().backward()  # proves the recorded graph is a real, complete one
-    backend = blocks[0].sdpa_backend or "eager"
+    backend = stacked[0].sdpa_backend or "eager"  # .to() moved the blocks in place
     attention_kind = "eager" if backend in ("eager", "math") else "flash"
     terms = _layer_terms(params, shape, attention_kind, value_bytes)
     layers = params["layers"]

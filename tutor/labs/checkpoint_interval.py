@@ -64,7 +64,7 @@ def _checkpoint_interval(params: dict, progress: ProgressFn, cancel: threading.E
             Measurement("Daly's interval", None, "s", daly, "Daly 2006, eq. 37")]
     rng = random.Random(params["seed"])
     work = params["work_hours"] * 3600
-    best_multiple, best_waste = None, math.inf
+    best_multiple, best_waste = MULTIPLES[0], math.inf
     for index, multiple in enumerate(MULTIPLES):
         if cancel.is_set():
             return ProbeResult("checkpoint-interval", tuple(rows), metrics, "cancelled", True, "cpu")

@@ -27,11 +27,19 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from tutor.formatting import format_duration, format_number
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from tutor.labs.ranks import RankContext
+
+T = TypeVar("T")
 
 VOCAB = 512
 HEADS = 4
@@ -52,7 +60,7 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
-def _ddp_rank(ctx: Any, p: dict) -> dict:
+def _ddp_rank(ctx: RankContext, p: dict) -> dict:
     """One rank: build, wrap, train, time, and report its parameters' digest and difference from rank 0."""
     import hashlib
 
@@ -94,7 +102,7 @@ def _ddp_rank(ctx: Any, p: dict) -> dict:
         loss.backward()
         return float(loss.detach())
 
-    def timed(work: Any) -> tuple[float, Any]:
+    def timed(work: Callable[[], T]) -> tuple[float, T]:
         sync()
         dist.barrier()
         start = time.perf_counter()
@@ -278,7 +286,7 @@ def ddp_result(reports: list[dict], params: dict) -> ProbeResult:
                        details=details)
 
 
-def render_ddp(result: ProbeResult) -> Any:
+def render_ddp(result: ProbeResult) -> RenderableType:
     """Per-rank bars: compute alone, communication alone, and the DDP step, on one time scale."""
     from rich.table import Table
     from rich.text import Text

@@ -100,13 +100,13 @@ def _moe_alltoall(params: dict, progress: ProgressFn, cancel: threading.Event) -
         "busiest_expert_over_mean": max(expert_load) / mean_load,
         "steps": float(steps),
     }
-    source = "2 · (ep−1)/ep · tokens · k · h · 2 B, uniform routing"
+    theory_source = "2 · (ep−1)/ep · tokens · k · h · 2 B, uniform routing"
     rows = [
         Measurement(f"bytes each rank sends per MoE layer, forward (dispatch + combine), mean of {steps} steps",
-                    measured, "B", float(theory), source,
+                    measured, "B", float(theory), theory_source,
                     f"{ep} ranks x {local} experts, {tokens} tokens per rank, top-{top_k}, h = {hidden}, BF16"),
         Measurement("the same, sending each token once per destination rank", dedup, "B", float(theory),
-                    source, "a token whose k experts share a rank crosses the link once"),
+                    theory_source, "a token whose k experts share a rank crosses the link once"),
         Measurement("busiest rank's incoming tokens over the mean", metrics["busiest_rank_over_mean"], "x", 1.0,
                     "every rank equal under uniform routing", "the all-to-all and the experts wait for this rank"),
         Measurement("busiest expert's tokens over the mean", metrics["busiest_expert_over_mean"], "x", 1.0,

@@ -58,6 +58,7 @@ def _grad_accumulation(params: dict, progress: ProgressFn, cancel: threading.Eve
     from torch import nn
 
     from tutor.errors import UserError
+    from tutor.labs.gradients import grad_of
 
     batch, k = params["batch"], params["micro_batches"]
     if batch % k:
@@ -71,26 +72,29 @@ def _grad_accumulation(params: dict, progress: ProgressFn, cancel: threading.Eve
     model = nn.Sequential(*layers, nn.Linear(width, 1))
     inputs = torch.randn(batch, width)
     targets = torch.randn(batch, 1)
-    saved = {"bytes": 0, "seen": set()}
+    saved_bytes = 0
+    seen: set[int] = set()
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
 
-    def pack(tensor):
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal saved_bytes
         # weights are saved too (as views such as weight.t()): they are not activations
         storage = tensor.untyped_storage()
-        if storage.data_ptr() not in weights and storage.data_ptr() not in saved["seen"]:
-            saved["seen"].add(storage.data_ptr())
-            saved["bytes"] += storage.nbytes()
+        if storage.data_ptr() not in weights and storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            saved_bytes += storage.nbytes()
         return tensor
 
-    def loss_of(x, y, divide: int):
-        saved["bytes"] = 0
-        saved["seen"] = set()
+    def loss_of(x: torch.Tensor, y: torch.Tensor, divide: int) -> tuple[torch.Tensor, int]:
+        nonlocal saved_bytes
+        saved_bytes = 0
+        seen.clear()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             loss = nn.functional.mse_loss(model(x), y) / divide
-        return loss, saved["bytes"]
+        return loss, saved_bytes
 
-    def gradients() -> list:
-        return [p.grad.detach().clone() for p in model.parameters()]
+    def gradients() -> list[torch.Tensor]:
+        return [grad_of(p).detach().clone() for p in model.parameters()]
 
     progress(0.2, "one big batch")
     loss, full_bytes = loss_of(inputs, targets, 1)
@@ -112,9 +116,11 @@ def _grad_accumulation(params: dict, progress: ProgressFn, cancel: threading.Eve
         model.zero_grad(set_to_none=True)
     accumulated, micro_bytes = results[True]
     undivided, _ = results[False]
-    norm = torch.sqrt(sum((g**2).sum() for g in full)).item()
-    difference = torch.sqrt(sum(((a - f) ** 2).sum() for a, f in zip(accumulated, full, strict=True))).item() / norm
-    undivided_ratio = torch.sqrt(sum((u**2).sum() for u in undivided)).item() / norm
+    zero = torch.tensor(0.0)
+    norm = torch.sqrt(sum(((g**2).sum() for g in full), zero)).item()
+    difference = torch.sqrt(sum((((a - f) ** 2).sum() for a, f in zip(accumulated, full, strict=True)),
+                                zero)).item() / norm
+    undivided_ratio = torch.sqrt(sum(((u**2).sum() for u in undivided), zero)).item() / norm
     from tutor.theory.formats import format_by_name
 
     fp32_eps = float(format_by_name("fp32").epsilon)

@@ -104,7 +104,8 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
                          num_hidden_layers=params["layers"], num_attention_heads=heads, num_key_value_heads=kv_heads,
                          max_position_embeddings=params["prompt"] + params["tokens"] + 1)
     dtype = _torch_dtype(params["dtype"])
-    model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    # transformers declares .to through functools.wraps(nn.Module.to), which mypy reads as a call missing self
+    model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
     cache = DynamicCache(config=config)
     ids = torch.randint(0, config.vocab_size, (1, params["prompt"]), device=device)
     lengths: list[int] = []

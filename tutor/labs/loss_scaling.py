@@ -16,6 +16,7 @@ import threading
 import time
 
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
+from tutor.labs.gradients import grad_of
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.formatting import format_number
 
@@ -58,11 +59,11 @@ def _run(kind: str, params: dict, cancel: threading.Event):
         losses.append(loss.item())
         scaled = loss * params["loss_factor"]
         (scaler.scale(scaled) if scaler else scaled).backward()
-        zeros = sum((w.grad == 0).sum().item() for w in working) / sum(w.numel() for w in working)
+        zeros = sum(int((grad_of(w) == 0).sum()) for w in working) / sum(w.numel() for w in working)
         zero_fractions.append(zeros)
         for p, w in zip(master.parameters(), working, strict=True):
             # divide the factor out again, in FP32, as an optimizer would see a normal gradient
-            p.grad = w.grad.float() / params["loss_factor"]
+            p.grad = grad_of(w).float() / params["loss_factor"]
             w.grad = None
         if scaler:
             before = scaler.get_scale()
@@ -92,8 +93,8 @@ def _reference_below_threshold(params: dict) -> float:
     loss = ((model(inputs) - torch.sin(inputs[:, :1] * 3)) ** 2).mean() * params["loss_factor"]
     loss.backward()
     threshold = fp16_flush_threshold()
-    grads = [p.grad for p in model.parameters()]
-    return sum((g.abs() < threshold).sum().item() for g in grads) / sum(g.numel() for g in grads)
+    grads = [grad_of(p) for p in model.parameters()]
+    return sum(int((g.abs() < threshold).sum()) for g in grads) / sum(g.numel() for g in grads)
 
 
 def _loss_scaling(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:

@@ -30,11 +30,14 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tutor.errors import UserError
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, make_probe
+
+if TYPE_CHECKING:
+    import torch
 
 RUNS = ("none", "aux_loss", "bias")
 RUN_TITLES = {"none": "no balancing", "aux_loss": "Switch auxiliary loss", "bias": "DeepSeek-V3 bias"}
@@ -58,11 +61,11 @@ PROGRESS_EVERY = 10
 class MoEWeights:
     """The layer's tensors: router [E, h] and bias [E]; experts' gate and up [E, f, h], down [E, h, f]."""
 
-    router: Any
-    router_bias: Any
-    w_gate: Any
-    w_up: Any
-    w_down: Any
+    router: torch.Tensor
+    router_bias: torch.Tensor
+    w_gate: torch.Tensor
+    w_up: torch.Tensor
+    w_down: torch.Tensor
 
     def tensors(self) -> list:
         return [self.router, self.router_bias, self.w_gate, self.w_up, self.w_down]
@@ -83,18 +86,18 @@ class MoEWeights:
 class SyntheticTask:
     """Tokens around C centres; cluster c's target is tanh(A_c·x)."""
 
-    centres: Any
-    maps: Any
+    centres: torch.Tensor
+    maps: torch.Tensor
 
 
 @dataclass
 class Routing:
     """One batch's routing: scores [T, E], probabilities over experts [T, E], chosen [T, k], gates [T, k]."""
 
-    scores: Any
-    probs: Any
-    chosen: Any
-    gates: Any
+    scores: torch.Tensor
+    probs: torch.Tensor
+    chosen: torch.Tensor
+    gates: torch.Tensor
 
     def expert_counts(self, num_experts: int):
         """Token-slots per expert: how many (token, choice) pairs picked each expert."""
@@ -214,7 +217,7 @@ class RunOutcome:
 
     name: str
     weights: MoEWeights
-    selection_bias: Any  # the DeepSeek-V3 bias (None for the other runs)
+    selection_bias: torch.Tensor | None  # the DeepSeek-V3 bias (None for the other runs)
     main_loss_first: float
     main_loss_last: float
     aux_check: tuple[float, float] | None  # (torch's value, tutor.theory's value) on the last step

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tutor.errors import UserError
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
@@ -129,23 +129,27 @@ def replay_timeline(schedule: str, durations: list[dict[tuple[str, int], float]]
     return timeline
 
 
-class Links(Protocol):
+Data = TypeVar("Data")
+"""What a block hands to the next stage (a torch tensor in the lab; anything in the tests)."""
+
+
+class Links(Protocol[Data]):
     """A stage's point-to-point links to its neighbours for one step."""
 
     def post_receives(self) -> None:
         """Post every receive the step will need (before the step's time origin)."""
 
-    def receive(self, kind: str, microbatch: int) -> Any:
+    def receive(self, kind: str, microbatch: int) -> Data | None:
         """Wait for the input of block (kind, microbatch); None when no stage sends it."""
 
-    def send(self, kind: str, microbatch: int, output: Any) -> None:
+    def send(self, kind: str, microbatch: int, output: Data) -> None:
         """Start sending a block's output to the stage that needs it (no-op at the pipeline's ends)."""
 
     def finish(self) -> None:
         """Wait until every send of the step has completed."""
 
 
-def run_step(order: list[tuple[str, int]], links: Links, compute: Callable[[str, int, Any], Any],
+def run_step(order: list[tuple[str, int]], links: Links[Data], compute: Callable[[str, int, Data | None], Data],
              start: Callable[[], float], clock: Callable[[], float]) -> dict[str, Any]:
     """One step of one stage: receives posted, time origin taken (`start`, a barrier), then each
     block of `order` in turn: wait for its input, compute (timed), start sending its output. The
@@ -319,7 +323,9 @@ def _timed_stage_class():
 
     class TimedStage(PipelineStage):
         def start_step(self, t0: float) -> None:
-            self.t0, self.events, self.saved_bytes = t0, [], {}
+            self.t0 = t0
+            self.events: list[dict[str, Any]] = []
+            self.saved_bytes: dict[int, int] = {}
 
         def _now(self) -> float:
             if self.device.type == "cuda":

@@ -79,7 +79,7 @@ def _quant_error(params: dict, progress: ProgressFn, cancel: threading.Event) ->
         metrics[f"zero_fraction_{name}"] = zeros
         metrics[f"output_rel_error_{name}"] = output_error
         metrics[f"bits_per_weight_{name}"] = bits_per_weight
-        how = {0: "one scale for the tensor", -1: "one scale per row"}.get(grouping, f"one scale per {group} weights")
+        how = {0: "one scale for the tensor", -1: "one scale per row", None: f"one scale per {group} weights"}[grouping]
         rows.append(Measurement(
             f"INT{bits}, {how}: relative weight error", error, "relative RMS", theory,
             "step^2/12 per weight, step = absmax/qmax of each group (Bennett 1948)",

@@ -156,6 +156,8 @@ def _check_block(block: str, params: dict, rank: int, world: int, mesh) -> dict[
     import torch
     from torch.distributed.tensor.parallel import parallelize_module
 
+    from tutor.labs.gradients import grad_of
+
     hidden, heads, seq, batch = params["hidden"], params["heads"], params["seq"], params["batch"]
     ffn = params["ffn_multiplier"] * hidden
     torch.manual_seed(params["seed"])
@@ -178,7 +180,8 @@ def _check_block(block: str, params: dict, rank: int, world: int, mesh) -> dict[
     tp_grad_out = grad_out.chunk(world, dim=-1)[rank] if column_output else grad_out
     with backward_mode:
         tp_out.backward(tp_grad_out)
-    expected_in_grad = ref_in.grad.chunk(world, dim=-1)[rank] if block == "row-parallel linear" else ref_in.grad
+    ref_in_grad = grad_of(ref_in)
+    expected_in_grad = ref_in_grad.chunk(world, dim=-1)[rank] if block == "row-parallel linear" else ref_in_grad
 
     forward_error = float((_local(tp_out) - expected_out).detach().abs().max())
     grad_errors = [float((tp_in.grad - expected_in_grad).detach().abs().max())]

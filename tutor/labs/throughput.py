@@ -161,7 +161,8 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
     for a, b in itertools.combinations(measured, 2):
         # Lower precision listed first reads naturally: "bf16 is 0.02x fp32 here".
         low, high = (b, a) if MATMUL_DTYPES.index(a) < MATMUL_DTYPES.index(b) else (a, b)
-        theory = peaks[low] / peaks[high] if peaks[low] and peaks[high] else None
+        peak_low, peak_high = peaks[low], peaks[high]
+        theory = peak_low / peak_high if peak_low and peak_high else None
         shape = shared_shape[frozenset((a, b))]
         at = f", both at {shape[0]}x{shape[1]}x{shape[2]}" if shape else ", best rates (no size timed by both)"
         rows.append(Measurement(

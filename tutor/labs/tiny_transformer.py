@@ -15,7 +15,7 @@ import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Self
+from typing import Self, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -25,13 +25,23 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 STYLES = ("gpt", "llama")
 ATTENTIONS = ("eager", "sdpa")
 
-_current = threading.local()
+
+
+class _ThreadState(threading.local):
+    """Per thread: the region the forward pass is in, and the recorder that is listening (if any).
+    Class attributes are the defaults a thread sees before it sets its own."""
+
+    region: str = "other"
+    recorder: SavedTensorRecorder | None = None
+
+
+_current = _ThreadState()
 
 
 @contextlib.contextmanager
 def region(name: str) -> Iterator[None]:
     """Tensors autograd saves inside this block are filed under `name`."""
-    previous = getattr(_current, "region", "other")
+    previous = _current.region
     _current.region = name
     try:
         yield
@@ -42,14 +52,20 @@ def region(name: str) -> Iterator[None]:
 def _note_extra(tensor: torch.Tensor, reason: str, counted_share: float = 0.0) -> None:
     """Mark a tensor's storage as one the theory does not count (or counts only `counted_share`
     of): the recorder reports its bytes beyond that share as an explained difference."""
-    recorder = getattr(_current, "recorder", None)
+    recorder = _current.recorder
     if recorder is not None:
         recorder.extras[tensor.untyped_storage().data_ptr()] = (reason, counted_share)
 
 
 def sdpa_has_enable_gqa() -> bool:
     """Whether F.scaled_dot_product_attention takes `enable_gqa` (added in PyTorch 2.5)."""
-    return torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
+    return torch.torch_version.TorchVersion(torch.__version__) >= "2.5"
+
+
+class _GqaOption(TypedDict, total=False):
+    """scaled_dot_product_attention's `enable_gqa`, passed only to a torch that has it."""
+
+    enable_gqa: bool
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -94,10 +110,10 @@ class SavedTensorRecorder:
         ptr = storage.data_ptr()
         if ptr and ptr not in self.excluded:
             if ptr not in self.seen:
-                self.seen[ptr] = (getattr(_current, "region", "other"), tuple(tensor.shape),
+                self.seen[ptr] = (_current.region, tuple(tensor.shape),
                                   str(tensor.dtype).removeprefix("torch."), storage.nbytes())
             self.views.setdefault(ptr, set()).add(
-                (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor.element_size()))
+                (tuple(tensor.shape), tuple(tensor.stride()), int(tensor.storage_offset()), tensor.element_size()))
         return tensor
 
     def _unused_bytes(self, ptr: int, nbytes: int) -> int:
@@ -219,7 +235,7 @@ class Block(nn.Module):
             k = k.view(b, s, kv, d).transpose(1, 2)
             v = v.view(b, s, kv, d).transpose(1, 2)
             if shape.attention == "sdpa":
-                gqa: dict[str, bool] = {}
+                gqa: _GqaOption = {}
                 if kv != a and sdpa_has_enable_gqa():
                     gqa["enable_gqa"] = True
                 elif kv != a:

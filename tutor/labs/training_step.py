@@ -109,6 +109,7 @@ def _training_step(params: dict, progress: ProgressFn, cancel: threading.Event) 
     import torch
     import torch.nn.functional as F
 
+    from tutor.labs.gradients import grad_of
     from tutor.labs.tiny_transformer import BlockShape, SavedTensorRecorder, TinyLM
 
     device = resolve_device(params["device"])
@@ -148,7 +149,7 @@ def _training_step(params: dict, progress: ProgressFn, cancel: threading.Event) 
     progress(0.7, "optimizer step")
     if master:
         for fp32, low in zip(master, weights, strict=True):
-            fp32.grad = low.grad.float()
+            fp32.grad = grad_of(low).float()
     optimizer.step()
     if master:
         with torch.no_grad():

@@ -34,12 +34,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tutor.formatting import format_bytes
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs._params import Param, budget_param, make_probe
+
+if TYPE_CHECKING:
+    import torch
+    from rich.console import RenderableType
+
+    from tutor.labs.ranks import RankContext
 
 VOCAB = 512
 HEADS = 4
@@ -51,13 +57,13 @@ _COUNTED = {"all_reduce": 0, "broadcast": 0, "all_gather_single": 0, "reduce_sca
             "all_gather_into_tensor": 0, "reduce_scatter_tensor": 1}
 
 
-def _local_bytes(tensor: Any) -> int:
+def _local_bytes(tensor: torch.Tensor) -> int:
     """Bytes this rank holds for `tensor`: a DTensor's local shard, else the tensor itself."""
     local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
     return int(local.numel() * local.element_size())
 
 
-def _optimizer_state_bytes(optimizer: Any) -> int:
+def _optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(_local_bytes(value) for state in optimizer.state.values() for value in state.values()
                if hasattr(value, "numel"))
 
@@ -65,13 +71,14 @@ def _optimizer_state_bytes(optimizer: Any) -> int:
 @contextlib.contextmanager
 def _counting_collectives(log: list[tuple[str, int]]) -> Iterator[None]:
     """Record (op, S bytes) of every counted torch.distributed call made inside the block."""
+    import torch
     import torch.distributed as dist
 
     originals = {name: getattr(dist, name) for name in _COUNTED if hasattr(dist, name)}
 
-    def wrap(name: str, original: Any) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            tensors = [a for a in (*args, *kwargs.values()) if hasattr(a, "numel")]
+    def wrap(name: str, original: Callable[..., object]) -> Callable[..., object]:
+        def counted(*args: object, **kwargs: object) -> object:
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
             if tensors:
                 buffer = tensors[min(_COUNTED[name], len(tensors) - 1)]
                 log.append((name, int(buffer.numel() * buffer.element_size())))
@@ -87,7 +94,7 @@ def _counting_collectives(log: list[tuple[str, int]]) -> Iterator[None]:
             setattr(dist, name, original)
 
 
-def _zero_rank(ctx: Any, p: dict) -> dict:
+def _zero_rank(ctx: RankContext, p: dict) -> dict:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -100,11 +107,11 @@ def _zero_rank(ctx: Any, p: dict) -> dict:
                        style="llama", attention="sdpa", dropout=0.0)
     data = torch.Generator().manual_seed(p["seed"] * 100_003 + ctx.rank + 1)
 
-    def fresh_model() -> Any:
+    def fresh_model() -> TinyLM:
         torch.manual_seed(p["seed"])
         return TinyLM(shape, p["layers"], VOCAB).to(device).train()
 
-    def step(model: Any, optimizer: Any) -> int:
+    def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
         """One training step; returns the parameter bytes held between forward and backward."""
         ids = torch.randint(0, VOCAB, (p["batch"], p["seq"] + 1), generator=data).to(device)
         logits = model(ids[:, :-1])
@@ -113,7 +120,8 @@ def _zero_rank(ctx: Any, p: dict) -> dict:
         optimizer.step()
         return held
 
-    def measure(model: Any, optimizer: Any, local_optimizer: Any) -> dict:
+    def measure(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                local_optimizer: torch.optim.Optimizer) -> dict:
         log: list[tuple[str, int]] = []
         optimizer.zero_grad(set_to_none=True)
         step(model, optimizer)  # warm-up: AdamW creates its states at the first step
@@ -145,8 +153,8 @@ def _zero_rank(ctx: Any, p: dict) -> dict:
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         # The Python hook does what DDP's built-in all-reduce does, through dist.all_reduce, where it is counted.
         wrapped.register_comm_hook(dist.group.WORLD, allreduce_hook)
-        optimizer = ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=torch.optim.AdamW, lr=LR)
-        sharded = measure(wrapped, optimizer, optimizer.optim)
+        zero_optimizer = ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=torch.optim.AdamW, lr=LR)
+        sharded = measure(wrapped, zero_optimizer, zero_optimizer.optim)
     else:
         from torch.distributed.fsdp import fully_shard
 
@@ -271,7 +279,7 @@ def zero_result(reports: list[dict], params: dict) -> ProbeResult:
                        device=reports[0]["device"], details=details)
 
 
-def render_zero(result: ProbeResult) -> Any:
+def render_zero(result: ProbeResult) -> RenderableType:
     """Per-rank memory bars per category: replicated beside sharded, on one byte scale."""
     from rich.table import Table
     from rich.text import Text

@@ -190,16 +190,21 @@ def expected_answer(quiz: Quiz, *, device: DeviceFigures | Machine | None = None
                 raise UserError(f"quiz {quiz.id}: answer_expr gave {value!r}, not text")
             return value
         raise UserError(f"quiz {quiz.id}: a choice quiz takes answer = <index>, not answer_expr")
+    answer = quiz.answer
+    if answer is None:  # the loader requires answer or answer_expr
+        raise UserError(f"quiz {quiz.id}: no answer and no answer_expr")
     if quiz.kind == "number":
-        if isinstance(quiz.answer, str):
-            number = parse_number(quiz.answer)
-            if number is None:
-                raise UserError(f"quiz {quiz.id}: answer {quiz.answer!r} is not a number")
-            return number
-        return float(quiz.answer)  # type: ignore[arg-type]
-    if quiz.kind == "text" and isinstance(quiz.answer, tuple):
-        return quiz.answer[0]
-    return quiz.answer  # type: ignore[return-value]
+        if isinstance(answer, str):
+            parsed = parse_number(answer)
+            if parsed is None:
+                raise UserError(f"quiz {quiz.id}: answer {answer!r} is not a number")
+            return parsed
+        if isinstance(answer, tuple):
+            raise UserError(f"quiz {quiz.id}: answer {answer!r} is not a number")
+        return float(answer)
+    if isinstance(answer, tuple):  # a text quiz's accepted texts: the first is the reference
+        return answer[0]
+    return answer
 
 
 def format_expected(quiz: Quiz, value: str | float) -> str:

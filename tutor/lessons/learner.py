@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import random
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from tutor.errors import UserError
 from tutor.lessons.model import Block, Calc, Exercise, Measure, Predict, Prose, Quiz
@@ -52,18 +52,20 @@ def chain_draw_values(quiz: Quiz, *, learner_id: str, lesson_id: str) -> dict[st
     return drawn
 
 
-def drawn_values(block: Any) -> dict[str, Any]:
-    """The values the block's expressions see: those drawn for the learner, else each draw's first."""
-    drawn = getattr(block, "drawn", None)
-    if drawn is not None:
-        return dict(drawn)
-    return {name: values[0] for name, values in getattr(block, "draw", ())}
+def drawn_values(block: Block) -> dict[str, Any]:
+    """The values the block's expressions see: those drawn for the learner, else each draw's first
+    (only quiz and predict blocks draw)."""
+    if not isinstance(block, (Quiz, Predict)):
+        return {}
+    if block.drawn is not None:
+        return dict(block.drawn)
+    return {name: values[0] for name, values in block.draw}
 
 
-def draw_combinations(block: Any, limit: int = MAX_DRAW_COMBINATIONS) -> list[dict[str, Any]]:
+def draw_combinations(block: Block, limit: int = MAX_DRAW_COMBINATIONS) -> list[dict[str, Any]]:
     """Every combination of the block's draws (the lint checks each), or `limit` of them, sampled
     with a fixed seed, when there are more. A block without draws has one: {}."""
-    draws = tuple(getattr(block, "draw", ()))
+    draws = block.draw if isinstance(block, (Quiz, Predict)) else ()
     names = [name for name, _ in draws]
     total = 1
     for _, values in draws:
@@ -81,17 +83,25 @@ def choice_order(count: int, seed: int) -> list[int]:
     return order
 
 
-def shuffle_choices(quiz: Quiz, seed: int) -> Quiz:
+QuizT = TypeVar("QuizT", bound=Quiz)
+
+
+def shuffle_choices(quiz: QuizT, seed: int) -> QuizT:
     """The quiz with its choices (and their feedback) in a learner's order, `answer` following them."""
-    if quiz.kind != "choice" or not quiz.shuffle or len(quiz.choices) < 2:
+    # a choice quiz's answer is its index (checked by the loader)
+    if quiz.kind != "choice" or not quiz.shuffle or len(quiz.choices) < 2 or not isinstance(quiz.answer, int):
         return quiz
     order = choice_order(len(quiz.choices), seed)
     feedback = tuple(quiz.feedback[i] for i in order) if quiz.feedback else ()
-    return replace(quiz, choices=tuple(quiz.choices[i] for i in order), answer=order.index(int(quiz.answer)),
+    return replace(quiz, choices=tuple(quiz.choices[i] for i in order), answer=order.index(quiz.answer),
                    feedback=feedback)
 
 
-def personalise(block: Block, *, learner_id: str, lesson_id: str, round_: int = 0) -> Block:
+BlockT = TypeVar("BlockT", bound=Block)
+"""A block's own type, kept: personalising or rendering a Quiz gives a Quiz."""
+
+
+def personalise(block: BlockT, *, learner_id: str, lesson_id: str, round_: int = 0) -> BlockT:
     """The block as this learner sees it: draws picked, choices shuffled (quiz and predict only)."""
     if not isinstance(block, (Quiz, Predict)):
         return block
@@ -101,7 +111,7 @@ def personalise(block: Block, *, learner_id: str, lesson_id: str, round_: int = 
     else:
         personal = replace(block, drawn=draw_values(block, seed))
     if isinstance(personal, Quiz):
-        personal = shuffle_choices(personal, seed)
+        return shuffle_choices(personal, seed)
     return personal
 
 
@@ -119,7 +129,7 @@ def resolve_params(params: dict[str, Any], *, device: LessonDevice = None, draw:
     return resolved
 
 
-def render_block(block: Block, *, device: LessonDevice = None) -> Block:
+def render_block(block: BlockT, *, device: LessonDevice = None) -> BlockT:
     """The block with `{{ }}` computed in every learner-facing text (and predict params); UserError
     naming the expression when one fails. Works on a personalised block (its draws) or a raw one
     (each draw's first value)."""
@@ -150,17 +160,17 @@ def render_block(block: Block, *, device: LessonDevice = None) -> Block:
     return block
 
 
-def learner_view(block: Block, *, learner_id: str, lesson_id: str, device: LessonDevice = None, round_: int = 0) -> Block:
+def learner_view(block: BlockT, *, learner_id: str, lesson_id: str, device: LessonDevice = None,
+                 round_: int = 0) -> BlockT:
     """personalise() then render_block(): what the app shows this learner."""
     return render_block(personalise(block, learner_id=learner_id, lesson_id=lesson_id, round_=round_), device=device)
 
 
-def safe_learner_view(block: Block, **kwargs: Any) -> tuple[Block, str | None]:
+def safe_learner_view(block: BlockT, *, learner_id: str = "", lesson_id: str = "", device: LessonDevice = None,
+                      round_: int = 0) -> tuple[BlockT, str | None]:
     """learner_view(), or the unrendered personalised block and the error when a value fails
     (the app shows the error in place: a content bug must never crash a lesson)."""
     try:
-        return learner_view(block, **kwargs), None
+        return learner_view(block, learner_id=learner_id, lesson_id=lesson_id, device=device, round_=round_), None
     except UserError as error:
-        personal = personalise(block, learner_id=kwargs.get("learner_id", ""), lesson_id=kwargs.get("lesson_id", ""),
-                               round_=kwargs.get("round_", 0))
-        return personal, str(error)
+        return personalise(block, learner_id=learner_id, lesson_id=lesson_id, round_=round_), str(error)

@@ -11,13 +11,14 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tutor.errors import UserError
 from tutor.lessons.grading import expected_answer, format_expected, grade
 from tutor.lessons.learner import draw_combinations, drawn_values, render_block, resolve_params
 from tutor.lessons.loader import CURRICULUM_FILE, LESSON_MD, LESSON_TOML, Curriculum
-from tutor.lessons.model import Calc, Exercise, Lesson, Measure, Predict, Prose, Quiz
+from tutor.lessons.learner import BlockT
+from tutor.lessons.model import Block, Calc, Exercise, Lesson, Measure, Predict, Prose, Quiz
 from tutor.lessons.values import DeviceFigures
 
 ALLOWLIST_FILE = "lint-allow.toml"
@@ -43,7 +44,32 @@ def _device_name(device: DeviceFigures | None) -> str:
     return "no device" if device is None else device.name
 
 
-def _texts(block: Any) -> list[str]:
+class LintedProbe(Protocol):
+    """What the probe check needs of a probe (tutor.labs.Probe has all of it): the params it takes;
+    optionally check_params (ChecksParams) and its metrics, exact (ReportsMetricsFor) or as patterns
+    (DocumentsMetrics)."""
+
+    @property
+    def params_schema(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class ChecksParams(Protocol):
+    def check_params(self, params: dict) -> dict: ...
+
+
+@runtime_checkable
+class ReportsMetricsFor(Protocol):
+    def metrics_for(self, params: dict) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class DocumentsMetrics(Protocol):
+    @property
+    def metrics(self) -> tuple[str, ...]: ...
+
+
+def _texts(block: Block) -> list[str]:
     """Every learner-facing text of a block, where {{ }} values may appear."""
     if isinstance(block, Prose):
         return [block.text]
@@ -60,15 +86,15 @@ def _texts(block: Any) -> list[str]:
     return []
 
 
-def _variants(block: Any) -> list[Any]:
+def _variants(block: BlockT) -> list[BlockT]:
     """The block once per combination of its draws (the block itself when it draws nothing)."""
-    if not getattr(block, "draw", ()):
+    if not isinstance(block, (Quiz, Predict)) or not block.draw:
         return [block]
     return [replace(block, drawn=combo) for combo in draw_combinations(block)]
 
 
-def _draw_name(block: Any) -> str:
-    drawn = getattr(block, "drawn", None)
+def _draw_name(block: Block) -> str:
+    drawn = block.drawn if isinstance(block, (Quiz, Predict)) else None
     return f" and draw {drawn}" if drawn else ""
 
 
@@ -199,7 +225,7 @@ def metric_matches(metric: str, documented: Iterable[str]) -> bool:
     return False
 
 
-def check_probes(lesson: Lesson, probes: Mapping[str, Any]) -> list[str]:
+def check_probes(lesson: Lesson, probes: Mapping[str, LintedProbe]) -> list[str]:
     """Each measure/predict names a probe, passes only params it accepts (and values its
     `check_params(params)` accepts, when it has one), and predicts a metric it reports.
 
@@ -222,23 +248,22 @@ def check_probes(lesson: Lesson, probes: Mapping[str, Any]) -> list[str]:
         if probe is None:
             problems.append(f"{where}: no lab {block.probe!r} (labs: {', '.join(sorted(probes))})")
             continue
-        schema = getattr(probe, "params_schema", {}) or {}
+        schema = probe.params_schema or {}
         unknown = sorted(set(block.params) - set(schema))
         if unknown:
             problems.append(f"{where}: lab {block.probe} takes no param {unknown[0]!r} "
                             f"(params: {', '.join(schema) or 'none'})")
-        elif callable(getattr(probe, "check_params", None)):
+        elif isinstance(probe, ChecksParams):
             try:
                 probe.check_params(dict(block.params))
             except UserError as error:
                 problems.append(f"{where}: {error}")
         if isinstance(block, Predict):
-            metrics_for = getattr(probe, "metrics_for", None)
-            if callable(metrics_for):
-                known = tuple(metrics_for(dict(block.params)))
+            if isinstance(probe, ReportsMetricsFor):
+                known = tuple(probe.metrics_for(dict(block.params)))
                 ok = block.metric in known
             else:
-                known = tuple(getattr(probe, "metrics", ()))
+                known = tuple(probe.metrics) if isinstance(probe, DocumentsMetrics) else ()
                 ok = metric_matches(block.metric, known)
             if not ok:
                 problems.append(f"{where}: lab {block.probe} reports no metric {block.metric!r} "
@@ -360,7 +385,7 @@ def check_hand_typed_numbers(lesson: Lesson, allow: Iterable[AllowEntry] = ()) -
     return problems
 
 
-def lint_curriculum(root: Path, probes: Mapping[str, Any] | None = None, *,
+def lint_curriculum(root: Path, probes: Mapping[str, LintedProbe] | None = None, *,
                     require_predict_and_measure: bool = True) -> list[str]:
     """Every problem the checks above find in the curriculum at `root`, lesson by lesson (a lesson that
     does not parse is one problem, and the others are still checked). probes=None skips the probe check.

@@ -87,10 +87,13 @@ def lesson_complete(lesson: Lesson, state: LessonProgress) -> bool:
     return required_blocks(lesson) <= set(state.done_blocks)
 
 
-def _clean_lesson(entry: Any) -> dict[str, Any] | None:
+def _clean_lesson(entry: object) -> dict[str, Any] | None:
     """A lesson's record with only well-formed parts, None when nothing in it is usable."""
-    if not isinstance(entry, dict):
-        return None
+    return _clean_record(entry) if isinstance(entry, dict) else None
+
+
+def _clean_record(entry: dict[str, Any]) -> dict[str, Any]:
+    """A lesson's record (an object) with only its well-formed parts; {} gives an empty record."""
     unknown = {key: value for key, value in entry.items() if key not in _LESSON_KEYS}  # a newer version's
     done = entry.get("done_blocks", [])
     seen = entry.get("seen_blocks", {})
@@ -166,7 +169,7 @@ class ProgressStore:
     # ---- reading ------------------------------------------------------------------------------
 
     def _lesson(self, lesson_id: str) -> dict[str, Any]:
-        return self._data["lessons"].get(lesson_id) or _clean_lesson({})  # type: ignore[return-value]
+        return self._data["lessons"].get(lesson_id) or _clean_record({})
 
     def lesson_state(self, lesson_id: str) -> LessonProgress:
         entry = self._lesson(lesson_id)

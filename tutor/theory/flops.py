@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from tutor.errors import UserError
 
 
-def _count(value: int, name: str, *, minimum: int = 1) -> int:
+def _count(value: int | float, name: str, *, minimum: int = 1) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # 540.35e9 typed as a float is still a whole count
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 from functools import cached_property
-from typing import Literal
+from typing import Literal, TypedDict
 
 from tutor.errors import UserError
 
@@ -516,6 +516,15 @@ def _require_float_format(fmt: NumberFormat, verb: str) -> None:
         raise UserError(f"cannot {verb} {fmt.name} bit by bit: it is not a float format (use {helper})")
 
 
+class _EncodedInput(TypedDict):
+    """The Encoding fields that come from the input, the same whichever bits it rounds to."""
+
+    format: NumberFormat
+    sign: int
+    input_value: Fraction | None
+    input_float: float
+
+
 def encode(value: Number, fmt: NumberFormat | str, saturate: bool | None = None) -> Encoding:
     """Round `value` to the nearest value of float format `fmt` (ties to even) and return its bits.
 
@@ -536,7 +545,7 @@ def encode(value: Number, fmt: NumberFormat | str, saturate: bool | None = None)
     _require_float_format(fmt, "encode")
     parsed = _parse_value(value)
     clamp = fmt.saturating_cast if saturate is None else saturate
-    common = dict(format=fmt, sign=parsed.sign, input_value=parsed.exact, input_float=parsed.as_float)
+    common = _EncodedInput(format=fmt, sign=parsed.sign, input_value=parsed.exact, input_float=parsed.as_float)
     top_exponent = 2**fmt.exponent_bits - 1
 
     if parsed.is_nan:

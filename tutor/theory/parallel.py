@@ -42,7 +42,7 @@ def _exact(value: Number, name: str) -> Fraction:
     return exact
 
 
-def _positive_int(value: int, name: str) -> int:
+def _positive_int(value: int | float, name: str) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # 7.5e9 typed as a float is still a whole count
     return positive_int(value, name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from textual import events, on
 from textual.app import App
@@ -26,11 +26,28 @@ from tutor.ui.commands import TutorCommands
 from tutor.ui.messages import OpenLesson
 from tutor.ui.screens.help import HelpScreen, help_for
 from tutor.ui.screens.home import HomeScreen
+from tutor.labs import ProbeResult
 from tutor.ui.services import Services
+from tutor.ui.widgets.measure import ResultStore
 from tutor.worker.client import WorkerState
 
 if TYPE_CHECKING:
+    from tutor.lessons.model import Measure, Predict
     from tutor.ui.widgets.measure import ProbeRunner
+
+
+@runtime_checkable
+class CancelsMeasurements(Protocol):
+    """A screen that runs measurements (the lesson screen): quitting stops them."""
+
+    def cancel_measurements(self) -> None: ...
+
+
+@runtime_checkable
+class Cancels(Protocol):
+    """A screen with one cancellable run (the Bench screen's suite)."""
+
+    def cancel(self) -> None: ...
 
 
 PROGRESS_WARNING_CHECK_S = 2.0
@@ -72,7 +89,7 @@ class TutorApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "tensor-tutor"
     # Below 100 columns screens get the -narrow class and stack their panes (see each .tcss).
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (100, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     COMMANDS = App.COMMANDS | {TutorCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help", tooltip="Help for the focused box"),
@@ -99,15 +116,17 @@ class TutorApp(App[None]):
             services = default_services()
         self.services = services
         self.start_lesson = lesson_id
-        self.active_runner: "ProbeRunner | None" = None
+        self.active_runner: ProbeRunner[Measure | Predict] | None = None
         """The ProbeRunner measuring now: only one probe runs at a time (two would measure each other)."""
         self.last_input_at = 0.0
         """time.monotonic() of the last key or click (full collections wait for a quiet moment)."""
         self.last_collection_at = time.monotonic()
         self._gc_thresholds: tuple[int, int, int] | None = None
-        self.last_result: object | None = None
+        self.last_result: ProbeResult | None = None
         """The latest measure block's ProbeResult (set by the lesson screen): what palette Export saves
         when the screen shows no result of its own (tutor.ui.commands.current_result)."""
+        self.measured_results = ResultStore()
+        """Measure results kept this session, per lesson and block (tutor.ui.widgets.measure.result_store)."""
 
     def on_mount(self) -> None:
         worker = self.services.worker
@@ -215,10 +234,12 @@ class TutorApp(App[None]):
         """Open the Bench screen (and start the suite when `run`)."""
         from tutor.ui.screens.bench import BenchScreen
 
-        if not isinstance(self.screen, BenchScreen):
-            self._show(BenchScreen(self.services))
+        screen = self.screen
+        if not isinstance(screen, BenchScreen):
+            screen = BenchScreen(self.services)
+            self._show(screen)
         if run:
-            self.call_after_refresh(self.screen.action_run)
+            self.call_after_refresh(screen.action_run)
 
     def action_fit(self) -> None:
         from tutor.ui.screens.fit import FitScreen
@@ -238,9 +259,10 @@ class TutorApp(App[None]):
         if self.active_runner is not None:
             self.active_runner.cancel()
         for screen in self.screen_stack:
-            cancel = getattr(screen, "cancel_measurements", None) or getattr(screen, "cancel", None)
-            if callable(cancel):
-                cancel()
+            if isinstance(screen, CancelsMeasurements):
+                screen.cancel_measurements()
+            elif isinstance(screen, Cancels):
+                screen.cancel()
 
     async def action_quit(self) -> None:
         self.cancel_measurements()

@@ -9,24 +9,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol, runtime_checkable
 
 from textual.app import App
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from tutor.ui.host import tutor_app
 
 EXPORT_FORMATS = (("json", "JSON", "the same JSON as the command line's --json"),
                   ("csv", "CSV", "one row per measurement, for a spreadsheet"),
                   ("markdown", "Markdown", "a table for notes or an issue"))
 
 
-def current_result(app: App) -> object | None:
+@runtime_checkable
+class ShowsResult(Protocol):
+    """A screen with a result of its own to export (Bench: the run shown; Fit: the report)."""
+
+    def export_result(self) -> object | None: ...
+
+
+def current_result(app: App[None]) -> object | None:
     """The result on screen: what the screen says it shows (Bench: the run shown; Fit: the report), else
     the last measure block's result (app.last_result); None when nothing was measured or computed yet."""
-    export = getattr(app.screen, "export_result", None)
-    result = export() if callable(export) else None
-    return result if result is not None else getattr(app, "last_result", None)
+    screen = app.screen
+    result = screen.export_result() if isinstance(screen, ShowsResult) else None
+    tutor = tutor_app(app)
+    return result if result is not None or tutor is None else tutor.last_result
 
 
-def export_current(app: App, fmt: str) -> None:
+def export_current(app: App[None], fmt: str) -> None:
     """Save the current result under the data dir's exports/ folder and name the file in a toast."""
     from tutor.export import save_export
 
@@ -46,8 +57,10 @@ class TutorCommands(Provider):
     """Lessons by title or id, and the app's screens."""
 
     def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
-        app = self.app
-        services = app.services  # type: ignore[attr-defined]
+        app = tutor_app(self.app)
+        if app is None:  # the palette of another host app: none of the tutor's commands apply
+            return []
+        services = app.services
         commands: list[tuple[str, str, Callable[[], object]]] = [
             ("Run benchmark", "Measure matmul TFLOP/s and memory GB/s on this machine", partial(app.action_bench, True)),
             ("Fit check", "Does a model fit this machine's memory?", app.action_fit),

@@ -10,7 +10,7 @@ Protocols below.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -22,11 +22,14 @@ from tutor.worker.jobs import (BENCH_BUDGET_S, BENCH_DTYPES, TORCH_DTYPES, Bench
                                run_bench_suite, torch_cast)
 
 if TYPE_CHECKING:
-    from tutor.lessons.model import Lesson, LessonInfo, Track
+    from rich.console import RenderableType
+
+    from tutor.lessons.grading import Grade
+    from tutor.lessons.model import Lesson, LessonInfo, Quiz, Track
     from tutor.worker.client import WorkerClient
 
 __all__ = ["BENCH_BUDGET_S", "BENCH_DTYPES", "TORCH_DTYPES", "BenchOutcome", "BenchRow", "CurriculumLike",
-           "ProbeLike", "ProgressLike", "SamplerLike", "Services", "bench_rows", "default_services",
+           "DrawsResults", "LessonStateLike", "ProbeLike", "ProgressLike", "SamplerLike", "Services", "bench_rows", "default_services",
            "run_bench_suite", "torch_cast"]
 
 
@@ -43,6 +46,15 @@ class ProbeLike(Protocol):
     def title(self) -> str: ...
 
     def run(self, params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult: ...
+
+
+@runtime_checkable
+class DrawsResults(Protocol):
+    """A probe that can draw a result's details (tutor.labs.Probe.render: timelines, per-rank bars;
+    None when it draws nothing). Probes without the attribute (the tests' fakes) draw nothing."""
+
+    @property
+    def render(self) -> Callable[[ProbeResult], RenderableType] | None: ...
 
 
 @runtime_checkable
@@ -64,7 +76,8 @@ class SamplerLike(Protocol):
 class CurriculumLike(Protocol):
     """The tracks and lessons (tutor.lessons.Curriculum)."""
 
-    tracks: tuple[Track, ...]
+    @property
+    def tracks(self) -> tuple[Track, ...]: ...
 
     @property
     def lessons(self) -> tuple[LessonInfo, ...]: ...
@@ -76,14 +89,37 @@ class CurriculumLike(Protocol):
     def previous_lesson(self, lesson_id: str) -> LessonInfo | None: ...
 
 
+class LessonStateLike(Protocol):
+    """One lesson's progress (tutor.lessons.progress.LessonProgress)."""
+
+    @property
+    def done_blocks(self) -> Set[str]: ...
+
+    @property
+    def completed(self) -> bool: ...
+
+
 @runtime_checkable
 class ProgressLike(Protocol):
     """Where the learner's progress goes (tutor.lessons.ProgressStore). `warning` is the latest
-    problem saving it (one line), None while all is well."""
+    problem saving it (one line), None while all is well; `learner_id` seeds the learner's draws
+    and choice order; `last_lesson` is the lesson the learner was in (None at first)."""
 
     warning: str | None
 
-    def lesson_state(self, lesson_id: str) -> object: ...
+    @property
+    def learner_id(self) -> str: ...
+
+    @property
+    def last_lesson(self) -> str | None: ...
+
+    def lesson_state(self, lesson_id: str) -> LessonStateLike: ...
+
+    def round_of(self, lesson_id: str, block_id: str) -> int: ...
+
+    def attempts(self, lesson_id: str, block_id: str) -> int: ...
+
+    def record_reveal(self, lesson_id: str, block_id: str) -> None: ...
 
     def set_last_lesson(self, lesson_id: str) -> None: ...
 
@@ -100,12 +136,26 @@ class ProgressLike(Protocol):
 
 BenchRunner = Callable[[ProgressFn, threading.Event], BenchOutcome]
 TorchCaster = Callable[[str, Sequence[str]], dict[str, float]]
-ValuesRenderer = Callable[..., str]
-"""tutor.lessons.render_values(text, *, device=...)."""
-Grader = Callable[..., "Grade"]
-"""tutor.lessons.grade(quiz, answer, *, device=...)."""
-AnswerFn = Callable[..., "str | float | int"]
-"""tutor.lessons.expected_answer(quiz, *, device=...)."""
+
+
+class ValuesRenderer(Protocol):
+    """tutor.lessons.render_values: a lesson's text with its {{ }} values computed for `device`."""
+
+    def __call__(self, text: str, *, device: Machine | None = None) -> str: ...
+
+
+class Grader(Protocol):
+    """tutor.lessons.grade: the verdict on one answer to a quiz."""
+
+    def __call__(self, quiz: Quiz, answer: str, *, device: Machine | None = None) -> Grade: ...
+
+
+class AnswerFn(Protocol):
+    """tutor.lessons.expected_answer: the reference answer of a quiz."""
+
+    def __call__(self, quiz: Quiz, *, device: Machine | None = None) -> str | float | int: ...
+
+
 SettingsSaver = Callable[[Settings], "str | None"]
 """tutor.settings.save_settings: returns its problem as one line instead of raising."""
 

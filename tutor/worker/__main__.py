@@ -138,16 +138,15 @@ class ProgressThrottle:
         with self._lock:
             if self._closed:
                 return
-            now = self.clock()
-            due = self._last_sent is None or now - self._last_sent >= self.interval_s
-            if fraction >= 1.0 or due:
+            now, last = self.clock(), self._last_sent
+            if fraction >= 1.0 or last is None or now - last >= self.interval_s:
                 self._held = None
                 self._last_sent = now
                 self.send(fraction, text)
                 return
             self._held = (fraction, text)
             if self._timer is None:
-                self._start_timer(self.interval_s - (now - self._last_sent))
+                self._start_timer(self.interval_s - (now - last))
 
     def _start_timer(self, delay_s: float) -> None:
         self._timer = threading.Timer(max(delay_s, 0.0), self._send_held)
@@ -159,10 +158,10 @@ class ProgressThrottle:
             self._timer = None
             if self._closed or self._held is None:
                 return
-            now = self.clock()
-            if self._last_sent is not None and now - self._last_sent < self.interval_s:
+            now, last = self.clock(), self._last_sent
+            if last is not None and now - last < self.interval_s:
                 # A report went out directly since this timer was set: wait out its interval.
-                self._start_timer(self.interval_s - (now - self._last_sent))
+                self._start_timer(self.interval_s - (now - last))
                 return
             fraction, text = self._held
             self._held = None

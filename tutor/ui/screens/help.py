@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
+from textual.dom import DOMNode
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
@@ -24,7 +23,7 @@ Your progress and the theme are saved as you go.
 """
 
 
-def help_for(widget: Any, screen: Any) -> str:
+def help_for(widget: DOMNode | None, screen: DOMNode) -> str:
     """The HELP of the focused widget or its nearest ancestor that has one, then the screen's."""
     parts: list[str] = []
     node = widget

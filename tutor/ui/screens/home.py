@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -17,10 +17,11 @@ from tutor.ui.messages import OpenLesson
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 
 if TYPE_CHECKING:
+    from tutor.lessons.model import LessonInfo, Track
     from tutor.ui.services import Services
 
 
-def track_heading(track: Any, done: int, total: int) -> Text:
+def track_heading(track: Track, done: int, total: int) -> Text:
     """'Precision and number formats  2/4 done' with the track's summary dimmed below."""
     mark = "✓ " if total and done == total else ""
     heading = Text.assemble((f"{mark}{track.title}", "bold"), (f"  {done}/{total} done", "cyan"))
@@ -29,7 +30,7 @@ def track_heading(track: Any, done: int, total: int) -> Text:
     return heading
 
 
-def lesson_line(info: Any, completed: bool, current: bool) -> Text:
+def lesson_line(info: LessonInfo, completed: bool, current: bool) -> Text:
     mark = ("✓", "green") if completed else (("▶", "yellow") if current else ("·", "dim"))
     return Text.assemble("  ", mark, " ", (info.title, "bold" if current else ""),
                          (f"  {info.minutes} min", "dim"))
@@ -87,7 +88,7 @@ The five tracks of the course, each with how many of its lessons you have comple
         option_list = self.query_one(OptionList)
         highlighted = option_list.highlighted
         progress = self.services.progress
-        current = getattr(progress, "last_lesson", None)
+        current = progress.last_lesson
         if follow_last_lesson and current is not None:
             highlighted = None
         curriculum = self.services.curriculum
@@ -120,7 +121,7 @@ The five tracks of the course, each with how many of its lessons you have comple
     def action_continue(self) -> None:
         """Open the last lesson, or the first not completed."""
         progress = self.services.progress
-        target = getattr(progress, "last_lesson", None)
+        target = progress.last_lesson
         if target is None:
             target = next((info.id for info in self.services.curriculum.lessons
                            if not progress.lesson_state(info.id).completed), None)

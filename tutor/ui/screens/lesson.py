@@ -6,7 +6,7 @@ to a few rows; `l` hides or shows it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -17,6 +17,8 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from tutor.lessons import model
+from tutor.ui.host import tutor_app
 from tutor.lessons.progress import REQUIRED_TO_COMPLETE
 from tutor.ui.messages import LessonCompleted, OpenLesson
 from tutor.ui.widgets.bits import BitsBlock
@@ -30,9 +32,10 @@ from tutor.ui.widgets.predict import PredictBlock
 from tutor.ui.widgets.quiz import QuizBlock
 
 if TYPE_CHECKING:
+    from tutor.lessons.model import Block, LessonInfo
     from tutor.ui.services import Services
 
-BLOCK_WIDGETS: dict[str, type[LessonBlock]] = {
+BLOCK_WIDGETS: dict[str, type[LessonBlock[Block]]] = {
     "bits": BitsBlock,
     "calc": CalcBlock,
     "measure": MeasureBlock,
@@ -48,16 +51,16 @@ class Prose(Static):
     widget of every paragraph, list item and table cell: a lesson would cost a thousand widgets and
     most of a second to open on a 2-core machine.)"""
 
-    def __init__(self, source: str, **kwargs: Any) -> None:
+    def __init__(self, source: str, *, classes: str | None = None) -> None:
         from rich.markdown import Markdown
 
-        super().__init__(Markdown(source, hyperlinks=False), **kwargs)
+        super().__init__(Markdown(source, hyperlinks=False), classes=classes)
         self.source = source
 
 
-def directive(block: Any) -> str:
+def directive(block: Block) -> str:
     """Which directive a block is ("prose", "quiz", ...); Calc and Quiz use `kind` for other things."""
-    return getattr(block, "directive", None) or type(block).__name__.lower()
+    return block.directive
 
 
 class LessonScreen(Screen):
@@ -90,7 +93,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         self.lesson_id = self.lesson.info.id  # the curriculum may resolve a short id
 
     @property
-    def info(self) -> Any:
+    def info(self) -> LessonInfo:
         return self.lesson.info
 
     def compose(self) -> ComposeResult:
@@ -112,7 +115,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         if info.prerequisites:
             details += " · after " + ", ".join(info.prerequisites)
         first = self.lesson.blocks[0] if self.lesson.blocks else None
-        if first is not None and directive(first) == "prose" and first.text.lstrip().startswith("# "):
+        if isinstance(first, model.Prose) and first.text.lstrip().startswith("# "):
             return Text(details, style="dim")  # the page opens with its own title
         return Text.assemble((info.title, "bold underline"), "\n", (details, "dim"))
 
@@ -121,21 +124,20 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         widgets: list[Widget] = []
         for block in self.lesson.blocks:
             kind = directive(block)
-            if kind == "prose":
+            if isinstance(block, model.Prose):
                 widgets.append(Prose(self._render_prose(block.text), classes="prose"))
                 continue
             widget_class = BLOCK_WIDGETS.get(kind)
             if widget_class is None:
-                widgets.append(Static(f"(unknown block {kind!r} at line {getattr(block, 'line', '?')})",
-                                      classes="error"))
+                widgets.append(Static(f"(unknown block {kind!r} at line {block.line})", classes="error"))
                 continue
-            if kind == "measure":  # quiz, predict and calc render their own texts (with the learner's draws)
+            if isinstance(block, model.Measure):  # quiz, predict and calc render their own texts (with the learner's draws)
                 block = self._render_block(block)
             widgets.append(widget_class(block, lesson_id=self.lesson_id, services=self.services,
                                         done=block_id(block) in state.done_blocks))
         return widgets
 
-    def _render_block(self, block: Any) -> Any:
+    def _render_block(self, block: model.Measure) -> model.Measure:
         from tutor.lessons.learner import render_block
 
         try:
@@ -161,14 +163,11 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         return text
 
     @staticmethod
-    def _title(lesson: Any) -> str:
-        info = getattr(lesson, "info", lesson)
-        return getattr(info, "title", str(info))
+    def _title(lesson: LessonInfo) -> str:
+        return lesson.title
 
     def on_mount(self) -> None:
-        progress = self.services.progress
-        if hasattr(progress, "set_last_lesson"):
-            progress.set_last_lesson(self.lesson_id)
+        self.services.progress.set_last_lesson(self.lesson_id)
         self.query_one("#lesson").focus(scroll_visible=False)
         self.call_after_refresh(self.focus_first_block)
 
@@ -210,14 +209,14 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         for runner in self.running_runners():
             runner.cancel()
 
-    def _go(self, lesson: Any) -> None:
+    def _go(self, lesson: LessonInfo | None) -> None:
         if lesson is None:
             self.notify("no lesson that way")
             return
         if not self.graded_ids() and not self.services.progress.lesson_state(self.lesson_id).completed:
             # A lesson with nothing to answer or run is completed by reading to its end.
             self.services.progress.mark_completed(self.lesson_id)
-        self.post_message(OpenLesson(getattr(getattr(lesson, "info", lesson), "id", lesson)))
+        self.post_message(OpenLesson(lesson.id))
 
     def action_next(self) -> None:
         self._go(self.services.curriculum.next_lesson(self.lesson_id))
@@ -228,8 +227,8 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     def action_escape(self) -> None:
         if self.running_runners():
             self.cancel_measurements()
-        else:
-            self.app.action_home()
+        elif (app := tutor_app(self.app)) is not None:
+            app.action_home()
 
     def action_toggle_live(self) -> None:
         live = self.query_one("#live", LivePane)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
@@ -19,6 +19,10 @@ from tutor.formatting import format_number
 from tutor.theory import formats
 from tutor.ui.widgets.block import LessonBlock
 from tutor.ui.workers import yield_cpu_to_the_interface
+
+if TYPE_CHECKING:
+    from tutor.lessons.model import Bits
+    from tutor.ui.services import Services
 
 
 def float_formats() -> tuple[str, ...]:
@@ -35,7 +39,7 @@ def short(value: float) -> str:
     return format_number(value, digits=7)
 
 
-def flags(encoding: Any) -> str:
+def flags(encoding: formats.Encoding) -> str:
     """Why a stored value differs from plain rounding: overflow, saturation, underflow, subnormal."""
     words = []
     if encoding.overflowed:
@@ -49,12 +53,12 @@ def flags(encoding: Any) -> str:
     return ", ".join(words)
 
 
-def encodings(value: str, names: Sequence[str]) -> list[Any]:
+def encodings(value: str, names: Sequence[str]) -> list[formats.Encoding]:
     """encode(value) in each format; raises UserError for text that is not a number."""
     return [formats.encode(value, name) for name in names]
 
 
-def torch_agrees(encoding: Any, cast: float | None) -> bool | None:
+def torch_agrees(encoding: formats.Encoding, cast: float | None) -> bool | None:
     """Whether torch stored the same value as the theory (NaN equals NaN here); None if not cast."""
     if cast is None:
         return None
@@ -64,7 +68,7 @@ def torch_agrees(encoding: Any, cast: float | None) -> bool | None:
     return theory == cast
 
 
-def check_text(encoding: Any, torch_values: dict[str, float] | None) -> Text:
+def check_text(encoding: formats.Encoding, torch_values: dict[str, float] | None) -> Text:
     """The last column: torch's verdict on this row when cast, else the row's flags."""
     if torch_values is None:
         return Text(flags(encoding), style="yellow")
@@ -76,7 +80,7 @@ def check_text(encoding: Any, torch_values: dict[str, float] | None) -> Text:
     return Text(f"✗ {short(torch_values[encoding.format.name])}", style="red")
 
 
-def encoding_table(rows: Sequence[Any], torch_values: dict[str, float] | None = None, *,
+def encoding_table(rows: Sequence[formats.Encoding], torch_values: dict[str, float] | None = None, *,
                    last_column: bool = True) -> Table:
     """One row per format: coloured sign/exponent/mantissa bits, stored value, relative error, and
     (with `last_column`) torch's verdict or the flags."""
@@ -93,7 +97,7 @@ def encoding_table(rows: Sequence[Any], torch_values: dict[str, float] | None = 
                              (encoding.mantissa_string, "green"))
         rel = encoding.rel_error
         rel_text = "-" if rel is None else format_number(float(rel), digits=2)
-        cells = [fmt.name, bits, short(encoding.value_float), rel_text]
+        cells: list[str | Text] = [fmt.name, bits, short(encoding.value_float), rel_text]
         if last_column:
             cells.append(check_text(encoding, torch_values))
         table.add_row(*cells)
@@ -104,7 +108,7 @@ class EncodingView:
     """The encoding table where it fits; in a narrower block (beside the live pane) the torch
     verdicts and flags move under the table, one line per format, instead of being squeezed out."""
 
-    def __init__(self, rows: Sequence[Any], torch_values: dict[str, float] | None = None) -> None:
+    def __init__(self, rows: Sequence[formats.Encoding], torch_values: dict[str, float] | None = None) -> None:
         self.rows, self.torch_values = list(rows), torch_values
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -123,7 +127,7 @@ class EncodingView:
                 yield Text.assemble(f"  {name}: ", text)
 
 
-class BitsBlock(LessonBlock):
+class BitsBlock(LessonBlock["Bits"]):
     """```bits: a number-format explorer bound to tutor.theory.formats."""
 
     TITLE = "Bits of a number"
@@ -145,9 +149,10 @@ hardware stores exactly what the theory says (the first use loads torch: a few s
             super().__init__()
             self.value, self.cast, self.error = value, cast, error
 
-    def __init__(self, block: Any, **kwargs: Any) -> None:
-        super().__init__(block, **kwargs)
-        names = tuple(getattr(block, "formats", ()) or ()) or float_formats()
+    def __init__(self, block: Bits, *, lesson_id: str, services: Services, done: bool = False,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(block, lesson_id=lesson_id, services=services, done=done, id=id, classes=classes)
+        names = block.formats or float_formats()
         self.format_names = tuple(formats.format_by_name(name).name for name in names)
 
     def compose(self) -> ComposeResult:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
+from rich.console import RenderableType
 from textual.containers import Vertical
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Static
 
 if TYPE_CHECKING:
+    from tutor.lessons.model import Block
     from tutor.ui.services import Services
 
+B = TypeVar("B", bound="Block", covariant=True)
+"""The kind of lesson block a widget shows (tutor.lessons.model: Quiz, Measure, ...)."""
 
-def say(static: Static, content: Any, style_class: str | None = None) -> None:
+
+def say(static: Static, content: RenderableType, style_class: str | None = None) -> None:
     """Show `content` in `static` (hidden while empty), optionally as "status", "error" or "good"."""
     static.update(content)
     static.display = bool(content)
@@ -20,7 +26,7 @@ def say(static: Static, content: Any, style_class: str | None = None) -> None:
         static.set_classes(style_class)
 
 
-def fully_visible(widget: Any) -> bool:
+def fully_visible(widget: Widget) -> bool:
     """Whether all of `widget` is on screen now (not scrolled out of its container, not hidden)."""
     try:
         geometry = widget.screen.find_widget(widget)
@@ -30,7 +36,7 @@ def fully_visible(widget: Any) -> bool:
     return bool(region.area) and region.intersection(geometry.clip) == region
 
 
-def reveal(widget: Any) -> bool:
+def reveal(widget: Widget) -> bool:
     """True when `widget` is fully on screen; otherwise scroll it into view and return False, so
     that a key press on something the learner cannot see shows it instead of acting on it."""
     if fully_visible(widget):
@@ -39,13 +45,12 @@ def reveal(widget: Any) -> bool:
     return False
 
 
-def block_id(block: Any) -> str:
+def block_id(block: Block) -> str:
     """The id progress is recorded under: the block's own `id` (quiz, predict), else kind@line."""
-    own = getattr(block, "id", None)
-    return str(own) if own else f"{block.kind}@{getattr(block, 'line', 0)}"
+    return block.id if block.id else f"{block.kind}@{block.line}"
 
 
-class LessonBlock(Vertical):
+class LessonBlock(Vertical, Generic[B]):
     """A bordered block between prose chunks. Subclasses set HELP (Markdown shown by F1)."""
 
     HELP: ClassVar[str] = ""
@@ -80,8 +85,9 @@ class LessonBlock(Vertical):
         def control(self) -> "LessonBlock":
             return self.block
 
-    def __init__(self, block: Any, *, lesson_id: str, services: Services, done: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, block: B, *, lesson_id: str, services: Services, done: bool = False,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self.block = block
         self.lesson_id = lesson_id
         self.services = services

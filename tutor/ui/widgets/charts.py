@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -107,7 +106,7 @@ class ComparisonBars(Widget):
             return Text("nothing measured yet", style="dim")
         return comparison_lines(self.items, self.size.width or 60)
 
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if not self.items:
             return 1
         return rendered_height(comparison_lines(self.items, width or 60), width or 60)
@@ -151,8 +150,9 @@ class PeakGauge(Widget):
     fraction: reactive[float | None] = reactive(None)
     """measured / peak, at most 1, or None."""
 
-    def __init__(self, label: str, fraction: float | None = None, reason: str = "", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, label: str, fraction: float | None = None, reason: str = "", *,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self.label = label
         self.reason = reason
         self.fraction = fraction
@@ -160,5 +160,5 @@ class PeakGauge(Widget):
     def render(self) -> Text:
         return gauge_text(self.label, self.fraction, self.size.width or 60, self.reason)
 
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return rendered_height(gauge_text(self.label, self.fraction, width or 60, self.reason), width or 60)

@@ -3,48 +3,45 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from tutor.ui.host import tutor_app
+
 if TYPE_CHECKING:
     from tutor.hardware.machine import Machine
+    from tutor.worker.client import WorkerState
 
 
 def device_title(machine: Machine) -> str:
     """One line naming the device measurements run on: torch's cuda:0 (and how many more GPUs), or
     'CPU only (<why no GPU>)' with the CPU's model."""
-    gpus = list(getattr(machine, "gpus", []) or [])
+    gpus = machine.gpus
     # The GPU torch calls cuda:0 (CUDA_VISIBLE_DEVICES renumbers NVML's list), as the live pane shows it.
-    gpu_for = getattr(machine, "gpu_for", None)
-    first = (gpu_for("cuda:0") if gpu_for else None) or (gpus[0] if gpus else None)
+    first = machine.gpu_for("cuda:0") or (gpus[0] if gpus else None)
     if first is not None:
         more = f" (+{len(gpus) - 1} more)" if len(gpus) > 1 else ""
-        memory = getattr(first, "memory_total_bytes", None)
+        memory = first.memory_total_bytes
         size = f", {memory / 2**30:.0f} GiB" if memory else ""
-        index = getattr(first, "index", 0)
-        return f"GPU {index}: {first.name}{size}{more}"
-    nvml = getattr(machine, "nvml", None)
-    reason = getattr(nvml, "reason", None) or "no NVIDIA GPU found"
+        return f"GPU {first.index}: {first.name}{size}{more}"
+    reason = machine.nvml.reason or "no NVIDIA GPU found"
     # "no NVIDIA driver found (NVML: Shared Library Not Found)" -> one level of brackets
     reason = re.sub(r"^(.*?) \(NVML: (.*)\)$", r"\1: \2", reason)
-    cpu = getattr(machine, "cpu", None)
-    model = getattr(cpu, "model_name", None) or "unknown CPU"
+    model = machine.cpu.model_name or "unknown CPU"
     return f"CPU only ({reason}) · {model}"
 
 
 def device_label(machine: Machine) -> str:
     """The header's short form of `device_title`: the GPU as is, else why there is none in two or
     three words ('no NVIDIA GPU', 'NVML unavailable'); the full reason stays in the live pane and F1."""
-    gpus = list(getattr(machine, "gpus", []) or [])
-    if gpus:
+    if machine.gpus:
         return device_title(machine)
-    nvml = getattr(machine, "nvml", None)
-    reason = getattr(nvml, "reason", None) or ""
-    no_gpu = getattr(nvml, "available", False) or not reason or reason.startswith("no NVIDIA driver")
-    model = getattr(getattr(machine, "cpu", None), "model_name", None) or "unknown CPU"
+    reason = machine.nvml.reason or ""
+    no_gpu = machine.nvml.available or not reason or reason.startswith("no NVIDIA driver")
+    model = machine.cpu.model_name or "unknown CPU"
     return f"CPU only · {'no NVIDIA GPU' if no_gpu else 'NVML unavailable'} · {model}"
 
 
@@ -73,19 +70,20 @@ class DeviceHeader(Widget):
     """The measurement process's state in a few words (WorkerState.short): 'loading torch…',
     'measuring…'; '' when the app has no measurement process."""
 
-    def __init__(self, device: str, place: str = "", *, label: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, device: str, place: str = "", *, label: str | None = None, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.device = device
         self.label = label or device
         self.place = place
         self.tooltip = device
 
     def on_mount(self) -> None:
-        if hasattr(self.app, "worker_state"):
-            self.watch(self.app, "worker_state", self._worker_state_changed)
+        app = tutor_app(self.app)
+        if app is not None:  # another host app has no measurement process
+            self.watch(app, "worker_state", self._worker_state_changed)
 
-    def _worker_state_changed(self, state: Any) -> None:
-        self.worker = getattr(state, "short", "")
+    def _worker_state_changed(self, state: WorkerState) -> None:
+        self.worker = state.short
 
     def render(self) -> Text:
         return header_line(self.place, self.label, self.size.width, self.worker)

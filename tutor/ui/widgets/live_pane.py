@@ -7,13 +7,14 @@ timer, which costs a lock and a list copy, so the UI never waits on NVML or psut
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
@@ -25,6 +26,8 @@ from tutor.ui.widgets.device_header import device_title
 
 if TYPE_CHECKING:
     from tutor.hardware.machine import Machine
+    from tutor.hardware.nvidia import GpuInfo
+    from tutor.hardware.sampler import GpuSample, Sample
     from tutor.ui.services import SamplerLike
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -55,10 +58,9 @@ def spark_rows(values: Sequence[float | None], low: float, high: float, width: i
     if width <= 0 or rows <= 0:
         return []
     span = high - low if high > low else 1.0
-    shown = list(values)[-width:]
-    shown = [None] * (width - len(shown)) + shown
-    own = list(mine)[-width:] if mine is not None else []
-    own = [None] * (width - len(own)) + own
+    blank: list[float | None] = [None] * width
+    shown = (blank + list(values))[-width:]
+    own = (blank + list(mine))[-width:] if mine is not None else blank
 
     def eighths(value: float | None) -> int:
         if value is None:
@@ -101,7 +103,7 @@ class Series:
     timestamps: tuple[float, ...] = ()
 
 
-def host_series(samples: Sequence[Any]) -> list[Series]:
+def host_series(samples: Sequence[Sample]) -> list[Series]:
     """CPU load (mean over logical cores, %) and RAM used, from Sampler samples, with this app's
     share of each where the sampler read it."""
     loads = [sum(s.cpu_percent) / len(s.cpu_percent) if s.cpu_percent else None for s in samples]
@@ -109,9 +111,9 @@ def host_series(samples: Sequence[Any]) -> list[Series]:
     total = next((s.ram_total_bytes for s in reversed(samples) if s.ram_total_bytes), None)
     latest = samples[-1] if samples else None
     cores = len(latest.cpu_percent) if latest is not None and latest.cpu_percent else None
-    app_cpu = [getattr(s, "process_cpu_percent", None) for s in samples]
-    app_rss = [getattr(s, "process_rss_bytes", None) for s in samples]
-    knows_app = any(value is not None for value in app_cpu + app_rss)
+    app_cpu = [s.process_cpu_percent for s in samples]
+    app_rss = [s.process_rss_bytes for s in samples]
+    knows_app = any(value is not None for value in (*app_cpu, *app_rss))
     load_now = loads[-1] if loads else None
     load_text = "N/A" if load_now is None else f"{load_now:5.1f} %" + (f" of {cores} cores" if cores else "")
     if load_now is not None and app_cpu and app_cpu[-1] is not None:
@@ -131,10 +133,10 @@ def host_series(samples: Sequence[Any]) -> list[Series]:
     ]
 
 
-def core_lines(sample: Any, width: int, max_rows: int) -> Text:
+def core_lines(sample: Sample | None, width: int, max_rows: int) -> Text:
     """This instant's load of every logical core: a labelled bar each where they fit in `max_rows`
     lines, else one block character per core (wrapped), so a 96-core machine still fits."""
-    loads = list(getattr(sample, "cpu_percent", None) or ())
+    loads = list(sample.cpu_percent or ()) if sample is not None else []
     if not loads:
         return Text("per core: N/A", style="dim")
     text = Text("per core, now", style="bold")
@@ -152,26 +154,22 @@ def core_lines(sample: Any, width: int, max_rows: int) -> Text:
     return text
 
 
-def gpu_series(samples: Sequence[Any], gpu: Any) -> list[Series]:
+def gpu_series(samples: Sequence[Sample], gpu: GpuInfo) -> list[Series]:
     """Utilization, memory, SM clock, power and temperature of one GPU; N/A where NVML is silent."""
-    def field(name: str) -> list[float | None]:
+    def field(reading: Callable[[GpuSample], float | None]) -> list[float | None]:
         values: list[float | None] = []
-        mig = getattr(gpu, "mig_index", None)
         for sample in samples:
-            match = next((g for g in sample.gpus
-                          if g.index == gpu.index and getattr(g, "mig_index", None) == mig), None)
-            value = getattr(match, name, None) if match is not None else None
+            match = next((g for g in sample.gpus if g.index == gpu.index and g.mig_index == gpu.mig_index), None)
+            value = reading(match) if match is not None else None
             values.append(None if value is None else float(value))
         return values
 
     def last(values: list[float | None]) -> float | None:
         return values[-1] if values else None
 
-    util, memory = field("utilization_pct"), field("memory_used_bytes")
-    clock, power, temp = field("sm_clock_mhz"), field("power_w"), field("temperature_c")
-    total = getattr(gpu, "memory_total_bytes", None)
-    clock_max = getattr(gpu, "sm_clock_max_mhz", None)
-    power_limit = getattr(gpu, "power_limit_w", None)
+    util, memory = field(lambda g: g.utilization_pct), field(lambda g: g.memory_used_bytes)
+    clock, power, temp = field(lambda g: g.sm_clock_mhz), field(lambda g: g.power_w), field(lambda g: g.temperature_c)
+    total, clock_max, power_limit = gpu.memory_total_bytes, gpu.sm_clock_max_mhz, gpu.power_limit_w
 
     def show(value: float | None, text: str) -> str:
         return "N/A" if value is None else text
@@ -195,14 +193,10 @@ def gpu_series(samples: Sequence[Any], gpu: Any) -> list[Series]:
     ]
 
 
-def shown_gpu(machine: Machine) -> Any:
+def shown_gpu(machine: Machine) -> GpuInfo | None:
     """The GPU the pane shows: the one torch calls cuda:0 (CUDA_VISIBLE_DEVICES and MIG respected),
     None on a machine without one, so the traces and the peaks describe the same device."""
-    gpus = getattr(machine, "gpus", None)
-    if not gpus:
-        return None
-    gpu_for = getattr(machine, "gpu_for", None)
-    return gpu_for("cuda:0") if gpu_for is not None else gpus[0]
+    return machine.gpu_for("cuda:0") if machine.gpus else None
 
 
 def peak_lines(machine: Machine) -> list[str]:
@@ -240,7 +234,7 @@ class Trace(Widget):
     chart_rows: reactive[int] = reactive(1, layout=True)
     """How tall the chart is (the live pane shares its height out among its traces)."""
 
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.series is None:
             return 1
         if self.chart_rows > 1:
@@ -282,10 +276,10 @@ class CoreLoads(Widget):
     CoreLoads { height: auto; margin-top: 1; }
     """
 
-    sample: reactive[Any] = reactive(None, layout=True)
+    sample: reactive[Sample | None] = reactive(None, layout=True)
     max_rows: reactive[int] = reactive(9, layout=True)
 
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(core_lines(self.sample, width, self.max_rows).split("\n"))
 
     def render(self) -> Text:
@@ -323,11 +317,12 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
 
     can_focus = True
 
-    def __init__(self, machine: Machine, sampler: SamplerLike, *, interval_s: float | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, machine: Machine, sampler: SamplerLike, *, interval_s: float | None = None,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self.machine = machine
         self.sampler = sampler
-        self.interval_s = interval_s if interval_s is not None else getattr(sampler, "interval_s", 0.5)
+        self.interval_s = interval_s if interval_s is not None else sampler.interval_s
         self.border_title = "This machine, live"
 
     MAX_CHART_ROWS = 8
@@ -372,7 +367,7 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
             trace.chart_rows = rows
         self.border_subtitle = self.window_subtitle(self.sampler.samples())
 
-    def window_subtitle(self, samples: Any) -> str:
+    def window_subtitle(self, samples: Sequence[Sample]) -> str:
         """The time window of one-row sparklines (stacked pane), whose lines have no room to say it;
         tall charts say it under their reading."""
         traces = list(self.query(Trace))

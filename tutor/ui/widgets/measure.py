@@ -12,13 +12,13 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
@@ -27,9 +27,22 @@ from textual.widgets import Button, ProgressBar, Static
 
 from tutor.errors import UserError
 from tutor.formatting import format_params
+from tutor.labs import Measurement, ProbeResult
+from tutor.ui.host import tutor_app
+from tutor.ui.services import DrawsResults
 from tutor.ui.widgets.block import LessonBlock, reveal, say
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, quantity_text
 from tutor.ui.workers import yield_cpu_to_the_interface
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from tutor.lessons.model import Measure, Predict
+    from tutor.ui.services import ProbeLike, Services
+    from tutor.worker.client import WorkerState
+
+P = TypeVar("P", bound="Measure | Predict", covariant=True)
+"""The block a ProbeRunner runs the probe of."""
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -68,7 +81,7 @@ def age_text(seconds: float) -> str:
 class KeptResult:
     """A finished measurement and when it finished (seconds since the epoch)."""
 
-    result: Any
+    result: ProbeResult
     at: float
     predicted: float | None = None
     """The learner's committed guess (predict blocks)."""
@@ -82,32 +95,29 @@ class ResultStore:
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str], KeptResult] = {}
 
-    def keep(self, lesson_id: str, block_id: str, result: Any, predicted: float | None = None) -> None:
+    def keep(self, lesson_id: str, block_id: str, result: ProbeResult, predicted: float | None = None) -> None:
         self._kept[(lesson_id, block_id)] = KeptResult(result, now(), predicted)
 
     def recall(self, lesson_id: str, block_id: str) -> KeptResult | None:
         return self._kept.get((lesson_id, block_id))
 
 
-def result_store(app: Any) -> ResultStore:
-    """The app's store of measure results (made on first use)."""
-    store = getattr(app, "measured_results", None)
-    if store is None:
-        store = ResultStore()
-        app.measured_results = store
-    return store
+def result_store(app: App[None]) -> ResultStore:
+    """The app's store of measure results (a fresh, empty one in a host other than TutorApp)."""
+    tutor = tutor_app(app)
+    return tutor.measured_results if tutor is not None else ResultStore()
 
 
-def percent_cell(row: Any) -> str:
+def percent_cell(row: Measurement) -> str:
     """measured / theory, short: a percentage up to 100 %; above that, never a bare '130 %' for a
     rate but a pointer to the reason (the row's note, or tutor.theory.peaks.explain_efficiency)."""
-    measured, theory = getattr(row, "measured", None), getattr(row, "theory", None)
+    measured, theory = row.measured, row.theory
     if measured is None or theory is None or theory == 0:
         return "-"
     ratio = measured / theory
     if ratio <= 1.0 or f"{ratio * 100:.1f}" == "100.0":  # equal at the shown precision: not "above"
         return f"{ratio * 100:.1f} %"
-    if getattr(row, "rate", False) or "/s" in row.unit:
+    if row.rate or "/s" in row.unit:
         if row.note:
             return "above the peak: see why"  # the note carries the explanation (e.g. the implied clock)
         from tutor.theory.peaks import explain_efficiency
@@ -118,7 +128,7 @@ def percent_cell(row: Any) -> str:
     return f"{ratio * 100:.1f} % (above theory)"
 
 
-def result_table(result: Any) -> Table:
+def result_table(result: ProbeResult) -> Table:
     """The rows of a ProbeResult: what, measured, theory, % of theory, note or source."""
     table = Table(expand=True, show_edge=False, pad_edge=False, box=None, header_style="bold")
     table.add_column("what", ratio=3)
@@ -139,7 +149,7 @@ class ResultView:
 
     TABLE_MIN_WIDTH = 90
 
-    def __init__(self, result: Any) -> None:
+    def __init__(self, result: ProbeResult) -> None:
         self.result = result
 
     def __bool__(self) -> bool:
@@ -161,7 +171,7 @@ class ResultView:
                 yield Text(f"  {note}", style="dim")
 
 
-def comparisons(result: Any) -> tuple[Comparison, ...]:
+def comparisons(result: ProbeResult) -> tuple[Comparison, ...]:
     """Rows that have both figures, for the bar chart."""
     return tuple(Comparison(row.label, row.measured, row.theory, row.unit) for row in result.rows
                  if row.measured is not None and row.theory is not None)
@@ -170,15 +180,15 @@ def comparisons(result: Any) -> tuple[Comparison, ...]:
 WAITING_PHASES = ("starting", "loading torch", "restarting")
 
 
-def waiting_text(state: Any) -> str:
+def waiting_text(state: WorkerState | None) -> str:
     """What a run waits for before it measures: 'loading torch… then ' while the measurement
     process starts (torch takes seconds to import on a 2-core machine); '' when it is ready."""
-    if getattr(state, "phase", "") not in WAITING_PHASES:
+    if state is None or state.phase not in WAITING_PHASES:
         return ""
     return "loading torch in the measurement process… then "
 
 
-class ProbeRunner(LessonBlock):
+class ProbeRunner(LessonBlock[P]):
     """Runs one probe in a thread worker: progress bar, Escape cancels, one runner at a time."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", show=True)]
@@ -189,7 +199,7 @@ class ProbeRunner(LessonBlock):
     class Progress(Message):
         """The probe reported `fraction` done with `text`."""
 
-        def __init__(self, runner: "ProbeRunner", fraction: float, text: str) -> None:
+        def __init__(self, runner: ProbeRunner[Measure | Predict], fraction: float, text: str) -> None:
             super().__init__()
             self.runner, self.fraction, self.text = runner, fraction, text
 
@@ -200,14 +210,16 @@ class ProbeRunner(LessonBlock):
     class Finished(Message):
         """The probe returned (possibly cancelled) or failed with a one-line `error`."""
 
-        def __init__(self, runner: "ProbeRunner", result: Any | None, error: str | None = None) -> None:
+        def __init__(self, runner: ProbeRunner[Measure | Predict], result: ProbeResult | None,
+                     error: str | None = None) -> None:
             super().__init__()
             self.runner, self.result, self.error = runner, result, error
 
-    def __init__(self, block: Any, **kwargs: Any) -> None:
-        super().__init__(block, **kwargs)
+    def __init__(self, block: P, *, lesson_id: str, services: Services, done: bool = False,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(block, lesson_id=lesson_id, services=services, done=done, id=id, classes=classes)
         self._cancel = threading.Event()
-        self.result: Any | None = None
+        self.result: ProbeResult | None = None
 
     @property
     def probe_name(self) -> str:
@@ -215,13 +227,13 @@ class ProbeRunner(LessonBlock):
 
     @property
     def params(self) -> dict:
-        return dict(getattr(self.block, "params", {}) or {})
+        return dict(self.block.params)
 
-    def params_for(self, probe: Any) -> dict:
+    def params_for(self, probe: ProbeLike) -> dict:
         """The block's params, plus the learner's chosen device (settings) where the probe takes one
         and the lesson does not pin it."""
         params = self.params
-        device = getattr(self.services.settings, "device", "auto")
+        device = self.services.settings.device
         if device != "auto" and "device" in getattr(probe, "param_names", ()) and "device" not in params:
             params["device"] = device
         return params
@@ -235,20 +247,21 @@ class ProbeRunner(LessonBlock):
         except UserError as error:
             self._show_error(str(error))
             return
-        active = getattr(self.app, "active_runner", None)
-        if active is not None and active is not self:
-            active.cancel()
-        self.app.active_runner = self
+        app = tutor_app(self.app)
+        if app is not None:
+            if app.active_runner is not None and app.active_runner is not self:
+                app.active_runner.cancel()
+            app.active_runner = self
         self._cancel = threading.Event()
         self.running = True
         bar = self.query_one(ProgressBar)
         bar.update(total=100, progress=0)
-        self._set_status(f"{waiting_text(getattr(self.app, 'worker_state', None))}"
-                         f"running {probe.title if hasattr(probe, 'title') else self.probe_name}… (Escape cancels)")
+        self._set_status(f"{waiting_text(app.worker_state if app is not None else None)}"
+                         f"running {probe.title}… (Escape cancels)")
         self._run(probe, self.params_for(probe), self._cancel)
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False, description="Running a lab")
-    def _run(self, probe: Any, params: dict, cancel: threading.Event) -> None:
+    def _run(self, probe: ProbeLike, params: dict, cancel: threading.Event) -> None:
         yield_cpu_to_the_interface()
 
         def progress(fraction: float, text: str) -> None:
@@ -274,8 +287,13 @@ class ProbeRunner(LessonBlock):
     def on_unmount(self) -> None:
         # Leaving the lesson or quitting: nobody would see the result, so stop measuring.
         self._cancel.set()
-        if getattr(self.app, "active_runner", None) is self:
-            self.app.active_runner = None
+        self._release_app()
+
+    def _release_app(self) -> None:
+        """This runner is no longer the app's one measuring."""
+        app = tutor_app(self.app)
+        if app is not None and app.active_runner is self:
+            app.active_runner = None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Escape belongs to this block only while it runs; otherwise it reaches the screen.
@@ -303,32 +321,35 @@ class ProbeRunner(LessonBlock):
         if message.runner is not self:
             return
         self.running = False
-        if getattr(self.app, "active_runner", None) is self:
-            self.app.active_runner = None
-        if message.error is not None:
-            self._show_error(message.error)
+        self._release_app()
+        result = message.result
+        if message.error is not None or result is None:
+            self._show_error(message.error or "the probe returned no result")
             return
-        self.result = message.result
-        self.app.last_result = message.result  # what the palette's export writes
-        if not getattr(message.result, "cancelled", False):
+        self.result = result
+        app = tutor_app(self.app)
+        if app is not None:
+            app.last_result = result  # what the palette's export writes
+        if not result.cancelled:
             self.query_one(ProgressBar).update(progress=100)  # a cancelled run keeps the bar where it stopped
-        self.keep_result(message.result)
-        self.show_result(message.result)
+        self.keep_result(result)
+        self.show_result(result)
 
-    def keep_result(self, result: Any) -> None:
+    def keep_result(self, result: ProbeResult) -> None:
         """Remember the result for this lesson and block (measure blocks show it again on return)."""
 
-    def show_result(self, result: Any) -> None:
+    def show_result(self, result: ProbeResult, age: float | None = None) -> None:
         raise NotImplementedError
 
-    def drawing(self, result: Any) -> Any:
+    def drawing(self, result: ProbeResult) -> RenderableType | None:
         """The probe's own picture of its result (Probe.render: timelines, per-rank bars), or None."""
-        if not getattr(result, "details", None):
+        if not result.details:
             return None
         try:
-            render = getattr(self.services.probe(self.probe_name), "render", None)
+            probe = self.services.probe(self.probe_name)
         except UserError:
             return None
+        render = probe.render if isinstance(probe, DrawsResults) else None
         if render is None:
             return None
         try:
@@ -348,7 +369,7 @@ class ProbeRunner(LessonBlock):
         status.update(text)
 
 
-class MeasureBlock(ProbeRunner):
+class MeasureBlock(ProbeRunner["Measure"]):
     """```measure: run a probe on this machine and read its result against theory."""
 
     TITLE = "Measure on this machine"
@@ -364,7 +385,7 @@ Runs a real measurement (a *probe*) on this machine in the background: the app s
 """
 
     def compose(self) -> ComposeResult:
-        explain = getattr(self.block, "explain", "")
+        explain = self.block.explain
         yield Static(Text.assemble(("probe ", "dim"), (self.probe_name, "bold"),
                                    ("  " + param_text(self.params) if self.params else "", "dim")))
         with Horizontal(classes="row"):
@@ -382,11 +403,11 @@ Runs a real measurement (a *probe*) on this machine in the background: the app s
         kept = result_store(self.app).recall(self.lesson_id, self.block_id)
         if kept is not None:  # measured earlier in this session: show it again, with its age
             self.result = kept.result
-            if not getattr(kept.result, "cancelled", False):
+            if not kept.result.cancelled:
                 self.query_one(ProgressBar).update(total=100, progress=100)
             self.show_result(kept.result, age=now() - kept.at)
 
-    def keep_result(self, result: Any) -> None:
+    def keep_result(self, result: ProbeResult) -> None:
         result_store(self.app).keep(self.lesson_id, self.block_id, result)
 
     @on(Button.Pressed, "#run")
@@ -395,16 +416,16 @@ Runs a real measurement (a *probe*) on this machine in the background: the app s
         if reveal(event.button):  # Enter on a Run the learner cannot see scrolls to it first
             self.start_probe()
 
-    def show_result(self, result: Any, age: float | None = None) -> None:
-        cancelled = getattr(result, "cancelled", False)
+    def show_result(self, result: ProbeResult, age: float | None = None) -> None:
+        cancelled = result.cancelled
         self._set_status((f"measured {age_text(age)}: " if age is not None else "")
                          + ("cancelled: the rows below are what finished. " if cancelled else "")
-                         + (getattr(result, "summary", "") or "done"))
+                         + (result.summary or "done"))
         say(self.query_one("#table", Static), ResultView(result))
         say(self.query_one("#drawing", Static), self.drawing(result) or "")
         bars = self.query_one("#bars", ComparisonBars)
         bars.items = comparisons(result)
         bars.display = bool(bars.items)
-        self.query_one("#explain").display = bool(getattr(self.block, "explain", ""))
+        self.query_one("#explain").display = bool(self.block.explain)
         if not cancelled:
             self.complete()

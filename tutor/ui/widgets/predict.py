@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on
@@ -13,6 +13,11 @@ from textual.widgets import Button, Input, ProgressBar, Static
 from tutor.ui.widgets.block import say
 from tutor.ui.widgets import measure
 from tutor.ui.widgets.measure import ProbeRunner, ResultView, age_text, format_value, result_store
+
+if TYPE_CHECKING:
+    from tutor.labs import ProbeResult
+    from tutor.lessons.model import Predict
+    from tutor.ui.services import Services
 
 
 def parse_guess(text: str, unit: str = "", guess_unit: str = "") -> float:
@@ -29,7 +34,7 @@ def verdict(predicted: float, measured: float, unit: str = "") -> str:
     return prediction_verdict(predicted, measured, unit)
 
 
-class PredictBlock(ProbeRunner):
+class PredictBlock(ProbeRunner["Predict"]):
     """```predict: commit a number first, then measure it on this machine and compare."""
 
     TITLE = "Predict, then measure"
@@ -41,14 +46,15 @@ The probe then runs on this machine (Escape cancels) and the block compares your
 the measured value as a ratio ("2.1x too high"). Your predictions are saved with your progress.
 """
 
-    def __init__(self, block: Any, **kwargs: Any) -> None:
-        super().__init__(block, **kwargs)
+    def __init__(self, block: Predict, *, lesson_id: str, services: Services, done: bool = False,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(block, lesson_id=lesson_id, services=services, done=done, id=id, classes=classes)
         from tutor.lessons.learner import safe_learner_view
 
         self.written = block
         self.block, self.render_error = safe_learner_view(
-            block, learner_id=str(getattr(self.services.progress, "learner_id", "") or ""),
-            lesson_id=self.lesson_id, device=self.services.machine)
+            block, learner_id=self.services.progress.learner_id, lesson_id=self.lesson_id,
+            device=self.services.machine)
 
     def compose(self) -> ComposeResult:
         unit = self.block.guess_unit or self.block.unit
@@ -75,7 +81,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         elif self.done:
             self._set_status("predicted and measured before; commit again to re-run")
 
-    def keep_result(self, result: Any) -> None:
+    def keep_result(self, result: ProbeResult) -> None:
         """Remember the guess and the result for this lesson and block, as measure blocks do."""
         result_store(self.app).keep(self.lesson_id, self.block_id, result, predicted=self.predicted)
 
@@ -115,22 +121,22 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         super()._show_error(text)
         self._unlock()
 
-    def show_result(self, result: Any, age: float | None = None) -> None:
+    def show_result(self, result: ProbeResult, age: float | None = None) -> None:
         """The verdict, the probe's rows and its drawing; `age` (seconds) when the result is one
         kept from earlier in this session (then the prediction is not recorded again)."""
         self._unlock()
         metric = self.block.metric
-        unit = getattr(self.block, "unit", "")
-        measured = getattr(result, "metrics", {}).get(metric)
+        unit = self.block.unit
+        measured = result.metrics.get(metric)
         say(self.query_one("#table", Static), ResultView(result))
         say(self.query_one("#drawing", Static), self.drawing(result) or "")
-        if getattr(result, "cancelled", False) or measured is None:
-            why = "cancelled before" if getattr(result, "cancelled", False) else "the lab did not report"
+        if result.cancelled or measured is None:
+            why = "cancelled before" if result.cancelled else "the lab did not report"
             self._set_status(f"{why} {metric}: commit again to measure")
             self.call_after_refresh(self.query_one("#status").scroll_visible, animate=False)
             return
         self._set_status((f"measured {age_text(age)}: " if age is not None else "")
-                         + (getattr(result, "summary", "") or "measured"))
+                         + (result.summary or "measured"))
         verdict_line = self.query_one("#verdict", Static)
         say(verdict_line, Text.assemble(
             "you predicted ", (format_value(self.predicted, unit), "bold"),

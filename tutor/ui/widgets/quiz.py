@@ -7,7 +7,7 @@ for this progress file, every text rendered. An answer that cannot be read is no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -16,6 +16,10 @@ from textual.containers import Horizontal
 from textual.widgets import Button, Input, RadioButton, RadioSet, Static
 
 from tutor.ui.widgets.block import LessonBlock, say
+
+if TYPE_CHECKING:
+    from tutor.lessons.model import Quiz
+    from tutor.ui.services import Services
 
 ATTEMPTS_BEFORE_REVEAL = 3
 """Wrong answers before "Show answer" opens (fewer when the quiz has fewer hints; at least one)."""
@@ -26,7 +30,7 @@ def attempts_before_reveal(hints: int) -> int:
     return max(1, min(ATTEMPTS_BEFORE_REVEAL, hints))
 
 
-class QuizBlock(LessonBlock):
+class QuizBlock(LessonBlock["Quiz"]):
     """```quiz: a number, a choice or a short text, checked against the lesson's own answer."""
 
     TITLE = "Quiz"
@@ -43,18 +47,17 @@ Type your answer (or pick a choice) and press **Enter** or *Check*.
 Answers are saved with your progress.
 """
 
-    def __init__(self, block: Any, **kwargs: Any) -> None:
-        super().__init__(block, **kwargs)
+    def __init__(self, block: Quiz, *, lesson_id: str, services: Services, done: bool = False,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(block, lesson_id=lesson_id, services=services, done=done, id=id, classes=classes)
         from tutor.lessons.learner import safe_learner_view
 
         progress = self.services.progress
-        round_of = getattr(progress, "round_of", None)
         self.written = block
         self.block, self.render_error = safe_learner_view(
-            block, learner_id=str(getattr(progress, "learner_id", "") or ""), lesson_id=self.lesson_id,
-            device=self.services.machine, round_=round_of(self.lesson_id, block.id) if callable(round_of) else 0)
-        attempts = getattr(progress, "attempts", None)
-        self.attempts = attempts(self.lesson_id, block.id) if callable(attempts) else 0
+            block, learner_id=progress.learner_id, lesson_id=self.lesson_id,
+            device=self.services.machine, round_=progress.round_of(self.lesson_id, block.id))
+        self.attempts = progress.attempts(self.lesson_id, block.id)
         self.revealed = False
 
     def compose(self) -> ComposeResult:
@@ -68,7 +71,7 @@ Answers are saved with your progress.
                     yield RadioButton(str(choice))
         with Horizontal(classes="row"):
             if quiz.kind != "choice":
-                unit = getattr(quiz, "unit", "")
+                unit = quiz.unit
                 yield Input(placeholder=f"your answer{f' ({unit})' if unit else ''}", id="answer")
             yield Button("Check", id="check", variant="primary")
             yield Button("Show answer", id="reveal", disabled=not self.can_reveal)
@@ -97,7 +100,7 @@ Answers are saved with your progress.
 
     @on(Input.Submitted, "#answer")
     @on(Button.Pressed, "#check")
-    def check(self, event: Any = None) -> None:
+    def check(self, event: Input.Submitted | Button.Pressed | None = None) -> None:
         if event is not None:
             event.stop()
         answer = self.answer_text()
@@ -114,7 +117,7 @@ Answers are saved with your progress.
         except ValueError as error:  # UserError: a broken quiz (content), shown in place
             say(feedback, Text(str(error), style="yellow"))
             return
-        if not getattr(grade, "valid", True):  # unreadable: not an attempt, no hint given away
+        if not grade.valid:  # unreadable: not an attempt, no hint given away
             say(feedback, Text(grade.message, style="yellow"))
             return
         self._record(answer, grade.correct)
@@ -135,7 +138,7 @@ Answers are saved with your progress.
             self.notify(f"answer not saved: {error}", severity="warning")
 
     def _next_hint(self) -> None:
-        hints = list(getattr(self.block, "hints", ()) or ())
+        hints = list(self.block.hints)
         if self.hints_shown < len(hints):
             self.hints_shown += 1
         if hints:
@@ -144,12 +147,12 @@ Answers are saved with your progress.
                 "\n".join(f"hint {i + 1}/{len(hints)}: {hint}" for i, hint in enumerate(shown)))
 
     def _explain(self) -> None:
-        explanation = getattr(self.block, "explanation", "")
+        explanation = self.block.explanation
         if explanation:
             say(self.query_one("#explanation", Static), Text(explanation))
 
     @on(Button.Pressed, "#reveal")
-    def reveal(self, event: Any = None) -> None:
+    def reveal(self, event: Button.Pressed | None = None) -> None:
         """Give up: show the answer and the explanation; the quiz is seen, not solved."""
         if event is not None:
             event.stop()
@@ -171,9 +174,7 @@ Answers are saved with your progress.
         self.revealed = True
         self.query_one("#check", Button).disabled = True
         self.query_one("#reveal", Button).disabled = True
-        record = getattr(self.services.progress, "record_reveal", None)
-        if callable(record):
-            try:
-                record(self.lesson_id, self.block_id)
-            except OSError as error:  # the store keeps its own warning; a lock or disk error must not break the lesson
-                self.notify(f"not saved: {error}", severity="warning")
+        try:
+            self.services.progress.record_reveal(self.lesson_id, self.block_id)
+        except OSError as error:  # the store keeps its own warning; a lock or disk error must not break the lesson
+            self.notify(f"not saved: {error}", severity="warning")
