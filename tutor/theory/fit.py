@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from fractions import Fraction
+from typing import TypedDict, Unpack
 
 from tutor.errors import UserError
 from tutor.theory.checks import positive_int
@@ -536,7 +537,30 @@ def _adapter_states(request: FitRequest, base: Component, trainable: int, reside
     ]
 
 
-def _layer_shape(arch: Architecture, is_moe: bool) -> dict:
+class _LayerShape(TypedDict):
+    """One layer's shape, as the activation formulas (activation_bytes_per_layer) take it."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    gated_mlp: bool
+    dropout: bool
+
+
+class _ActivationRun(TypedDict):
+    """The rest of the activation formulas' arguments: the batch, attention and layout of a request."""
+
+    seq_len: int
+    batch: int
+    attention: str
+    tp: int
+    sequence_parallel: bool
+    bytes_per_value: int
+
+
+def _layer_shape(arch: Architecture, is_moe: bool) -> _LayerShape:
     """Arguments of the activation formulas for one layer.
 
     MoE: each token passes through top-k experts plus the shared ones, so the MLP activations
@@ -546,8 +570,8 @@ def _layer_shape(arch: Architecture, is_moe: bool) -> dict:
     ffn = (arch.experts_per_token * arch.moe_intermediate_size + arch.shared_expert_intermediate_size
            if is_moe else arch.intermediate_size)
     kv_heads = arch.num_heads if arch.uses_mla else arch.num_kv_heads
-    return dict(hidden=arch.hidden_size, heads=arch.num_heads, kv_heads=kv_heads, head_dim=arch.head_dim,
-                ffn=ffn, gated_mlp=arch.gated_mlp, dropout=arch.dropout)
+    return _LayerShape(hidden=arch.hidden_size, heads=arch.num_heads, kv_heads=kv_heads, head_dim=arch.head_dim,
+                       ffn=ffn, gated_mlp=arch.gated_mlp, dropout=arch.dropout)
 
 
 def activation_precision(request: FitRequest) -> str:
@@ -812,9 +836,9 @@ def _activations(arch: Architecture, request: FitRequest, stage, stage_layers: r
     s, b, t = request.seq_len, request.batch, request.tp
     microbatches = request.microbatches or request.pp
     in_flight = pipeline_activation_multiplier(pp=request.pp, microbatches=microbatches, stage=stage.index)
-    common = dict(seq_len=s, batch=b, attention=request.attention, tp=t,
-                  sequence_parallel=request.sequence_parallel,
-                  bytes_per_value=4 if activation_precision(request) == "fp32" else 2)
+    common = _ActivationRun(seq_len=s, batch=b, attention=request.attention, tp=t,
+                            sequence_parallel=request.sequence_parallel,
+                            bytes_per_value=4 if activation_precision(request) == "fp32" else 2)
     moe_flags = arch.layer_is_moe
     stored = sum(count * activation_bytes_per_layer(**common, **_layer_shape(arch, is_moe),
                                                     recompute=request.recompute)
@@ -857,16 +881,18 @@ def _inference_activations(arch: Architecture, request: FitRequest, stage_layers
                                               backend=backend, tp=request.tp, gpu=request.gpu,
                                               mask_bytes=masks).items():
                 moments[name] = max(moments.get(name, 0), n)
-        moment = max(moments, key=moments.get)
+        moment = max(moments, key=moments.__getitem__)
         return Component("activations", moments[moment],
                          f"prefill as generate() runs it (transformers, {precision}, {backend} attention; "
                          f"logits_to_keep=1), peak at the {moment} moment: ids, embedding output, layer input, "
                          f"positions{', masks' if masks else ''} + that moment's tensors over {b} x {s} tokens")
     peak = 0
     for is_moe in {flags[i] for i in stage_layers}:
+        # Inference runs the model in eval mode: dropout is off whatever the config says.
+        eval_shape = _layer_shape(arch, is_moe)
+        eval_shape["dropout"] = False
         terms = layer_activation_terms(seq_len=request.seq_len, batch=request.batch, attention=request.attention,
-                                       tp=request.tp, bytes_per_value=4 if precision == "fp32" else 2,
-                                       **{**_layer_shape(arch, is_moe), "dropout": False})
+                                       tp=request.tp, bytes_per_value=4 if precision == "fp32" else 2, **eval_shape)
         attention_part = sum(t.bytes for t in terms if t.block == "attention")
         mlp_part = sum(t.bytes for t in terms if t.block == "mlp")
         peak = max(peak, math.ceil(max(attention_part, mlp_part)))
@@ -897,7 +923,7 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
                f" x {element} B ({kv_name})")
     if windowed:
         formula += f"; {len(sliding)} sliding-window layers cap at {arch.sliding_window} tokens (a serving engine's allocation)"
-    elif sliding and request.seq_len > arch.sliding_window:
+    elif sliding and arch.sliding_window is not None and request.seq_len > arch.sliding_window:
         formula += (f"; the {len(sliding)} sliding-window layers too: right after prefill transformers' cache "
                     f"holds the whole prompt (cropped to {arch.sliding_window} tokens at the first decode step)")
     if request.tp > 1:
@@ -1040,15 +1066,39 @@ class Suggestion:
         return bool(self.kind & {"dp", "tp", "pp"})
 
 
+class _PlanFields(TypedDict, total=False):
+    """The FitRequest fields a suggestion may set (keywords of dataclasses.replace on a FitRequest);
+    a new kind of plan that sets another field adds it here."""
+
+    dtype: str
+    kv_dtype: str | None
+    recipe: Recipe | str
+    optimizer: str
+    batch: int
+    seq_len: int
+    dp: int
+    tp: int
+    ep: int
+    zero: ZeroStage | int
+    sequence_parallel: bool
+    recompute: Recompute | str
+    lora_targets: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class _Plan:
-    changes: tuple[Change, ...]
+    fields: _PlanFields
     reason: str = ""
 
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        """The plan's fields as Changes, in the order given (the order the front ends name them)."""
+        return tuple(Change(name, value) for name, value in self.fields.items())
 
-def _plan(reason: str = "", **fields: object) -> _Plan:
+
+def _plan(reason: str = "", **fields: Unpack[_PlanFields]) -> _Plan:
     """A candidate change, its fields in the order given (the order the front ends name them)."""
-    return _Plan(tuple(Change(name, value) for name, value in fields.items()), reason)
+    return _Plan(fields, reason)
 
 
 def _with_ep(request: FitRequest, plan: _Plan, ep: int) -> _Plan:
@@ -1056,7 +1106,7 @@ def _with_ep(request: FitRequest, plan: _Plan, ep: int) -> _Plan:
     layout may have to reset ep; that reset is part of the advice, named like any other change."""
     if ep == request.ep:
         return plan
-    return _Plan(plan.changes + (Change("ep", ep),), plan.reason)
+    return _Plan({**plan.fields, "ep": ep}, plan.reason)
 
 
 # The changes suggestions() tries (plans_tried says them in words).
@@ -1146,7 +1196,7 @@ def suggestions(arch: Architecture, request: FitRequest, capacity: int, limit: i
         kind = frozenset(change.field for change in plan.changes)
         if kind in kinds_done:
             continue
-        candidate = replace(request, **{change.field: change.value for change in plan.changes})
+        candidate = replace(request, **plan.fields)
         try:
             total = estimate(arch, candidate).worst.total
         except UserError:
