@@ -10,9 +10,13 @@ torch and transformers are imported only when --trace is given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tutor.errors import UserError
 from tutor.theory.fit import Attention, Mode, Recipe, Recompute
+
+if TYPE_CHECKING:  # at run time memory_trace is imported only when --trace is given
+    from tutor.bench.memory_trace import MemoryTrace, TraceSetup
 
 TRAIN_RECIPES = {Recipe.FP32: ("fp32", False), Recipe.BF16: ("bf16", False), Recipe.HF_AMP: ("fp32", True)}
 INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
@@ -32,7 +36,7 @@ LABELS = {"optimizer_states": "opt. states", "optimizer_temporaries": "opt. temp
 class TracedFit:
     """A traced step for a fit request: the trace, the device the answer is for, and what to know."""
 
-    trace: object                  # tutor.bench.memory_trace.MemoryTrace
+    trace: MemoryTrace
     target_device: str             # "cuda" (a GPU answer) or "cpu"
     notes: tuple[str, ...] = field(default=())
 
@@ -46,7 +50,7 @@ def load_model_config(model: str | None) -> dict:
     return read_model_config(model).config  # the same reading, and one-line messages, as `fit`
 
 
-def trace_setup(request) -> tuple[object, tuple[str, ...]]:
+def trace_setup(request) -> tuple[TraceSetup, tuple[str, ...]]:
     """The transformers setup that runs `request` on one device, and notes on what differs; UserError
     (one line) for what --trace cannot run."""
     from tutor.bench.memory_trace import OPTIMIZERS, TraceSetup
