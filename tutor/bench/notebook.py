@@ -276,7 +276,9 @@ def _same_machine(recorded: Any, machine: Machine) -> bool:
     if not isinstance(recorded, dict) or not isinstance(recorded.get("cpu"), dict):
         return False
     cpu = recorded["cpu"]
-    gpus = recorded.get("gpus") if isinstance(recorded.get("gpus"), list) else []
+    gpus = recorded.get("gpus")
+    if not isinstance(gpus, list):
+        gpus = []
     return (cpu.get("model_name") == machine.cpu.model_name and cpu.get("logical_cores") == machine.cpu.logical_cores
             and [g.get("name") for g in gpus if isinstance(g, dict)] == [g.name for g in machine.gpus])
 

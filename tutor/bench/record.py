@@ -209,7 +209,7 @@ class BenchRun:
     @property
     def status(self) -> Status:
         if self.stored_status in (COMPLETE, CANCELLED):
-            return self.stored_status  # type: ignore[return-value]
+            return self.stored_status
         return CANCELLED if self.header.get("cancelled") is True else COMPLETE
 
     @property

@@ -37,7 +37,7 @@ from tutor.labs._params import Param, budget_param, make_probe
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from tutor.labs.ranks import RankContext
+    from tutor.bench.ranks import RankContext
 
 T = TypeVar("T")
 

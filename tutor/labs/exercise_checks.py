@@ -53,6 +53,7 @@ def check_bf16_bits(answer: str) -> Verdict:
         return Verdict(False, f"BF16 has 16 bits (1 + 8 + 7); you typed {len(bits_text)}")
     typed = encoding_of_bits(int(bits_text, 2), "bf16")
     right = encode(Fraction(BF16_VALUE), "bf16")
+    assert right.value is not None, f"{BF16_VALUE} is a finite BF16 value"
     shown = f"{typed.sign} {bits_text[1:9]} {bits_text[9:]}"
     value = typed.value
     details = (f"you typed {shown} = {format_number(float(value), digits=10)}" if value is not None else f"you typed {shown}: not a number",)

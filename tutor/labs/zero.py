@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import torch
     from rich.console import RenderableType
 
-    from tutor.labs.ranks import RankContext
+    from tutor.bench.ranks import RankContext
 
 VOCAB = 512
 HEADS = 4
