@@ -68,7 +68,8 @@ def cli(ctx: click.Context) -> None:
     Run with no command to open the tutor app (the same as `tensor-tutor learn`).
     """
     if ctx.invoked_subcommand is None:
-        learn = ctx.command.get_command(ctx, "learn")
+        group = ctx.command  # this LazyGroup
+        learn = group.get_command(ctx, "learn") if isinstance(group, click.Group) else None
         if learn is not None:
             ctx.invoke(learn)
             return

@@ -33,6 +33,7 @@ def goal_capacity(goal: Goal) -> tuple[int, str]:
     from tutor.hardware.memory_budget import given_budget
 
     budget = given_budget(goal.device)
+    assert budget.capacity is not None, "a given size or a spec-table card always has a capacity"
     return int(budget.capacity), budget.name
 
 

@@ -106,13 +106,11 @@ def personalise(block: BlockT, *, learner_id: str, lesson_id: str, round_: int =
     if not isinstance(block, (Quiz, Predict)):
         return block
     seed = learner_seed(learner_id, lesson_id, block.id, round_)
-    if isinstance(block, Quiz) and block.chain:
-        personal = replace(block, drawn=chain_draw_values(block, learner_id=learner_id, lesson_id=lesson_id))
-    else:
-        personal = replace(block, drawn=draw_values(block, seed))
-    if isinstance(personal, Quiz):
-        return shuffle_choices(personal, seed)
-    return personal
+    if isinstance(block, Quiz):
+        drawn = (chain_draw_values(block, learner_id=learner_id, lesson_id=lesson_id) if block.chain
+                 else draw_values(block, seed))
+        return shuffle_choices(replace(block, drawn=drawn), seed)
+    return replace(block, drawn=draw_values(block, seed))
 
 
 def _render(text: str, device: LessonDevice, draw: dict[str, Any]) -> str:

@@ -411,7 +411,7 @@ def _bounded_power(base: Any, exponent: Any) -> Any:
     if isinstance(exponent, Fraction) and exponent.denominator == 1:
         exponent = exponent.numerator
     if isinstance(base, (int, Fraction)) and isinstance(exponent, int):
-        bits = abs(exponent) * max(_int_bits(base) - 1, 1) if abs(base) > 1 or isinstance(base, Fraction) else 0
+        bits = abs(exponent) * max(_int_bits(base) - 1, 1) if isinstance(base, Fraction) or abs(base) > 1 else 0
         if (exponent > 0 or isinstance(base, Fraction)) and bits > MAX_INT_BITS:
             raise _Refused(f"{base!r} ** {exponent!r} would have about {bits:,} bits (lesson values allow "
                            f"{MAX_INT_BITS:,})")
@@ -500,7 +500,11 @@ class _Interpreter:
             raise _Refused(f"calling {getattr(function, '__name__', type(function).__name__)!r} is not allowed in "
                            "lesson values")
         args = [self.run(arg, local) for arg in node.args]
-        kwargs = {keyword.arg: self.run(keyword.value, local) for keyword in node.keywords}
+        kwargs: dict[str, Any] = {}
+        for keyword in node.keywords:
+            if keyword.arg is None:  # `**mapping`: _refuse_syntax refuses it before any run
+                raise _Refused("**-arguments are not allowed in lesson values")
+            kwargs[keyword.arg] = self.run(keyword.value, local)
         for value in (*args, *kwargs.values()):
             if callable(value):  # max(..., key=f) would call f outside these checks
                 raise _Refused("passing a function as an argument is not allowed in lesson values")
