@@ -3,7 +3,7 @@ runs its check (the `exercise` lab); a hint opens with each failed check, the ex
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on
@@ -13,6 +13,9 @@ from textual.widgets import Button, ProgressBar, Static, TextArea
 
 from tutor.ui.widgets.block import say
 from tutor.ui.widgets.measure import ProbeRunner
+
+if TYPE_CHECKING:
+    from tutor.labs.probe import ProbeResult
 
 
 class ExerciseBlock(ProbeRunner):
@@ -88,7 +91,8 @@ exercise seen, not solved). **Tab** leaves the box; *Reset* brings back the star
             self.notify(f"progress not saved: {error}", severity="warning")
         self._set_status("the solution is in the box: check it to see why it passes (seen, not solved)")
 
-    def show_result(self, result: Any) -> None:
+    def show_result(self, result: ProbeResult, age: float | None = None) -> None:
+        # `age` is a kept result's: exercises keep none (each check runs anew), so it is always None.
         from tutor.labs.exercise import render_verdict, verdict_of
 
         verdict = verdict_of(result)
