@@ -61,9 +61,9 @@ def _resolve(model: str | None, params: str | None):
         return None, f"{params} parameters", "--params (bare count: model states only)", count
     if not model:
         raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json, a model folder, or --params 7B")
-    from tutor.model_files import resolve_model
+    from tutor.bench.arch_calibration import resolve_any_model  # a hand profile, or the real model class
 
-    arch, source = resolve_model(model)
+    arch, source = resolve_any_model(model)
     return arch, arch.name or model, source, None
 
 
@@ -121,6 +121,10 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
         pp=pp, ep=ep, zero=zero, sequence_parallel=sequence_parallel, recompute=recompute, attention=attention,
         impl=impl, kv_dtype=kv_dtype, microbatches=microbatches, lora_rank=lora_rank,
         lora_targets=parse_lora_targets(lora_targets), gpu=budget.gpu)
+    if arch is not None and arch.calibration is not None:  # no hand profile: traces calibrate this setup
+        from tutor.bench.arch_calibration import calibrated_for
+
+        arch = calibrated_for(arch, request)
     estimate = fitting.estimate(arch, request) if arch is not None else fitting.estimate_from_count(count, request)
     capacity = budget.capacity
     fits = None if capacity is None else estimate.worst.total <= capacity
@@ -245,6 +249,8 @@ def _report_json(estimate: fitting.FitEstimate, name: str, source: str, budget: 
             "name": name,
             "source": source,
             "model_type": estimate.arch.model_type if estimate.arch else None,
+            "profile": estimate.arch.profile if estimate.arch else None,
+            "profile_note": estimate.arch.profile_note or None if estimate.arch else None,
             "params_total": estimate.total_params,
             "params_active": params.active if params else estimate.total_params,
             "params_trainable": estimate.trainable_params,

@@ -13,6 +13,7 @@ from fractions import Fraction
 
 from tutor.errors import UserError
 from tutor.theory.checks import positive_int
+from tutor.theory.calibrated import KV_CACHE, calibrated_setup, prefill_peak, setup_key, training_moments
 from tutor.theory.activations import (
     ATTENTION_KINDS,
     IMPLEMENTATIONS,
@@ -525,7 +526,47 @@ class _ActivationTimeline:
     reruns: tuple = ()   # full recompute (hf): the `_RerunMoment`s inside the re-run layers' backward
 
 
+def _calibration_key(request: FitRequest) -> str:
+    return setup_key(mode=request.mode, precision=activation_precision(request), attention=request.attention,
+                     recompute=request.recompute)
+
+
+def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range,
+                         calibrated) -> _ActivationTimeline:
+    """A calibrated-trace architecture (tutor.theory.calibrated): the fitted head + per-layer terms
+    at this stage's layers and shape (the head on the last stage only; split over tp)."""
+    b, s, t, n = request.batch, request.seq_len, request.tp, len(stage_layers)
+    last = stage.index == request.pp - 1
+    where = (f"calibrated trace of {arch.calibration.model_class} ({calibrated.key}): fitted head + {n} layers x "
+             f"per-layer terms in b, b·s, b·s² (checked at {calibrated.check[0]} layers, {calibrated.check[1]} x "
+             f"{calibrated.check[2]} tokens: {calibrated.check_error:.1%} off)" + (f", / tp {t}" if t > 1 else ""))
+    if request.mode == "inference":
+        peak, region = prefill_peak(calibrated, batch=b, seq_len=s, layers=n)
+        component = Component("activations", math.ceil(Fraction(peak, t)), f"prefill peak in the {region}: {where}")
+        return _ActivationTimeline(component, component.bytes)
+    in_flight = pipeline_activation_multiplier(pp=request.pp, microbatches=request.microbatches or request.pp,
+                                               stage=stage.index)
+
+    copies = float(in_flight)
+    moments = training_moments(calibrated, batch=b, seq_len=s, layers=n, head=last, layer_copies=copies)
+    split = {region: (math.ceil(Fraction(acts, t)), math.ceil(Fraction(grads, t))) for region, acts, grads in moments}
+    acts = max(a for a, _ in split.values())
+    stored = split.get("forward:acts", (acts, 0))[0]
+    end = math.ceil(Fraction(calibrated.quantity("activations_end_of_backward").at(
+        layers=n, batch=b, seq_len=s, head=last, layer_copies=copies), t))
+    component = Component("activations", acts, f"the step's activation maximum: {where}")
+    # _training_peak adds a tied embedding's unsummed gradients at the end of backward; the trace has them.
+    layers_part = stored - end + _tied_gradient_bytes(arch, request, stage)
+    reruns = tuple(_RerunMoment(f"backward, {region.replace('backward-', '')} moment of the traced step ({where})",
+                                region_acts, grads)
+                   for region, (region_acts, grads) in split.items() if not region.startswith("forward"))
+    return _ActivationTimeline(component, stored, layers_part=layers_part, reruns=reruns)
+
+
 def _activation_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> _ActivationTimeline:
+    calibrated = calibrated_setup(arch, _calibration_key(request))
+    if calibrated is not None and len(stage_layers):
+        return _calibrated_timeline(arch, request, stage, stage_layers, calibrated)
     if request.mode == "inference":
         component = _inference_activations(arch, request, stage_layers)
         return _ActivationTimeline(component, component.bytes)
@@ -686,8 +727,9 @@ def _optimizer_temporaries(arch: Architecture, request: FitRequest, resident: _S
         return (math.ceil(shard * state_bytes),
                 f"foreach AdamW (CUDA default): sqrt(v) for every parameter at once, {float(state_bytes):g} B each")
     h = arch.hidden_size
-    largest = max(arch.vocab_size * h, arch.intermediate_size * h,
-                  2 * arch.num_experts * arch.moe_intermediate_size * h)  # grouped experts: one (E, 2f, h) tensor
+    largest = arch.measured.largest if arch.measured is not None else max(
+        arch.vocab_size * h, arch.intermediate_size * h,
+        2 * arch.num_experts * arch.moe_intermediate_size * h)  # grouped experts: one (E, 2f, h) tensor
     largest = math.ceil(Fraction(largest, request.tp))
     return (math.ceil(2 * largest * state_bytes),
             f"single-tensor AdamW (CPU): sqrt(v) and sqrt(v)/c of the largest parameter ({largest:,} elements)")
@@ -826,6 +868,14 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
     element = kv_dtype_bytes(kv_name)
     if not len(stage_layers):
         return Component("kv_cache", 0, "no layers on this stage")
+    calibrated = calibrated_setup(arch, _calibration_key(request))
+    if calibrated is not None and calibrated.quantity(KV_CACHE) is not None:
+        traced = calibrated.quantity(KV_CACHE).at(layers=len(stage_layers), batch=request.batch,
+                                                  seq_len=request.seq_len, head=False)
+        return Component("kv_cache", math.ceil(Fraction(traced * element, calibrated.traced_element_bytes * request.tp)),
+                         f"{len(stage_layers)} layers x the traced cache per layer (fitted in b·s; "
+                         f"{arch.calibration.model_class}) x {request.batch} x {request.seq_len} tokens, "
+                         f"{element} B ({kv_name})" + (f" / tp {request.tp}" if request.tp > 1 else ""))
     sliding = [i for i in stage_layers if arch.layer_uses_sliding_window[i]]
     kv_heads = 1 if arch.uses_mla else arch.num_kv_heads
     # transformers: right after prefill a sliding layer's storage holds the whole prompt (the window
@@ -863,7 +913,10 @@ def _overhead(request: FitRequest, activation_bytes: int) -> Component:
 
 
 def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
-    notes = []
+    notes = [arch.profile_note] if arch.profile_note else []
+    if arch.calibration is not None and calibrated_setup(arch, _calibration_key(request)) is None:
+        notes.append(f"no calibrated trace for {_calibration_key(request)}: activations follow the Llama-like "
+                     "transformers formulas on this config's sizes (approximate)")
     if arch.tie_word_embeddings and request.pp > 1:
         notes.append("tied embeddings with pp > 1: the last stage keeps its own copy of the embedding (Megatron)")
     if request.tp > arch.num_kv_heads and not arch.uses_mla and request.mode == "inference":
