@@ -409,7 +409,9 @@ def _region_quantities(tracker) -> dict[str, float]:
         if delta > 0 and category == "activations":
             region = REGION_PREFIX + (phase if phase in ("attention", "mlp", "head") else "other")
             best[region] = max(best.get(region, 0), live[category])
-    best[KV_CACHE] = sum(delta for key, delta, *_ in tracker.events if tracker.role[key] == "kv_cache")
+        if category == "kv_cache":
+            best[KV_CACHE] = max(best.get(KV_CACHE, 0), live[category])
+    best.setdefault(KV_CACHE, 0)
     return best
 
 

@@ -17,7 +17,7 @@ def models(devices: bool, as_json: bool) -> None:
         _devices(as_json)
         return
     from tutor.model_files import list_presets, load_preset
-    from tutor.theory.models import architecture_from_config, count_parameters
+    from tutor.theory.models import SUPPORTED_MODEL_TYPES, architecture_from_config, count_parameters
 
     rows = []
     for info in list_presets():
@@ -30,9 +30,11 @@ def models(devices: bool, as_json: bool) -> None:
             "checkpoint_tensors": counts.checkpoint_tensors,
             "published_total": info.total.text if info.total else None,
             "published_source": info.total.source if info.total else None,
+            "profile": arch.profile,
         })
+    profiles = {"hand": list(SUPPORTED_MODEL_TYPES), "calibrated_trace": CALIBRATED_TRACE}
     if as_json:
-        click.echo(json.dumps({"models": rows}, indent=2))
+        click.echo(json.dumps({"models": rows, "profiles": profiles}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -56,7 +58,17 @@ def models(devices: bool, as_json: bool) -> None:
         table.add_row(as_text(row["name"]), as_text(row["display_name"]), as_text(row["model_type"]),
                       format_count(row["params_total"]),
                       active, published)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    console.print(f"Hand-profiled model types (formulas, instant): {', '.join(SUPPORTED_MODEL_TYPES)}.")
+    from rich.markup import escape
+
+    console.print(f"Calibrated trace: {escape(CALIBRATED_TRACE)}.")
+
+
+CALIBRATED_TRACE = ("any other decoder-only model_type transformers can build (gemma3_text, granite, gpt_oss, ...): "
+                    "parameters from the real model class on the meta device, activations from traces fitted "
+                    "in b·s and b·s², cached; needs the [trace] extra")
 
 
 def _devices(as_json: bool) -> None:
