@@ -57,7 +57,7 @@ CALIBRATED: dict[str, dict] = {
     "phi": dict(SMALL),
     "stablelm": dict(SMALL),
     "exaone4": dict(SMALL, sliding_window=64),
-    "helium": dict(SMALL),
+    "helium": dict(SMALL, head_dim=32),  # HeliumAttention's o_proj assumes heads x head_dim = hidden
     "seed_oss": dict(SMALL),
     "gpt_oss": dict(SMALL, num_local_experts=4, num_experts_per_tok=2, sliding_window=64, head_dim=32),
 }
@@ -86,21 +86,27 @@ def config_dict(model_type: str) -> dict:
 
 
 def build(model_type: str, run):
-    """The real model from the written config, with the run's attention and dtype."""
+    """The real model from the written config, with the run's attention and dtype. A 16-bit model is
+    built as from_pretrained(dtype=torch.bfloat16) builds it: parameters in bf16, the rotary buffers
+    kept in fp32 (model.to(bfloat16) would cast those too, which no loading path does)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = config_dict(model_type)
     fields = {k: v for k, v in config.items() if k != "model_type"}
+    dtype = {"dtype": torch.bfloat16} if run.bf16_model else {}
     torch.manual_seed(0)
     hf_config = AutoConfig.for_model(model_type, **fields)
     try:
-        model = AutoModelForCausalLM.from_config(hf_config, attn_implementation=run.attention)
+        model = AutoModelForCausalLM.from_config(hf_config, attn_implementation=run.attention, **dtype)
     except ValueError:  # no SDPA path: transformers runs its default
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **fields))
-    if run.bf16_model:
-        model = model.to(torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **fields), **dtype)
+    if run.mode == "train":
+        # As transformers' Trainer runs it (TrainingArguments.use_cache False), and as `fit --trace` and the
+        # calibration trace it. With the config's default (True) some models build a cache in training:
+        # GPT-NeoX then keeps 11% fewer activations (K and V shared with the cache).
+        model.config.use_cache = False
     return config, model
 
 
@@ -143,7 +149,8 @@ def compare(model_type: str, run_name: str, batch: int, seq_len: int) -> tuple[b
     result = base.RunResult(model_type, run_name, rows, measured.peak, worst.peak.phase, dict(worst.peak.per_category),
                             measured.seconds, list(measured.notes))
     info = {"profile": arch.profile, "calibration_seconds": round(answer_seconds, 2),
-            "check_error": next((s.check_error for s in arch.calibration.setups), None) if arch.calibration else None}
+            "check_error": next((s.check_error for s in arch.calibration.setups
+                                 if s.key == fitting._calibration_key(request)), None) if arch.calibration else None}
     return result, info
 
 

@@ -29,6 +29,7 @@ from importlib import metadata
 
 from tutor.errors import UserError
 from tutor.theory.calibrated import (
+    BASIS,
     GRADIENTS_PREFIX,
     KV_CACHE,
     training_moment_names,
@@ -53,7 +54,14 @@ from tutor.theory.models import (
 CALIBRATION_FORMAT = 1
 CACHE_FOLDER = "calibrations"
 TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds transformers)"
-FIT_SHAPES = ((1, 32), (2, 32), (1, 64), (1, 96))   # (batch, seq_len), fitted: as many as BASIS terms
+# (batch, seq_len) traced for the fit, by the basis terms it needs (as many shapes as terms): the
+# constant and per-token terms always; per sequence (the last position's logits) for a prefill; s x s
+# where attention keeps scores (eager, SDPA's math kernel under dropout) or a sliding window shorter
+# than the traced prompts makes a mask.
+FIT_SHAPES = {("1", "b*s"): ((1, 32), (1, 96)),
+              ("1", "b", "b*s"): ((1, 32), (2, 32), (1, 96)),
+              ("1", "b*s", "b*s^2"): ((1, 32), (1, 64), (1, 96)),
+              ("1", "b", "b*s", "b*s^2"): ((1, 32), (2, 32), (1, 64), (1, 96))}
 CHECK_SHAPE = (2, 128)                                        # never fitted: the check
 FIT_LAYERS = (2, 3)   # with one layer the top layer is the bottom one: two regions would be one
 CHECK_LAYERS = 3
@@ -509,23 +517,37 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
         return _region_quantities(tracker)
 
 
-def _solve(points: list[tuple[tuple[int, ...], float]]) -> tuple[float, ...]:
-    """Least squares over BASIS (numpy), coefficients rounded to 6 significant digits."""
+def basis_terms(config: dict, mode: str, attention: str) -> tuple[str, ...]:
+    """The BASIS terms a setup's quantities can hold (FIT_SHAPES)."""
+    longest = CHECK_SHAPE[1]
+    windows = [v for k, v in config.items() if "window" in k and isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    dropout = any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                  for k, v in config.items() if "dropout" in k or k.endswith("_pdrop"))
+    square = attention == "eager" or dropout or any(w < longest for w in windows)
+    return ("1",) + (("b",) if mode == "inference" else ()) + ("b*s",) + (("b*s^2",) if square else ())
+
+
+def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) -> tuple[float, ...]:
+    """Least squares over `terms` of BASIS (numpy; the others 0), rounded to 6 significant digits."""
     import numpy
 
-    matrix = numpy.array([x for x, _ in points], dtype=float)
+    columns = [BASIS.index(term) for term in terms]
+    matrix = numpy.array([[x[i] for i in columns] for x, _ in points], dtype=float)
     values = numpy.array([y for _, y in points], dtype=float)
     scale = matrix.max(axis=0)
     scale[scale == 0] = 1
     solution, *_ = numpy.linalg.lstsq(matrix / scale, values, rcond=None)
-    return tuple(float(f"{c:.6g}") for c in solution / scale)
+    full = [0.0] * len(BASIS)
+    for column, value in zip(columns, solution / scale):
+        full[column] = float(f"{value:.6g}")
+    return tuple(full)
 
 
 LAST_CHECK: dict[str, tuple[float, int]] = {}  # the last calibration's check, quantity -> (traced, fitted)
 
 
 def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str) -> CalibratedSetup:
-    """Trace the setup at FIT_SHAPES with 1 and 2 layers, fit every quantity, check at CHECK_SHAPE."""
+    """Trace the setup at its FIT_SHAPES with FIT_LAYERS layers, fit every quantity, check at CHECK_SHAPE."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -535,12 +557,14 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     setup = TraceSetup(mode=mode, dtype=dtype, autocast=precision == "amp", recompute=recompute == "full",
                        attention=attention, optimizer="adamw", foreach=None, fake=True)
     measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {}
+    terms = basis_terms(config, mode, attention)
+    fit_shapes = FIT_SHAPES[terms]
     with _quiet():
         for layers in FIT_LAYERS:
             small = layer_config(config, layers)
             traced_attention, _ = attention_to_run(small, attention)
             run = replace(setup, attention=traced_attention)
-            shapes = FIT_SHAPES + ((CHECK_SHAPE,) if layers == CHECK_LAYERS else ())
+            shapes = fit_shapes + ((CHECK_SHAPE,) if layers == CHECK_LAYERS else ())
             try:
                 with FakeTensorMode():
                     model = build_model(small, run)
@@ -556,13 +580,13 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                 raise UserError(f"calibrating {config.get('model_type')!r} failed in its transformers code: "
                                 f"{_one_line(exc)}") from None
     low, high = FIT_LAYERS
-    names = sorted(measured[low][FIT_SHAPES[0]])
+    names = sorted(measured[low][fit_shapes[0]])
     quantities = []
     worst = 0.0
     checked: dict[str, tuple[float, int]] = {}
     for name in names:
-        one = _solve([(basis_values(*shape), measured[low][shape].get(name, 0)) for shape in FIT_SHAPES])
-        two = _solve([(basis_values(*shape), measured[high][shape].get(name, 0)) for shape in FIT_SHAPES])
+        one = _solve([(basis_values(*shape), measured[low][shape].get(name, 0)) for shape in fit_shapes], terms)
+        two = _solve([(basis_values(*shape), measured[high][shape].get(name, 0)) for shape in fit_shapes], terms)
         per_layer = tuple(float(f"{(b - a) / (high - low):.6g}") for a, b in zip(one, two))
         head = tuple(float(f"{a - low * p:.6g}") for a, p in zip(one, per_layer))
         fitted = Fitted(head, per_layer)
@@ -576,4 +600,4 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     LAST_CHECK.update(checked)
     return CalibratedSetup(key=key, quantities=tuple(quantities), check=(CHECK_LAYERS, *CHECK_SHAPE),
                            check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
-                           fitted_shapes=tuple((layers, *shape) for layers in FIT_LAYERS for shape in FIT_SHAPES))
+                           fitted_shapes=tuple((layers, *shape) for layers in FIT_LAYERS for shape in fit_shapes))

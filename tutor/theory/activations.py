@@ -842,7 +842,10 @@ def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: 
     a = _heads_per_rank(shape.heads, t)
     g = kv_heads_per_rank(shape.kv_heads, t)
     d, dv = shape.head_dim, shape.v_head_dim
-    positions = 2 * v * s * shape.rope_dim if shape.rope_dim else v * s * h
+    # OLMo's apply_rotary_pos_emb keeps cos and sin in fp32 (not cast to the model dtype): RoPE's
+    # products on Q and K are fp32, cast back at the end (measured, transformers 5.24).
+    rope = 4 if shape.model_type == "olmo" else v
+    positions = 2 * rope * s * shape.rope_dim if shape.rope_dim else v * s * h
     held = TOKEN_ID_BYTES * (T + s) + positions + 2 * v * T * h + mask_bytes
     # fp32 copies a kernel makes of 16-bit inputs: none when the model is fp32 already.
     upcast = 4 if v < 4 and not gpu else v
@@ -867,7 +870,7 @@ def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: 
         moments["attention"] = held + per_token(norm_out + mla) + scores
     elif backend == "flash":
         projections = v * (a * d + 2 * g * d)
-        temporaries = 3 * v * a * d if shape.rope_dim else v * a * dv
+        temporaries = 3 * rope * a * d if shape.rope_dim else v * a * dv
         moments["attention"] = held + per_token(norm_out + projections + temporaries)
     else:
         # repeat_kv's expand + reshape is a view for one KV head (MQA), a copy for 1 < kv heads < heads.
