@@ -174,8 +174,11 @@ def _setup_json(setup: CalibratedSetup) -> dict:
 
 def _get(config_obj, names: tuple[str, ...], default=None):
     for name in names:
-        value = getattr(config_obj, name, None)
-        if value is not None:
+        try:
+            value = getattr(config_obj, name, None)
+        except Exception:  # noqa: BLE001 - e.g. Gemma-4's per-layer attributes refuse a global read
+            value = None
+        if value is not None and not isinstance(value, (list, dict)):
             return value
     return default
 
@@ -196,14 +199,18 @@ def _classify(name: str) -> str:
     return "mlp"
 
 
-def _decoder_layers(model, num_layers: int):
-    """The ModuleList holding the decoder layers (the longest one of num_layers modules)."""
+def _decoder_layers(model, num_layers: int | None = None):
+    """(path, ModuleList) of the decoder layers: the ModuleList of num_layers modules, or (the config
+    names its layers otherwise: BART-style decoder_layers) the one holding the most parameters."""
     import torch
 
-    for _name, module in model.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == num_layers and num_layers:
-            return _name, module
-    raise UserError(f"cannot find the {num_layers} decoder layers of {type(model).__name__}")
+    lists = [(name, module) for name, module in model.named_modules()
+             if isinstance(module, torch.nn.ModuleList) and len(module)]
+    exact = [(name, module) for name, module in lists if len(module) == num_layers]
+    candidates = exact or lists
+    if not candidates:
+        raise UserError(f"cannot find the decoder layers of {type(model).__name__}")
+    return max(candidates, key=lambda item: sum(p.numel() for p in item[1].parameters()))
 
 
 def _measure(config: dict) -> dict:
@@ -217,8 +224,8 @@ def _measure(config: dict) -> dict:
         text = hf_config.get_text_config()
         with torch.device("meta"):
             model = build_model(config, TraceSetup(mode="inference", dtype="bf16", attention="eager"))
-    layers_count = _get(text, SPELLINGS["num_hidden_layers"])
-    prefix, layers = _decoder_layers(model, layers_count)
+    prefix, layers = _decoder_layers(model, _get(text, SPELLINGS["num_hidden_layers"] + ("decoder_layers",)))
+    layers_count = len(layers)
     seen: set[int] = set()
     per_layer = []
     experts_from_shapes = 0
@@ -254,7 +261,7 @@ def _measure(config: dict) -> dict:
     measured = dict(total=total, embedding=embedding, lm_head=lm_head, positions=positions, other=other,
                     layers=per_layer, largest=max(p.numel() for p in unique.values()), buffers=buffers,
                     model_class=type(model).__name__)
-    hidden = _get(text, SPELLINGS["hidden_size"])
+    hidden = _get(text, SPELLINGS["hidden_size"]) or input_emb.shape[-1]
     heads = _get(text, SPELLINGS["num_attention_heads"], 1)
     kv_heads = _get(text, SPELLINGS["num_key_value_heads"] + ("multi_query_group_num",), heads)
     if getattr(text, "multi_query", False) and not getattr(text, "new_decoder_architecture", False):
@@ -324,9 +331,10 @@ def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attenti
 def layer_config(config: dict, layers: int) -> dict:
     """`config` with `layers` decoder layers: the layer count under each spelling it uses, per-layer
     lists cut to that length, layer-index lists kept to indices below it."""
-    original = next((config[n] for n in SPELLINGS["num_hidden_layers"] if isinstance(config.get(n), int)), None)
+    original = next((config[n] for n in SPELLINGS["num_hidden_layers"] + ("decoder_layers",)
+                     if isinstance(config.get(n), int)), None)
     out = copy.deepcopy(config)
-    names = [n for n in SPELLINGS["num_hidden_layers"] if n in config] or ["num_hidden_layers"]
+    names = [n for n in SPELLINGS["num_hidden_layers"] + ("decoder_layers",) if n in config] or ["num_hidden_layers"]
     for name in names:
         out[name] = layers
     for key, value in config.items():

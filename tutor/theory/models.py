@@ -341,7 +341,9 @@ def architecture_from_config(config: dict, name: str = "") -> Architecture:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         shown = repr(model_type)[:60] if model_type is not None else "missing"
-        raise UserError(f"unsupported model_type {shown}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+        raise UserError(f"unsupported model_type {shown}: no hand profile (those: {', '.join(SUPPORTED_MODEL_TYPES)}); "
+                        "`tensor-tutor fit` answers any other model type transformers builds with a calibrated "
+                        "trace (the [trace] extra)")
     if not isinstance(name, str):
         raise UserError("the model name must be a string")
     name = name or (config["_name_or_path"] if isinstance(config.get("_name_or_path"), str) else "") or model_type
@@ -523,8 +525,7 @@ def _deepseek_v3_fields(config: dict) -> dict[str, Any]:
     rope = _int(config, "qk_rope_head_dim", 64)
     experts = _spelled(config, "num_experts", 256, minimum=0, maximum=_MAX_EXPERTS)
     first_dense = _int(config, "first_k_dense_replace", 3, minimum=0, maximum=_MAX_LAYERS)
-    if first_dense > layers:
-        raise _bad("first_k_dense_replace", f"({first_dense}) must not exceed num_hidden_layers ({layers})")
+    # More than num_hidden_layers is allowed (transformers builds it): every layer is dense.
     freq = _int(config, "moe_layer_freq", 1, maximum=_MAX_LAYERS)
     # DeepSeek modelling: layer i is MoE iff experts and i >= first_k_dense_replace and i % moe_layer_freq == 0.
     dense_indices = tuple(i for i in range(layers) if experts == 0 or i < first_dense or i % freq)
