@@ -145,3 +145,43 @@ def prefill_peak(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: in
         if n > best:
             best, where = n, region
     return best, where
+
+
+@dataclass(frozen=True)
+class TrainingTimeline:
+    """A calibrated training step on one device, in the terms tutor.theory.fit's peak moments use:
+    the activations' maximum, those stored at the end of forward, those left at the end of backward,
+    and each backward moment's (name, activation bytes, gradient elements)."""
+
+    maximum: int
+    stored: int
+    end_of_backward: int
+    moments: tuple[tuple[str, int, int], ...]
+
+
+def training_timeline(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, head: bool = True,
+                      layer_copies: float = 1, tp: int = 1) -> TrainingTimeline:
+    """The fitted training quantities at a shape: `layers` layers (x layer_copies micro-batches in
+    flight), the head's terms on the last pipeline stage only (`head`), split over `tp` ranks (an
+    approximation: the traces ran one device)."""
+    def split(n: int) -> int:
+        return math.ceil(n / tp)
+
+    shape = dict(batch=batch, seq_len=seq_len, layers=layers, head=head, layer_copies=layer_copies)
+    moments = tuple((name, split(acts), split(grads)) for name, acts, grads in training_moments(setup, **shape))
+    maximum = max((acts for _, acts, _ in moments), default=0)
+    stored = next((acts for name, acts, _ in moments if name == "forward:acts"), maximum)
+    end = setup.quantity("activations_end_of_backward")
+    return TrainingTimeline(maximum=maximum, stored=stored, end_of_backward=split(end.at(**shape)) if end else 0,
+                            moments=tuple(m for m in moments if not m[0].startswith("forward")))
+
+
+def kv_cache_bytes(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, element_bytes: float,
+                   tp: int = 1) -> int | None:
+    """The traced KV cache at a shape, rescaled from the traced dtype to `element_bytes` per value;
+    None when the setup traced no cache (training)."""
+    fitted = setup.quantity(KV_CACHE)
+    if fitted is None:
+        return None
+    traced = fitted.at(layers=layers, batch=batch, seq_len=seq_len, head=False)
+    return math.ceil(traced * element_bytes / (setup.traced_element_bytes * tp))

@@ -13,7 +13,8 @@ from fractions import Fraction
 
 from tutor.errors import UserError
 from tutor.theory.checks import positive_int
-from tutor.theory.calibrated import KV_CACHE, calibrated_setup, prefill_peak, setup_key, training_moments
+from tutor.theory.calibrated import calibrated_setup, prefill_peak, setup_key, training_timeline
+from tutor.theory.calibrated import kv_cache_bytes as calibrated_kv_cache_bytes
 from tutor.theory.activations import (
     ATTENTION_KINDS,
     IMPLEMENTATIONS,
@@ -546,21 +547,14 @@ def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_l
         return _ActivationTimeline(component, component.bytes)
     in_flight = pipeline_activation_multiplier(pp=request.pp, microbatches=request.microbatches or request.pp,
                                                stage=stage.index)
-
-    copies = float(in_flight)
-    moments = training_moments(calibrated, batch=b, seq_len=s, layers=n, head=last, layer_copies=copies)
-    split = {region: (math.ceil(Fraction(acts, t)), math.ceil(Fraction(grads, t))) for region, acts, grads in moments}
-    acts = max(a for a, _ in split.values())
-    stored = split.get("forward:acts", (acts, 0))[0]
-    end = math.ceil(Fraction(calibrated.quantity("activations_end_of_backward").at(
-        layers=n, batch=b, seq_len=s, head=last, layer_copies=copies), t))
-    component = Component("activations", acts, f"the step's activation maximum: {where}")
+    timeline = training_timeline(calibrated, batch=b, seq_len=s, layers=n, head=last, layer_copies=float(in_flight),
+                                 tp=t)
+    component = Component("activations", timeline.maximum, f"the step's activation maximum: {where}")
     # _training_peak adds a tied embedding's unsummed gradients at the end of backward; the trace has them.
-    layers_part = stored - end + _tied_gradient_bytes(arch, request, stage)
-    reruns = tuple(_RerunMoment(f"backward, {region.replace('backward-', '')} moment of the traced step ({where})",
-                                region_acts, grads)
-                   for region, (region_acts, grads) in split.items() if not region.startswith("forward"))
-    return _ActivationTimeline(component, stored, layers_part=layers_part, reruns=reruns)
+    layers_part = timeline.stored - timeline.end_of_backward + _tied_gradient_bytes(arch, request, stage)
+    reruns = tuple(_RerunMoment(f"backward, the {name} moment of the traced step ({where})", acts, grads)
+                   for name, acts, grads in timeline.moments)
+    return _ActivationTimeline(component, timeline.stored, layers_part=layers_part, reruns=reruns)
 
 
 def _activation_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> _ActivationTimeline:
@@ -869,11 +863,10 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
     if not len(stage_layers):
         return Component("kv_cache", 0, "no layers on this stage")
     calibrated = calibrated_setup(arch, _calibration_key(request))
-    if calibrated is not None and calibrated.quantity(KV_CACHE) is not None:
-        traced = calibrated.quantity(KV_CACHE).at(layers=len(stage_layers), batch=request.batch,
-                                                  seq_len=request.seq_len, head=False)
-        return Component("kv_cache", math.ceil(Fraction(traced * element, calibrated.traced_element_bytes * request.tp)),
-                         f"{len(stage_layers)} layers x the traced cache per layer (fitted in b·s; "
+    traced = calibrated and calibrated_kv_cache_bytes(calibrated, batch=request.batch, seq_len=request.seq_len,
+                                                      layers=len(stage_layers), element_bytes=element, tp=request.tp)
+    if traced is not None:
+        return Component("kv_cache", traced, f"{len(stage_layers)} layers x the traced cache per layer (fitted in b·s; "
                          f"{arch.calibration.model_class}) x {request.batch} x {request.seq_len} tokens, "
                          f"{element} B ({kv_name})" + (f" / tp {request.tp}" if request.tp > 1 else ""))
     sliding = [i for i in stage_layers if arch.layer_uses_sliding_window[i]]
