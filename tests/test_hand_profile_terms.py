@@ -55,3 +55,19 @@ def test_phi3_prefill_keeps_the_fused_gate_up_output_through_the_mlp() -> None:
                                   backend="flash", gpu=False)["MLP"]
 
     assert mlp("phi3") - mlp("mistral") == 64 * 2 * 256  # one more f-wide 16-bit tensor per token
+
+
+def test_models_lists_hand_profiles_and_the_calibrated_trace() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from tutor.commands.models import models
+    from tutor.theory.models import SUPPORTED_MODEL_TYPES
+
+    report = json.loads(CliRunner().invoke(models, ["--json"], catch_exceptions=False).output)
+    assert report["profiles"]["hand"] == list(SUPPORTED_MODEL_TYPES)
+    assert "transformers" in report["profiles"]["calibrated_trace"]
+    assert {row["profile"] for row in report["models"]} == {"hand"}
+    text = CliRunner().invoke(models, [], env={"COLUMNS": "200"}, catch_exceptions=False).output
+    assert "Hand-profiled model types" in text and "Calibrated trace: any other" in text and "[trace]" in text
