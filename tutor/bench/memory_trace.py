@@ -371,7 +371,7 @@ def _causal_lm_class(transformers, hf_config):
         return transformers.AutoModelForCausalLM._model_mapping[type(hf_config)]
     except KeyError:
         raise UserError(f"transformers {transformers.__version__} has no causal-LM class for model_type "
-                        f"{hf_config.model_type!r}: --trace runs decoder-only language models") from None
+                        f"{hf_config.model_type!r}: fit answers (and --trace runs) decoder-only language models") from None
 
 
 def attention_to_run(config: dict, requested: str) -> tuple[str, str]:
