@@ -150,7 +150,7 @@ def compare(model_type: str, run_name: str, batch: int, seq_len: int) -> tuple[b
                             measured.seconds, list(measured.notes))
     info = {"profile": arch.profile, "calibration_seconds": round(answer_seconds, 2),
             "check_error": next((s.check_error for s in arch.calibration.setups
-                                 if s.key == fitting._calibration_key(request)), None) if arch.calibration else None}
+                                 if s.key == fitting._calibration_key(arch, request)), None) if arch.calibration else None}
     return result, info
 
 

@@ -51,7 +51,7 @@ from tutor.theory.models import (
     shown,
 )
 
-CALIBRATION_FORMAT = 1
+CALIBRATION_FORMAT = 2
 CACHE_FOLDER = "calibrations"
 TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds transformers)"
 # (batch, seq_len) traced for the fit, by the basis terms it needs (as many shapes as terms): the
@@ -146,7 +146,7 @@ def _architecture_from_entry(entry: dict, config: dict, name: str) -> Architectu
         fields[key] = tuple(fields[key])
     setups = tuple(_setup_from_json(key, value) for key, value in entry.get("setups", {}).items())
     calibration = Calibration(model_class=measured["model_class"], versions=versions(), setups=setups,
-                              config_json=json.dumps(config, sort_keys=True, default=str))
+                              config_json=json.dumps(config, sort_keys=True, default=str), window=shortest_window(config))
     note = (f"model_type {fields['model_type']!r} has no hand profile: parameters counted on "
             f"{measured['model_class']} built on the meta device (exact); activations and the peak from "
             f"traces of the real model with 2 and 3 layers at small shapes, fitted in b·s and b·s² "
@@ -311,15 +311,27 @@ def calibrated_for(arch: Architecture, request) -> Architecture:
         return arch  # transformers has no selective recompute to trace; theory says it approximates
     precision = activation_precision(request)
     recompute = request.recompute
-    key = setup_key(mode=request.mode, precision=precision, attention=request.attention, recompute=recompute)
+    window = arch.calibration.window
+    key = setup_key(mode=request.mode, precision=precision, attention=request.attention, recompute=recompute,
+                    seq_len=request.seq_len, window=window)
     if arch.calibration.setup(key) is not None:
         return arch
-    return _with_setup(arch, key, request.mode, precision, TRACE_ATTENTION[request.attention], recompute)
+    beyond = window if window and request.seq_len > window else 0
+    return _with_setup(arch, key, request.mode, precision, TRACE_ATTENTION[request.attention], recompute, beyond)
 
 
-def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attention: str, recompute: str) -> Architecture:
+def shortest_window(config: dict) -> int:
+    """The shortest sliding window a config sets (keys naming a window, not a layer count), 0 for none."""
+    windows = [v for k, v in config.items() if "window" in k and not k.endswith(("layers", "layer"))
+               and isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return min(windows, default=0)
+
+
+def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attention: str, recompute: str,
+                beyond: int = 0) -> Architecture:
     config = json.loads(arch.calibration.config_json)
-    setup = calibrate(config, key, mode=mode, precision=precision, attention=attention, recompute=recompute)
+    setup = calibrate(config, key, mode=mode, precision=precision, attention=attention, recompute=recompute,
+                      beyond_window=beyond, window=arch.calibration.window)
     entry = _read_cache(config)
     if "architecture" in entry:
         entry.setdefault("setups", {})[key] = _setup_json(setup)
@@ -525,14 +537,25 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
         return _region_quantities(tracker)
 
 
-def basis_terms(config: dict, mode: str, attention: str) -> tuple[str, ...]:
-    """The BASIS terms a setup's quantities can hold (FIT_SHAPES)."""
-    longest = CHECK_SHAPE[1]
-    windows = [v for k, v in config.items() if "window" in k and isinstance(v, int) and not isinstance(v, bool) and v > 0]
+def basis_terms(config: dict, mode: str, attention: str, beyond_window: int = 0) -> tuple[str, ...]:
+    """The BASIS terms a setup's quantities can hold (FIT_SHAPES): s x s with eager attention, with
+    dropout (SDPA's math kernel on a CPU) and beyond a sliding window (its mask)."""
     dropout = any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                   for k, v in config.items() if "dropout" in k or k.endswith("_pdrop"))
-    square = attention == "eager" or dropout or any(w < longest for w in windows)
+    square = attention == "eager" or dropout or bool(beyond_window)
     return ("1",) + (("b",) if mode == "inference" else ()) + ("b*s",) + (("b*s^2",) if square else ())
+
+
+def traced_lengths(shapes, check, *, window: int, beyond_window: int):
+    """The traced (batch, seq_len) shapes, all on one side of a sliding window: prompts longer than it
+    are traced at lengths beyond it, shorter ones within it (fake tensors cost the same at any length)."""
+    if beyond_window:
+        return tuple((b, s + beyond_window) for b, s in shapes), (check[0], check[1] + beyond_window)
+    if window and window < check[1]:
+        def scale(s):
+            return max(2, s * window // check[1])
+        return tuple((b, scale(s)) for b, s in shapes), (check[0], window)
+    return shapes, check
 
 
 def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) -> tuple[float, ...]:
@@ -554,7 +577,8 @@ def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) 
 LAST_CHECK: dict[str, tuple[float, int]] = {}  # the last calibration's check, quantity -> (traced, fitted)
 
 
-def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str) -> CalibratedSetup:
+def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str,
+              beyond_window: int = 0, window: int = 0) -> CalibratedSetup:
     """Trace the setup at its FIT_SHAPES with FIT_LAYERS layers, fit every quantity, check at CHECK_SHAPE."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -565,14 +589,14 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     setup = TraceSetup(mode=mode, dtype=dtype, autocast=precision == "amp", recompute=recompute == "full",
                        attention=attention, optimizer="adamw", foreach=None, fake=True)
     measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {}
-    terms = basis_terms(config, mode, attention)
-    fit_shapes = FIT_SHAPES[terms]
+    terms = basis_terms(config, mode, attention, beyond_window)
+    fit_shapes, check_shape = traced_lengths(FIT_SHAPES[terms], CHECK_SHAPE, window=window, beyond_window=beyond_window)
     with _quiet():
         for layers in FIT_LAYERS:
             small = layer_config(config, layers)
             traced_attention, _ = attention_to_run(small, attention)
             run = replace(setup, attention=traced_attention)
-            shapes = fit_shapes + ((CHECK_SHAPE,) if layers == CHECK_LAYERS else ())
+            shapes = fit_shapes + ((check_shape,) if layers == CHECK_LAYERS else ())
             try:
                 with FakeTensorMode():
                     model = build_model(small, run)
@@ -593,19 +617,21 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     worst = 0.0
     checked: dict[str, tuple[float, int]] = {}
     for name in names:
-        one = _solve([(basis_values(*shape), measured[low][shape].get(name, 0)) for shape in fit_shapes], terms)
-        two = _solve([(basis_values(*shape), measured[high][shape].get(name, 0)) for shape in fit_shapes], terms)
+        # Parameter gradients do not grow with the batch or the prompt: a constant (per layer and head).
+        own = ("1",) if name.startswith(GRADIENTS_PREFIX) else terms
+        one = _solve([(basis_values(*shape), measured[low][shape].get(name, 0)) for shape in fit_shapes], own)
+        two = _solve([(basis_values(*shape), measured[high][shape].get(name, 0)) for shape in fit_shapes], own)
         per_layer = tuple(float(f"{(b - a) / (high - low):.6g}") for a, b in zip(one, two))
         head = tuple(float(f"{a - low * p:.6g}") for a, p in zip(one, per_layer))
         fitted = Fitted(head, per_layer)
         quantities.append((name, fitted))
-        truth = measured[CHECK_LAYERS][CHECK_SHAPE].get(name, 0)
-        predicted = fitted.at(layers=CHECK_LAYERS, batch=CHECK_SHAPE[0], seq_len=CHECK_SHAPE[1])
+        truth = measured[CHECK_LAYERS][check_shape].get(name, 0)
+        predicted = fitted.at(layers=CHECK_LAYERS, batch=check_shape[0], seq_len=check_shape[1])
         if not name.startswith(GRADIENTS_PREFIX) and max(truth, predicted) > 1024:
             worst = max(worst, abs(predicted - truth) / max(truth, 1))
         checked[name] = (truth, predicted)
     LAST_CHECK.clear()
     LAST_CHECK.update(checked)
-    return CalibratedSetup(key=key, quantities=tuple(quantities), check=(CHECK_LAYERS, *CHECK_SHAPE),
+    return CalibratedSetup(key=key, quantities=tuple(quantities), check=(CHECK_LAYERS, *check_shape),
                            check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
                            fitted_shapes=tuple((layers, *shape) for layers in FIT_LAYERS for shape in fit_shapes))

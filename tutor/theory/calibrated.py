@@ -94,19 +94,23 @@ class Calibration:
     versions: str
     setups: tuple[CalibratedSetup, ...] = ()
     config_json: str = ""    # the config calibrated, as JSON text (what a later setup's traces build)
+    window: int = 0          # the config's shortest sliding window (0: none): prompts longer than it are
+                             # calibrated apart (masks appear), at lengths beyond it
 
     def setup(self, key: str) -> CalibratedSetup | None:
         return next((s for s in self.setups if s.key == key), None)
 
 
-def setup_key(*, mode: str, precision: str, attention: str, recompute: str) -> str:
+def setup_key(*, mode: str, precision: str, attention: str, recompute: str, seq_len: int = 0, window: int = 0) -> str:
     """The name of a way of running a model, as calibrations are stored under it: mode, activation
     precision (fp32, bf16, amp: tutor.theory.fit.activation_precision), the attention traced (flash
-    needs CUDA, so it is traced as SDPA) and, for training, the recompute mode."""
+    needs CUDA, so it is traced as SDPA), for training the recompute mode, and with a sliding window
+    whether the prompt is longer than it (transformers then builds a window mask: another regime)."""
     traced = TRACE_ATTENTION.get(attention, attention)
-    if mode == "inference":
-        return f"inference/{precision}/{traced}"
-    return f"train/{precision}/{traced}/recompute-{recompute}"
+    key = f"inference/{precision}/{traced}" if mode == "inference" else f"train/{precision}/{traced}/recompute-{recompute}"
+    if window:
+        key += f"/{'beyond' if seq_len > window else 'within'}-window-{window}"
+    return key
 
 
 def calibrated_setup(arch, key: str) -> CalibratedSetup | None:

@@ -527,9 +527,10 @@ class _ActivationTimeline:
     reruns: tuple = ()   # full recompute (hf): the `_RerunMoment`s inside the re-run layers' backward
 
 
-def _calibration_key(request: FitRequest) -> str:
+def _calibration_key(arch: Architecture, request: FitRequest) -> str:
+    window = arch.calibration.window if arch.calibration is not None else 0
     return setup_key(mode=request.mode, precision=activation_precision(request), attention=request.attention,
-                     recompute=request.recompute)
+                     recompute=request.recompute, seq_len=request.seq_len, window=window)
 
 
 def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range,
@@ -552,13 +553,13 @@ def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_l
     component = Component("activations", timeline.maximum, f"the step's activation maximum: {where}")
     # _training_peak adds a tied embedding's unsummed gradients at the end of backward; the trace has them.
     layers_part = timeline.stored - timeline.end_of_backward + _tied_gradient_bytes(arch, request, stage)
-    reruns = tuple(_RerunMoment(f"backward, the {name} moment of the traced step ({where})", acts, grads)
-                   for name, acts, grads in timeline.moments)
+    reruns = tuple(_RerunMoment(f"backward, the {name} moment of the traced step ({where})", acts,
+                                min(grads, count_parameters(arch).total)) for name, acts, grads in timeline.moments)
     return _ActivationTimeline(component, timeline.stored, layers_part=layers_part, reruns=reruns)
 
 
 def _activation_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> _ActivationTimeline:
-    calibrated = calibrated_setup(arch, _calibration_key(request))
+    calibrated = calibrated_setup(arch, _calibration_key(arch, request))
     if calibrated is not None and len(stage_layers):
         return _calibrated_timeline(arch, request, stage, stage_layers, calibrated)
     if request.mode == "inference":
@@ -862,7 +863,7 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
     element = kv_dtype_bytes(kv_name)
     if not len(stage_layers):
         return Component("kv_cache", 0, "no layers on this stage")
-    calibrated = calibrated_setup(arch, _calibration_key(request))
+    calibrated = calibrated_setup(arch, _calibration_key(arch, request))
     traced = calibrated and calibrated_kv_cache_bytes(calibrated, batch=request.batch, seq_len=request.seq_len,
                                                       layers=len(stage_layers), element_bytes=element, tp=request.tp)
     if traced is not None:
@@ -907,8 +908,8 @@ def _overhead(request: FitRequest, activation_bytes: int) -> Component:
 
 def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
     notes = [arch.profile_note] if arch.profile_note else []
-    if arch.calibration is not None and calibrated_setup(arch, _calibration_key(request)) is None:
-        notes.append(f"no calibrated trace for {_calibration_key(request)}: activations follow the Llama-like "
+    if arch.calibration is not None and calibrated_setup(arch, _calibration_key(arch, request)) is None:
+        notes.append(f"no calibrated trace for {_calibration_key(arch, request)}: activations follow the Llama-like "
                      "transformers formulas on this config's sizes (approximate)")
     if arch.tie_word_embeddings and request.pp > 1:
         notes.append("tied embeddings with pp > 1: the last stage keeps its own copy of the embedding (Megatron)")
