@@ -176,6 +176,8 @@ def sweep() -> list[dict]:
                                ("num_attention_heads", 4), ("num_key_value_heads", 2), ("vocab_size", 256)):
                 if hasattr(text, key):
                     small[key] = value
+            if getattr(text, "first_k_dense_replace", 0) and "num_hidden_layers" in small:
+                small["first_k_dense_replace"] = 1  # the default (3) exceeds the 2 layers traced here
             hf_config = AutoConfig.for_model(model_type, **small, pad_token_id=0, bos_token_id=1, eos_token_id=2)
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(hf_config)

@@ -525,7 +525,8 @@ def _deepseek_v3_fields(config: dict) -> dict[str, Any]:
     rope = _int(config, "qk_rope_head_dim", 64)
     experts = _spelled(config, "num_experts", 256, minimum=0, maximum=_MAX_EXPERTS)
     first_dense = _int(config, "first_k_dense_replace", 3, minimum=0, maximum=_MAX_LAYERS)
-    # More than num_hidden_layers is allowed (transformers builds it): every layer is dense.
+    if first_dense > layers:
+        raise _bad("first_k_dense_replace", f"({first_dense}) must not exceed num_hidden_layers ({layers})")
     freq = _int(config, "moe_layer_freq", 1, maximum=_MAX_LAYERS)
     # DeepSeek modelling: layer i is MoE iff experts and i >= first_k_dense_replace and i % moe_layer_freq == 0.
     dense_indices = tuple(i for i in range(layers) if experts == 0 or i < first_dense or i % freq)
