@@ -10,10 +10,13 @@ transformers can build is answered here, in two steps:
    transformers config object, so every spelling its attribute_map knows is read.
 2. Activations (`calibrated_for`): for the request's setup (mode, precision, attention, recompute),
    the model is built with 2 and with 3 decoder layers on fake tensors and one step is traced
-   (tutor.bench.memory_trace's StorageTracker, the tracker of `fit --trace`) at five small shapes;
-   each quantity is fitted in b, b·s and b·s² (tutor.theory.calibrated), then checked against a
-   sixth shape with 3 layers that the fit never saw. The coefficients go to tutor.theory, which
-   answers at any shape as fast as its formulas do.
+   (tutor.bench.memory_trace's StorageTracker, the tracker of `fit --trace`; forward and backward,
+   the optimizer is fit's formula) at two to four small shapes, as many as the basis terms the setup
+   can hold (FIT_SHAPES: a constant, b·s, and b for a prefill's last logits, b·s² for eager scores,
+   dropout or a sliding-window mask). Each quantity, per region of the step (tutor.theory.calibrated),
+   is fitted as head + layers x per-layer terms, then checked against one more shape with 3 layers
+   that the fit never saw. Prompts longer than a sliding window are calibrated apart, beyond it.
+   The coefficients go to tutor.theory, which answers at any shape as fast as its formulas do.
 
 Both are cached in the data dir (calibrations/<hash>.json), keyed by a hash of the config and the
 torch and transformers versions (read from package metadata: a cached answer imports neither).
