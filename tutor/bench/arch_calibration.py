@@ -323,10 +323,14 @@ def calibrated_for(arch: Architecture, request) -> Architecture:
     return _with_setup(arch, key, request.mode, precision, TRACE_ATTENTION[request.attention], recompute, beyond)
 
 
+# Keys that hold a window length (not sliding_window_pattern, max_window_layers: counts of layers).
+WINDOW_KEYS = ("sliding_window", "attention_window", "window_size", "sliding_window_size")
+
+
 def shortest_window(config: dict) -> int:
     """The shortest sliding window a config sets (keys naming a window, not a layer count), 0 for none."""
-    windows = [v for k, v in config.items() if "window" in k and not k.endswith(("layers", "layer"))
-               and isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    windows = [v for k, v in config.items() if k in WINDOW_KEYS and isinstance(v, int) and not isinstance(v, bool)
+               and v > 0]
     return min(windows, default=0)
 
 
