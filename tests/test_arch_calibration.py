@@ -203,3 +203,14 @@ def test_hand_profile_matches_transformers_with_four_layers(model_type: str, run
     assert rows["activations"].measured > 0 and head
     off = [f"{row.category}: measured {row.measured:,}, fit {row.theory:,}" for row in result.rows if not row.within]
     assert not off, off
+
+
+def test_window_regime_reads_window_lengths_not_layer_patterns() -> None:
+    config = written("gemma3_text", **dict(SMALL, head_dim=32), sliding_window=64)
+    assert config.get("sliding_window_pattern", 6) and arch_calibration.shortest_window(config) == 64
+    assert arch_calibration.shortest_window(written("llama", **SMALL)) == 0
+    within = setup_key(mode="train", precision="bf16", attention="sdpa", recompute="none", seq_len=64, window=64)
+    beyond = setup_key(mode="train", precision="bf16", attention="sdpa", recompute="none", seq_len=65, window=64)
+    assert within.endswith("within-window-64") and beyond.endswith("beyond-window-64")
+    shapes, check = arch_calibration.traced_lengths(((1, 32), (1, 96)), (2, 128), window=64, beyond_window=64)
+    assert all(s > 64 for _, s in shapes) and check[1] > 64
