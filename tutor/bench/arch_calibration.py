@@ -581,9 +581,6 @@ def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) 
     return tuple(full)
 
 
-LAST_CHECK: dict[str, tuple[float, int]] = {}  # the last calibration's check, quantity -> (traced, fitted)
-
-
 def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str,
               beyond_window: int = 0, window: int = 0) -> CalibratedSetup:
     """Trace the setup at its FIT_SHAPES with FIT_LAYERS layers, fit every quantity, check at CHECK_SHAPE."""
@@ -622,7 +619,6 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     names = sorted(measured[low][fit_shapes[0]])
     quantities = []
     worst = 0.0
-    checked: dict[str, tuple[float, int]] = {}
     for name in names:
         # Parameter gradients do not grow with the batch or the prompt: a constant (per layer and head).
         own = ("1",) if name.startswith(GRADIENTS_PREFIX) else terms
@@ -636,9 +632,6 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
         predicted = fitted.at(layers=CHECK_LAYERS, batch=check_shape[0], seq_len=check_shape[1])
         if not name.startswith(GRADIENTS_PREFIX) and max(truth, predicted) > 1024:
             worst = max(worst, abs(predicted - truth) / max(truth, 1))
-        checked[name] = (truth, predicted)
-    LAST_CHECK.clear()
-    LAST_CHECK.update(checked)
     return CalibratedSetup(key=key, quantities=tuple(quantities), check=(CHECK_LAYERS, *check_shape),
                            check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
                            fitted_shapes=tuple((layers, *shape) for layers in FIT_LAYERS for shape in fit_shapes))
