@@ -23,6 +23,12 @@ CONFIGS = {
     "gemma2": {**SMALL, "head_dim": 32},
     "gpt2": dict(n_embd=64, n_layer=3, n_head=4, n_positions=256, vocab_size=256),
     "mixtral": {**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "qwen3": {**SMALL, "head_dim": 32},
+    # transformers 5.24 writes Qwen3-MoE's expert count as num_local_experts (its to_dict, read back here).
+    "qwen3_moe": {**SMALL, "head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32},
+    "phi3": {**SMALL, "pad_token_id": 0},
+    "olmo": SMALL,
+    "olmo2": SMALL,
     "qwen2_moe": {**SMALL, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                   "shared_expert_intermediate_size": 48},
     "deepseek_v3": {**SMALL, "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
@@ -38,6 +44,12 @@ def build(model_type: str):
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config)
     return config.to_dict(), model
+
+
+def test_every_hand_profiled_type_is_checked_here() -> None:
+    from tutor.theory.models import SUPPORTED_MODEL_TYPES
+
+    assert set(CONFIGS) == set(SUPPORTED_MODEL_TYPES)
 
 
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))

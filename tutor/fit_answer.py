@@ -154,6 +154,8 @@ class FitAnswer:
                 "name": self.name,
                 "source": self.source,
                 "model_type": estimate.arch.model_type if estimate.arch else None,
+                "profile": estimate.arch.profile if estimate.arch else None,
+                "profile_note": (estimate.arch.profile_note or None) if estimate.arch else None,
                 "params_total": estimate.total_params,
                 "params_active": params.active if params else estimate.total_params,
                 "params_trainable": estimate.trainable_params,
@@ -198,9 +200,9 @@ def resolve_fit_model(model: str | None, params: str | int | None
         return None, f"{params} parameters", PARAMS_SOURCE, count
     if not model:
         raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json, a model folder, or --params 7B")
-    from tutor.model_files import resolve_model
+    from tutor.bench.arch_calibration import resolve_any_model  # a hand profile, or the real model class
 
-    arch, source = resolve_model(model)
+    arch, source = resolve_any_model(model)
     return arch, arch.name or model, str(source), None
 
 
@@ -234,6 +236,10 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
     budget = inputs.budget or device_budget(inputs.device, inputs.machine)
     settings.setdefault("gpu", budget.gpu)
     request = fitting.FitRequest(**settings)
+    if arch is not None and arch.calibration is not None:  # no hand profile: traces calibrate this setup
+        from tutor.bench.arch_calibration import calibrated_for
+
+        arch = calibrated_for(arch, request)
     if arch is not None:
         estimate = fitting.estimate(arch, request)
     else:

@@ -375,7 +375,7 @@ def _causal_lm_class(transformers, hf_config):
         return transformers.AutoModelForCausalLM._model_mapping[type(hf_config)]
     except KeyError:
         raise UserError(f"transformers {transformers.__version__} has no causal-LM class for model_type "
-                        f"{hf_config.model_type!r}: --trace runs decoder-only language models") from None
+                        f"{hf_config.model_type!r}: fit answers (and --trace runs) decoder-only language models") from None
 
 
 def attention_to_run(config: dict, requested: str) -> tuple[str, str]:
@@ -405,6 +405,12 @@ def build_model(config: dict, setup: TraceSetup, seed: int | None = None):
 
     hf_config = build_config(config, setup.attention)
     model_class = _causal_lm_class(transformers, hf_config)
+    text_config_class = getattr(hf_config, "sub_configs", {}).get("text_config")
+    if text_config_class is not None and getattr(model_class, "config_class", None) == text_config_class:
+        # As AutoModelForCausalLM.from_config does: a text-only causal LM of a composite config (Llama-4,
+        # Qwen3.5, Emu3) is built from the text config.
+        hf_config = hf_config.get_text_config()
+        hf_config._attn_implementation = setup.attention
     dtype = getattr(torch, TRAIN_DTYPES[setup.dtype])
     try:
         if seed is None:

@@ -17,22 +17,24 @@ def models(devices: bool, as_json: bool) -> None:
         _devices(as_json)
         return
     from tutor.model_files import list_presets, load_preset
-    from tutor.theory.models import architecture_from_config, count_parameters
+    from tutor.theory.models import SUPPORTED_MODEL_TYPES, architecture_from_config, count_parameters
 
-    presets = []
+    rows = []
     for info in list_presets():
         config, _ = load_preset(info.name)
         arch = architecture_from_config(config, info.name)
-        presets.append((info, arch, count_parameters(arch)))
-    if as_json:
-        rows = [{
+        counts = count_parameters(arch)
+        rows.append({
             "name": info.name, "display_name": info.display_name, "hf_repo": info.hf_repo,
             "model_type": arch.model_type, "params_total": counts.total, "params_active": counts.active,
             "checkpoint_tensors": counts.checkpoint_tensors,
             "published_total": info.total.text if info.total else None,
             "published_source": info.total.source if info.total else None,
-        } for info, arch, counts in presets]
-        click.echo(json.dumps({"models": rows}, indent=2))
+            "profile": arch.profile,
+        })
+    profiles = {"hand": list(SUPPORTED_MODEL_TYPES), "calibrated_trace": CALIBRATED_TRACE}
+    if as_json:
+        click.echo(json.dumps({"models": rows, "profiles": profiles}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -41,23 +43,32 @@ def models(devices: bool, as_json: bool) -> None:
     from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN
     from tutor.formatting import format_count
 
-    table = Table(title=f"{len(presets)} model presets (offline; `tensor-tutor fit NAME`)", title_justify="left")
-    for column in ("preset", "model", "type"):
-        table.add_column(column, justify="left", **(PROSE_COLUMN if column in ("model", "type") else ID_COLUMN))
-    for column in ("params", "active"):
-        table.add_column(column, justify="right", **ID_COLUMN)
-    table.add_column("published", justify="right", **PROSE_COLUMN)
-    for info, arch, counts in presets:
-        active = format_count(counts.active) if counts.active != counts.total else ""
-        published = info.total.text if info.total else ""
+    table = Table(title=f"{len(rows)} model presets (offline; `tensor-tutor fit NAME`)", title_justify="left")
+    for column, justify in (("preset", "left"), ("model", "left"), ("type", "left"), ("params", "right"),
+                            ("active", "right"), ("published", "right")):
+        table.add_column(column, justify=justify,
+                         **(PROSE_COLUMN if column in ("model", "type", "published") else ID_COLUMN))
+    for row in rows:
+        active = format_count(row["params_active"]) if row["params_active"] != row["params_total"] else ""
+        published = row["published_total"] or ""
         if published.isdigit():
             # A published total may sum checkpoint tensors (parameters + persistent buffers).
-            matched = {counts.checkpoint_tensors: "exact (checkpoint tensors)", counts.total: "exact"}
+            matched = {row["checkpoint_tensors"]: "exact (checkpoint tensors)", row["params_total"]: "exact"}
             published = matched.get(int(published), f"{int(published):,}")
-        table.add_row(as_text(info.name), as_text(info.display_name), as_text(arch.model_type),
-                      format_count(counts.total),
+        table.add_row(as_text(row["name"]), as_text(row["display_name"]), as_text(row["model_type"]),
+                      format_count(row["params_total"]),
                       active, published)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    console.print(f"Hand-profiled model types (formulas, instant): {', '.join(SUPPORTED_MODEL_TYPES)}.")
+    from rich.markup import escape
+
+    console.print(f"Calibrated trace: {escape(CALIBRATED_TRACE)}.")
+
+
+CALIBRATED_TRACE = ("any other decoder-only model_type transformers can build (gemma3_text, granite, gpt_oss, ...): "
+                    "parameters from the real model class on the meta device, activations from traces fitted "
+                    "in b·s and b·s², cached; needs the [trace] extra")
 
 
 def _devices(as_json: bool) -> None:
@@ -82,20 +93,17 @@ def _devices(as_json: bool) -> None:
     from rich.table import Table
 
     from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN
-    from tutor.formatting import NOT_AVAILABLE, format_number
+    from tutor.formatting import format_number
 
     table = Table(title=f"{len(rows)} GPU cards for `tensor-tutor fit MODEL --device KEY`", title_justify="left")
-    for column in ("key", "card", "also"):
-        table.add_column(column, justify="left", **(PROSE_COLUMN if column in ("card", "also") else ID_COLUMN))
-    for column in ("driver\nGiB", "datasheet\nGB", "bandwidth\nGB/s"):
-        table.add_column(column, justify="right", **ID_COLUMN)
-    for spec in SPECS:
-        driver = NOT_AVAILABLE if spec.memory_bytes is None else f"{spec.memory_bytes / GiB:,.2f}"
-        driver += "" if spec.key in DRIVER_MEMORY else " *"
-        datasheet = None if spec.memory_datasheet is None else spec.memory_datasheet / GB
-        table.add_row(spec.key, spec.name, ", ".join(aliases.get(spec.key, [])), driver,
-                      format_number(datasheet, digits=4),
-                      format_number(spec.bandwidth_gbps, digits=4))
+    for column, justify in (("key", "left"), ("card", "left"), ("also", "left"), ("driver\nGiB", "right"),
+                            ("datasheet\nGB", "right"), ("bandwidth\nGB/s", "right")):
+        table.add_column(column, justify=justify, **(PROSE_COLUMN if column in ("card", "also") else ID_COLUMN))
+    for row in rows:
+        driver = f"{row['memory_bytes'] / GiB:,.2f}" + ("" if row["memory_driver_reported"] else " *")
+        table.add_row(row["key"], row["name"], ", ".join(row["aliases"]), driver,
+                      format_number(row["memory_datasheet_bytes"] / GB, digits=4),
+                      format_number(row["bandwidth_gbps"], digits=4))
     console = Console()
     console.print(table)
     console.print("driver GiB: the total nvidia-smi / rocm-smi reports (2^30 bytes); datasheet GB: the marketing "

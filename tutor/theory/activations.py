@@ -339,7 +339,8 @@ def pipeline_activation_multiplier(
 # The "hf" profile: what Hugging Face transformers 5.x modelling code keeps, measured.
 #
 # Every term below was read off real transformers modules (llama, qwen2, mistral, gemma, gemma2,
-# gpt2, mixtral, qwen2_moe, deepseek_v3 modeling_*.py, transformers 5.24, torch 2.13) run on a CPU
+# gpt2, mixtral, qwen2_moe, deepseek_v3, and for issue 18 qwen3, olmo, olmo2, phi3 modeling_*.py,
+# transformers 5.24, torch 2.13) run on a CPU
 # under torch.autograd.graph.saved_tensors_hooks, counting each unique non-parameter storage once
 # (tests/test_activations_hf.py pins them). Bytes are per token (T = s·b tokens) unless the term
 # is an s x s one (per token x s) or a constant.
@@ -367,7 +368,9 @@ class HfLayerShape:
     kv_heads: int
     head_dim: int            # query/key head width
     v_head_dim: int          # value head width (differs from head_dim only for MLA)
-    norm: str                # "rmsnorm" (Llama-style), "gemma" (fp32 (1 + w) form) or "layernorm"
+    norm: str                # "rmsnorm" (Llama-style), "gemma" (fp32 (1 + w) form), "layernorm",
+                             # "nonparametric" (OLMo's weightless LayerNorm) or "fp32-weight" (OLMo-2:
+                             # the weight multiplies the fp32 normalized tensor)
     norms: int               # norms per layer: 2, Gemma-2 4
     ffn: int                 # dense MLP width (0 in an MoE layer without a dense part)
     mlp_act: str             # "glu" (act(gate) * up) or "gelu_new" (GPT-2, written as Python ops)
@@ -382,12 +385,15 @@ class HfLayerShape:
     kv_lora_rank: int = 0        # MLA latent width (DeepSeek-V3); 0 without MLA
     q_lora_rank: int = 0
     rope_dim: int = 0            # rotary width of a Q/K head (MLA: qk_rope_head_dim); 0: learned positions
+    qk_norm: str = ""            # "head" (Qwen3: an RMSNorm over each head), "projection" (OLMo-2: over
+                                 # the whole q and k projections), "" (none)
 
 
 def hf_layer_shape(arch, *, moe_layer: bool) -> HfLayerShape:
     """The HfLayerShape of a dense or MoE layer of `arch` (a tutor.theory.models.Architecture)."""
     t = arch.model_type
-    norm = "layernorm" if arch.norm == "layernorm" else "gemma" if t in ("gemma", "gemma2") else "rmsnorm"
+    norm = ("layernorm" if arch.norm == "layernorm" else "nonparametric" if arch.norm == "nonparametric"
+            else "gemma" if t in ("gemma", "gemma2") else "fp32-weight" if t == "olmo2" else "rmsnorm")
     moe = dict(num_experts=arch.num_experts, experts_per_token=arch.experts_per_token,
                expert_ffn=arch.moe_intermediate_size, shared_ffn=arch.shared_expert_intermediate_size,
                router="sigmoid" if t == "deepseek_v3" else "softmax_norm" if t == "mixtral" else "softmax",
@@ -400,7 +406,8 @@ def hf_layer_shape(arch, *, moe_layer: bool) -> HfLayerShape:
         ffn=0 if moe_layer else arch.intermediate_size, mlp_act="glu" if arch.gated_mlp else "gelu_new",
         dropout=arch.dropout, attn_softcap=t == "gemma2",
         kv_lora_rank=arch.kv_lora_rank, q_lora_rank=arch.q_lora_rank or 0,
-        rope_dim=0 if arch.learned_positions else arch.qk_rope_head_dim if mla else arch.head_dim, **moe)
+        rope_dim=0 if arch.learned_positions else arch.qk_rope_head_dim if mla else arch.head_dim,
+        qk_norm=("head" if arch.qk_norm_per_head else "projection") if arch.qk_norm and not mla else "", **moe)
 
 
 def hf_attention_backend(attention: str, *, gpu: bool, dropout: bool, head_dim: int, v_head_dim: int,
@@ -438,7 +445,11 @@ def _norm_terms(kind: str, width: int, label: str, *, precision: str, value: int
     if kind == "layernorm":
         stat = 4 if gpu else resid
         return ((f"{label} input", resid * width), (f"{label} mean and rstd", 2 * stat))
-    normalized = 4 if kind == "gemma" or precision == "amp" else value
+    if kind == "nonparametric":
+        # OLMo's LayerNorm without weight or bias: F.layer_norm(x.to(float32)) keeps its fp32 input and
+        # fp32 mean and rstd; nothing is kept for a weight multiply (there is none).
+        return ((f"{label} fp32 input copy", 4 * width), (f"{label} mean and rstd (fp32)", 8))
+    normalized = 4 if kind in ("gemma", "fp32-weight") or precision == "amp" else value
     return ((f"{label} fp32 input copy", 4 * width), (f"{label} 1/rms (fp32)", 4),
             (f"{label} normalized, kept for the weight multiply", normalized * width))
 
@@ -515,6 +526,13 @@ def hf_layer_activation_terms(
         linear_inputs("kv_b projection input (latent)", shape.kv_lora_rank, 1, blk, 1)
     else:
         linear_inputs("QKV projection input (norm output)", h, 1 if shape.model_type == "gpt2" else 3, blk)
+    if shape.qk_norm:
+        # Qwen3 normalizes each head (1/rms per head), OLMo-2 the whole projection (one 1/rms per token);
+        # each keeps what its norm kind keeps, over the q (a·d) and the k (g·d) widths.
+        kind = "fp32-weight" if shape.norm == "fp32-weight" else "rmsnorm"
+        for label, heads in (("q norm", a), ("k norm", g)):
+            for name, n in _norm_terms(kind, heads * d, label, precision=precision, value=v, gpu=gpu):
+                keep(name, n * heads if shape.qk_norm == "head" and "1/rms" in name else n, blk)
     if backend == "flash":
         keep("Q (after RoPE)", v * a * d, blk)
         keep("K (after RoPE)", v * g * d, blk)
@@ -526,8 +544,13 @@ def hf_layer_activation_terms(
         # SDPA's math kernel on a CPU computes 16-bit inputs in fp32 (measured).
         c = 4 if backend == "math" and not gpu else v
         keep("Q", c * a * d, blk)
-        keep("K (expanded to every query head)", c * a * d, blk)
-        keep("V (expanded to every query head)", c * a * dv, blk)
+        if backend == "eager" and g == 1 and a > 1:
+            # MQA: repeat_kv's expand + reshape of one KV head is a view (stride 0): K and V stay one head.
+            keep("K (one head, expanded as a view)", c * d, blk)
+            keep("V (one head, expanded as a view)", c * dv, blk)
+        else:
+            keep("K (expanded to every query head)", c * a * d, blk)
+            keep("V (expanded to every query head)", c * a * dv, blk)
         if recompute == "none":
             probs = 4 if backend == "eager" else c
             keep("softmax output (fp32)" if probs == 4 else "softmax output", probs * a * s, blk)
@@ -820,7 +843,10 @@ def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: 
     a = _heads_per_rank(shape.heads, t)
     g = kv_heads_per_rank(shape.kv_heads, t)
     d, dv = shape.head_dim, shape.v_head_dim
-    positions = 2 * v * s * shape.rope_dim if shape.rope_dim else v * s * h
+    # OLMo's apply_rotary_pos_emb keeps cos and sin in fp32 (not cast to the model dtype): RoPE's
+    # products on Q and K are fp32, cast back at the end (measured, transformers 5.24).
+    rope = 4 if shape.model_type == "olmo" else v
+    positions = 2 * rope * s * shape.rope_dim if shape.rope_dim else v * s * h
     held = TOKEN_ID_BYTES * (T + s) + positions + 2 * v * T * h + mask_bytes
     # fp32 copies a kernel makes of 16-bit inputs: none when the model is fp32 already.
     upcast = 4 if v < 4 and not gpu else v
@@ -845,7 +871,7 @@ def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: 
         moments["attention"] = held + per_token(norm_out + mla) + scores
     elif backend == "flash":
         projections = v * (a * d + 2 * g * d)
-        temporaries = 3 * v * a * d if shape.rope_dim else v * a * dv
+        temporaries = 3 * rope * a * d if shape.rope_dim else v * a * dv
         moments["attention"] = held + per_token(norm_out + projections + temporaries)
     else:
         # repeat_kv's expand + reshape is a view for one KV head (MQA), a copy for 1 < kv heads < heads.
@@ -870,7 +896,9 @@ def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: 
         if fs:
             moments["shared expert"] = held + per_token(residual + norm_out + v * h + 3 * v * fs)
     elif shape.mlp_act == "glu":
-        moments["MLP"] = held + per_token(residual + norm_out + 3 * v * (shape.ffn // t))
+        # Phi-3's fused gate_up: its chunks are views, so the whole 2f output lives until the product.
+        glu = 4 if shape.model_type == "phi3" else 3
+        moments["MLP"] = held + per_token(residual + norm_out + glu * v * (shape.ffn // t))
     else:
         moments["MLP"] = held + per_token(v * h + residual + norm_out + 4 * v * (shape.ffn // t))
     moments["head"] = held + per_token(norm_out) + math.ceil(Fraction((v + 4) * b * V, t))

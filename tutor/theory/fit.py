@@ -15,6 +15,8 @@ from typing import TypedDict, Unpack
 
 from tutor.errors import UserError
 from tutor.theory.checks import positive_int
+from tutor.theory.calibrated import calibrated_setup, prefill_peak, setup_key, training_timeline
+from tutor.theory.calibrated import kv_cache_bytes as calibrated_kv_cache_bytes
 from tutor.theory.activations import (
     ATTENTION_KINDS,
     IMPLEMENTATIONS,
@@ -605,7 +607,41 @@ class _ActivationTimeline:
     reruns: tuple = ()   # full recompute (hf): the `_RerunMoment`s inside the re-run layers' backward
 
 
+def _calibration_key(arch: Architecture, request: FitRequest) -> str:
+    window = arch.calibration.window if arch.calibration is not None else 0
+    return setup_key(mode=request.mode, precision=activation_precision(request), attention=request.attention,
+                     recompute=request.recompute, seq_len=request.seq_len, window=window)
+
+
+def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range,
+                         calibrated) -> _ActivationTimeline:
+    """A calibrated-trace architecture (tutor.theory.calibrated): the fitted head + per-layer terms
+    at this stage's layers and shape (the head on the last stage only; split over tp)."""
+    b, s, t, n = request.batch, request.seq_len, request.tp, len(stage_layers)
+    last = stage.index == request.pp - 1
+    where = (f"calibrated trace of {arch.calibration.model_class} ({calibrated.key}): fitted head + {n} layers x "
+             f"per-layer terms in b, b·s, b·s² (checked at {calibrated.check[0]} layers, {calibrated.check[1]} x "
+             f"{calibrated.check[2]} tokens: {calibrated.check_error:.1%} off)" + (f", / tp {t}" if t > 1 else ""))
+    if request.mode == Mode.INFERENCE:
+        peak, region = prefill_peak(calibrated, batch=b, seq_len=s, layers=n)
+        component = Component("activations", math.ceil(Fraction(peak, t)), f"prefill peak in the {region}: {where}")
+        return _ActivationTimeline(component, component.bytes)
+    in_flight = pipeline_activation_multiplier(pp=request.pp, microbatches=request.microbatches or request.pp,
+                                               stage=stage.index)
+    timeline = training_timeline(calibrated, batch=b, seq_len=s, layers=n, head=last, layer_copies=float(in_flight),
+                                 tp=t)
+    component = Component("activations", timeline.maximum, f"the step's activation maximum: {where}")
+    # _training_peak adds a tied embedding's unsummed gradients at the end of backward; the trace has them.
+    layers_part = timeline.stored - timeline.end_of_backward + _tied_gradient_bytes(arch, request, stage)
+    reruns = tuple(_RerunMoment(f"backward, the {name} moment of the traced step ({where})", acts,
+                                min(grads, count_parameters(arch).total)) for name, acts, grads in timeline.moments)
+    return _ActivationTimeline(component, timeline.stored, layers_part=layers_part, reruns=reruns)
+
+
 def _activation_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> _ActivationTimeline:
+    calibrated = calibrated_setup(arch, _calibration_key(arch, request))
+    if calibrated is not None and len(stage_layers):
+        return _calibrated_timeline(arch, request, stage, stage_layers, calibrated)
     if request.mode == Mode.INFERENCE:
         component = _inference_activations(arch, request, stage_layers)
         return _ActivationTimeline(component, component.bytes)
@@ -766,8 +802,9 @@ def _optimizer_temporaries(arch: Architecture, request: FitRequest, resident: _S
         return (math.ceil(shard * state_bytes),
                 f"foreach AdamW (CUDA default): sqrt(v) for every parameter at once, {float(state_bytes):g} B each")
     h = arch.hidden_size
-    largest = max(arch.vocab_size * h, arch.intermediate_size * h,
-                  2 * arch.num_experts * arch.moe_intermediate_size * h)  # grouped experts: one (E, 2f, h) tensor
+    largest = arch.measured.largest if arch.measured is not None else max(
+        arch.vocab_size * h, arch.intermediate_size * h,
+        2 * arch.num_experts * arch.moe_intermediate_size * h)  # grouped experts: one (E, 2f, h) tensor
     largest = math.ceil(Fraction(largest, request.tp))
     return (math.ceil(2 * largest * state_bytes),
             f"single-tensor AdamW (CPU): sqrt(v) and sqrt(v)/c of the largest parameter ({largest:,} elements)")
@@ -908,6 +945,13 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
     element = kv_dtype_bytes(kv_name)
     if not len(stage_layers):
         return Component("kv_cache", 0, "no layers on this stage")
+    calibrated = calibrated_setup(arch, _calibration_key(arch, request))
+    traced = calibrated and calibrated_kv_cache_bytes(calibrated, batch=request.batch, seq_len=request.seq_len,
+                                                      layers=len(stage_layers), element_bytes=element, tp=request.tp)
+    if traced is not None:
+        return Component("kv_cache", traced, f"{len(stage_layers)} layers x the traced cache per layer (fitted in b·s; "
+                         f"{arch.calibration.model_class}) x {request.batch} x {request.seq_len} tokens, "
+                         f"{element} B ({kv_name})" + (f" / tp {request.tp}" if request.tp > 1 else ""))
     sliding = [i for i in stage_layers if arch.layer_uses_sliding_window[i]]
     kv_heads = 1 if arch.uses_mla else arch.num_kv_heads
     # transformers: right after prefill a sliding layer's storage holds the whole prompt (the window
@@ -949,7 +993,10 @@ def _overhead(request: FitRequest, activation_bytes: int) -> Component:
 
 
 def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
-    notes = []
+    notes = [arch.profile_note] if arch.profile_note else []
+    if arch.calibration is not None and calibrated_setup(arch, _calibration_key(arch, request)) is None:
+        notes.append(f"no calibrated trace for {_calibration_key(arch, request)}: activations follow the Llama-like "
+                     "transformers formulas on this config's sizes (approximate)")
     if arch.tie_word_embeddings and request.pp > 1:
         notes.append("tied embeddings with pp > 1: the last stage keeps its own copy of the embedding (Megatron)")
     if request.tp > arch.num_kv_heads and not arch.uses_mla and request.mode == Mode.INFERENCE:

@@ -112,5 +112,10 @@ def quantizable_weights_per_layer(arch: Architecture, *, moe_layer: bool) -> int
     embeddings, LM head, norms, biases and routers in 16 bits (e.g. Llama-3.3-70B-FP8-dynamic:
     2,109,382,656 BF16 + 68,451,041,280 F8 elements in the Hub's safetensors metadata of
     Llama-3.3-70B-FP8-dynamic).
+    A calibrated-trace architecture (no hand profile) counts the 2-D and grouped-expert weights of
+    its real model class's layer.
     """
+    if arch.measured is not None:
+        kind = [layer.linear for layer in arch.measured.layers if (layer.routed > 0) == moe_layer]
+        return kind[0] if kind else 0
     return sum(m.copies * m.d_in * m.d_out for m in linear_modules(arch, moe_layer=moe_layer))

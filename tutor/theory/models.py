@@ -34,6 +34,39 @@ _MAX_POSITIONS = 2**40
 
 
 @dataclass(frozen=True)
+class MeasuredLayer:
+    """Parameters of one decoder layer of a real model class, split by the module that holds them."""
+
+    attention: int
+    mlp: int             # dense MLP, or routed + shared experts
+    routed: int          # the routed experts' share of `mlp` (0 in a dense layer)
+    router: int
+    norms: int
+    linear: int          # 2-D weights of the layer (what a weight-only quantized format stores low-bit)
+
+
+@dataclass(frozen=True)
+class MeasuredParams:
+    """Parameter counts read off the real transformers model class of a config, built on the meta
+    device (`sum(p.numel() for p in model.parameters())`, tied tensors once): exact by construction.
+
+    embedding: the input table; lm_head: the output projection when it is not tied to it;
+    positions: learned position tables; other: everything outside the decoder layers besides those
+    (final norm, ...); largest: the numel of the largest single parameter tensor.
+    """
+
+    total: int
+    embedding: int
+    lm_head: int
+    positions: int
+    other: int
+    layers: tuple[MeasuredLayer, ...]
+    largest: int
+    buffers: int = 0
+    model_class: str = ""
+
+
+@dataclass(frozen=True)
 class Architecture:
     """The sizes and quirks of a decoder-only transformer, as read from its config.json.
 
@@ -82,6 +115,13 @@ class Architecture:
     router_bias: bool = False         # DeepSeek-V3 noaux_tc score-correction bias (E per layer; a buffer)
     dense_layer_indices: tuple[int, ...] = ()
     sliding_window_layer_indices: tuple[int, ...] = ()
+    # Which path answers for this architecture: "hand" (the formulas of this package, written for
+    # the model type) or "calibrated-trace" (a model type without them: parameters counted on the real
+    # model class, activations from traces fitted in b·s and s², `tutor.theory.calibrated`).
+    profile: str = "hand"
+    profile_note: str = ""
+    measured: MeasuredParams | None = None            # calibrated-trace: the real model's counts
+    calibration: Any = None                           # calibrated-trace: tutor.theory.calibrated.Calibration
 
     @property
     def is_moe(self) -> bool:
@@ -174,6 +214,62 @@ def _int(config: dict, key: str, default: Any = ..., *, minimum: int = 1, maximu
     return value
 
 
+# Every spelling transformers writes for a field that changes a count (configuration_*.py of 5.x and
+# their attribute_map aliases: Qwen3MoeConfig and MixtralConfig write num_local_experts,
+# Qwen2MoeConfig and OlmoeConfig num_experts, DeepseekV3Config n_routed_experts).
+SPELLINGS = {
+    "num_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+    "num_experts_per_tok": ("num_experts_per_tok", "num_experts_per_token"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layers", "n_layer", "num_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_kv_heads"),
+    "hidden_size": ("hidden_size", "d_model", "n_embd"),
+}
+
+
+def _spelled(config: dict, field: str, default: Any = ..., **limits) -> int:
+    """A count field read under each spelling transformers writes; two spellings that disagree are
+    an error (never one silently preferred), none present is the default (or an error without one)."""
+    names = SPELLINGS[field]
+    found = {name: config[name] for name in names if config.get(name) is not None}
+    values = set(map(repr, found.values()))
+    if len(values) > 1:
+        listed = ", ".join(f"{name}={value!r}" for name, value in found.items())
+        raise UserError(f"config keys disagree on {field.replace('_', ' ')}: {listed}"[:300])
+    if not found:
+        return _int(config, names[0], default, **limits)
+    name = next(iter(found))
+    return _int(config, name, **limits)
+
+
+# Fields that change a parameter count, and the model types whose hand profile reads them. Set
+# (true, or a count above zero) on another hand-profiled type they would be silently ignored: an error.
+_COUNT_FIELDS = {
+    "num_experts": ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"),
+    "shared_expert_intermediate_size": ("qwen2_moe",),
+    "n_shared_experts": ("deepseek_v3",),
+    "first_k_dense_replace": ("deepseek_v3",),
+    "q_lora_rank": ("deepseek_v3",),
+    "kv_lora_rank": ("deepseek_v3",),
+    "num_nextn_predict_layers": ("deepseek_v3",),
+    "mlp_bias": ("llama",),
+    "embedding_size": ("olmo",),
+    "use_qk_norm": (),
+    "qk_layernorm": (),
+}
+
+
+def _check_unread_fields(config: dict, model_type: str) -> None:
+    for field, readers in _COUNT_FIELDS.items():
+        if model_type in readers:
+            continue
+        for name in SPELLINGS.get(field, (field,)):
+            value = config.get(name)
+            if value is True or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+                raise UserError(f"config key {name!r} = {value!r} changes the parameter count, and the hand profile "
+                                f"of model_type {model_type!r} does not model it; remove it or check the config")
+
+
 def _optional_int(config: dict, key: str, *, minimum: int = 1, maximum: int = _MAX_DIM) -> int | None:
     if config.get(key) is None:
         return None
@@ -245,10 +341,13 @@ def architecture_from_config(config: dict, name: str = "") -> Architecture:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         shown = repr(model_type)[:60] if model_type is not None else "missing"
-        raise UserError(f"unsupported model_type {shown}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+        raise UserError(f"unsupported model_type {shown}: no hand profile (those: {', '.join(SUPPORTED_MODEL_TYPES)}); "
+                        "`tensor-tutor fit` answers any other model type transformers builds with a calibrated "
+                        "trace (the [trace] extra)")
     if not isinstance(name, str):
         raise UserError("the model name must be a string")
     name = name or (config["_name_or_path"] if isinstance(config.get("_name_or_path"), str) else "") or model_type
+    _check_unread_fields(config, model_type)
     if model_type == "gpt2":
         fields = _gpt2_fields(config)
     elif model_type == "deepseek_v3":
@@ -312,10 +411,10 @@ _FAMILY = {
 def _llama_family_fields(config: dict, model_type: str) -> dict[str, Any]:
     """Llama-like decoders: separate (or fused, same count) q/k/v/o and gated MLP."""
     tie_default, head_dim_default, norm, norms_per_layer, qk_norm_scope, bias_rule = _FAMILY[model_type]
-    hidden = _int(config, "hidden_size", aliases=("d_model",))
-    layers = _int(config, "num_hidden_layers", maximum=_MAX_LAYERS, aliases=("n_layers",))
-    heads = _int(config, "num_attention_heads", maximum=_MAX_HEADS, aliases=("n_heads",))
-    kv_heads = _int(config, "num_key_value_heads", heads, maximum=_MAX_HEADS)
+    hidden = _spelled(config, "hidden_size")
+    layers = _spelled(config, "num_hidden_layers", maximum=_MAX_LAYERS)
+    heads = _spelled(config, "num_attention_heads", maximum=_MAX_HEADS)
+    kv_heads = _spelled(config, "num_key_value_heads", heads, maximum=_MAX_HEADS)
     explicit_head_dim = _optional_int(config, "head_dim")
     head_dim = explicit_head_dim or head_dim_default
     if head_dim is None:
@@ -346,15 +445,16 @@ def _llama_family_fields(config: dict, model_type: str) -> dict[str, Any]:
     shared_gate = False
     dense_indices: tuple[int, ...] = ()
     if model_type == "mixtral":
-        experts = _int(config, "num_local_experts", 8, maximum=_MAX_EXPERTS)
-        moe.update(num_experts=experts, experts_per_token=_int(config, "num_experts_per_tok", 2, maximum=_MAX_EXPERTS),
+        experts = _spelled(config, "num_experts", 8, maximum=_MAX_EXPERTS)
+        moe.update(num_experts=experts, experts_per_token=_spelled(config, "num_experts_per_tok", 2, maximum=_MAX_EXPERTS),
                    moe_intermediate_size=_int(config, "intermediate_size"))
         intermediate = moe["moe_intermediate_size"]
     elif model_type in ("qwen2_moe", "qwen3_moe"):
-        experts = _int(config, "num_experts", 60 if model_type == "qwen2_moe" else 128, minimum=0, maximum=_MAX_EXPERTS)
+        experts = _spelled(config, "num_experts", 60 if model_type == "qwen2_moe" else 128, minimum=0,
+                           maximum=_MAX_EXPERTS)
         moe.update(num_experts=experts,
-                   experts_per_token=_int(config, "num_experts_per_tok", 4 if model_type == "qwen2_moe" else 8,
-                                          maximum=_MAX_EXPERTS),
+                   experts_per_token=_spelled(config, "num_experts_per_tok", 4 if model_type == "qwen2_moe" else 8,
+                                              maximum=_MAX_EXPERTS),
                    moe_intermediate_size=_int(config, "moe_intermediate_size", 1408 if model_type == "qwen2_moe" else 768))
         if experts == 0:  # transformers falls back to a dense MLP in every layer
             moe.update(experts_per_token=0, moe_intermediate_size=0)
@@ -423,7 +523,7 @@ def _deepseek_v3_fields(config: dict) -> dict[str, Any]:
         raise _bad("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
     nope = _int(config, "qk_nope_head_dim", 128)
     rope = _int(config, "qk_rope_head_dim", 64)
-    experts = _int(config, "n_routed_experts", 256, minimum=0, maximum=_MAX_EXPERTS)
+    experts = _spelled(config, "num_experts", 256, minimum=0, maximum=_MAX_EXPERTS)
     first_dense = _int(config, "first_k_dense_replace", 3, minimum=0, maximum=_MAX_LAYERS)
     if first_dense > layers:
         raise _bad("first_k_dense_replace", f"({first_dense}) must not exceed num_hidden_layers ({layers})")
@@ -443,7 +543,7 @@ def _deepseek_v3_fields(config: dict) -> dict[str, Any]:
         max_position_embeddings=_int(config, "max_position_embeddings", 0, minimum=0, maximum=_MAX_POSITIONS),
         dropout=_dropout(config, ("attention_dropout",)), sliding_window=None, sliding_window_layers=0,
         num_experts=experts,
-        experts_per_token=_int(config, "num_experts_per_tok", 8, maximum=_MAX_EXPERTS) if experts else 0,
+        experts_per_token=_spelled(config, "num_experts_per_tok", 8, maximum=_MAX_EXPERTS) if experts else 0,
         num_shared_experts=shared if experts else 0, moe_intermediate_size=moe_inter if experts else 0,
         shared_expert_intermediate_size=shared * moe_inter if experts else 0,
         dense_layers=len(dense_indices), dense_layer_indices=dense_indices,
@@ -599,8 +699,16 @@ def router_weights(arch: Architecture) -> int:
     return arch.hidden_size * arch.num_experts + (arch.hidden_size if arch.shared_expert_gate else 0)
 
 
+def _measured_layer(arch: Architecture, layer: MeasuredLayer) -> LayerParams:
+    active_routed = layer.routed * arch.experts_per_token // arch.num_experts if arch.num_experts else 0
+    return LayerParams(attention=layer.attention, mlp=layer.mlp, active_mlp=layer.mlp - layer.routed + active_routed,
+                       router=layer.router, norms=layer.norms, is_moe=layer.routed > 0)
+
+
 def parameters_per_layer(arch: Architecture) -> tuple[LayerParams, ...]:
     """Parameters of each decoder layer in order (dense and MoE layers differ)."""
+    if arch.measured is not None:
+        return tuple(_measured_layer(arch, layer) for layer in arch.measured.layers)
     dense, moe = _dense_layer(arch), _moe_layer(arch)
     return tuple(moe if is_moe else dense for is_moe in arch.layer_is_moe)
 
@@ -643,6 +751,8 @@ def count_parameters(arch: Architecture) -> ParamCount:
     attention, embeddings, norms): the "12.9B of 46.7B" of Mixtral (Mistral AI announcement) and
     37.55B of 671B for DeepSeek-V3 (paper: 37B).
     """
+    if arch.measured is not None:
+        return _measured_count(arch, arch.measured)
     h = arch.hidden_size
     embedding = arch.vocab_size * h
     lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * h
@@ -667,6 +777,25 @@ def count_parameters(arch: Architecture) -> ParamCount:
     )
 
 
+def _measured_count(arch: Architecture, measured: MeasuredParams) -> ParamCount:
+    """A ParamCount from the real model's counts (calibrated-trace architectures)."""
+    layers = parameters_per_layer(arch)
+    dense = [layer for layer in layers if not layer.is_moe]
+    moe = [layer for layer in layers if layer.is_moe]
+    routed = [m.routed for m in measured.layers if m.routed]
+    expert = routed[0] // arch.num_experts if routed and arch.num_experts else 0
+    active = measured.total - sum(layer.total - layer.active for layer in layers)
+    return ParamCount(
+        total=measured.total, active=active, embedding=measured.embedding, lm_head=measured.lm_head,
+        position_embedding=measured.positions,
+        attention_per_layer=layers[0].attention if layers else 0, attention=sum(layer.attention for layer in layers),
+        dense_mlp_per_layer=dense[0].mlp if dense else 0, moe_mlp_per_layer=moe[0].mlp if moe else 0,
+        expert=expert, shared_experts_per_layer=(moe[0].mlp - routed[0]) if moe else 0,
+        mlp=sum(layer.mlp for layer in layers), router_per_layer=moe[0].router if moe else 0,
+        router=sum(layer.router for layer in layers),
+        norms=sum(layer.norms for layer in layers) + measured.other, mtp=0, buffers=measured.buffers)
+
+
 def matmul_parameters(arch: Architecture) -> int:
     """Weights one token multiplies through in a forward pass: the N in the 6·N·D training rule.
 
@@ -678,6 +807,13 @@ def matmul_parameters(arch: Architecture) -> int:
     from N altogether; Chinchilla (Hoffmann et al. 2022) keeps them; counting the output
     projection but not the lookup follows the FLOP count of Narayanan et al. 2021 (arXiv 2104.04473, §5.1).
     """
+    if arch.measured is not None:
+        # The layers' 2-D weights a token multiplies through (top-k of the routed experts) + the head.
+        per_layer = 0
+        for layer in arch.measured.layers:
+            active_routed = layer.routed * arch.experts_per_token // arch.num_experts if arch.num_experts else 0
+            per_layer += layer.linear - layer.routed + active_routed
+        return per_layer + arch.vocab_size * arch.hidden_size
     h = arch.hidden_size
     attention = attention_weights(arch)
     dense = mlp_weights(arch, arch.intermediate_size)

@@ -1,0 +1,637 @@
+"""`fit` for a model type without a hand profile: counted on the real model class, calibrated by traces.
+
+tutor.theory.models has hand-written formulas for SUPPORTED_MODEL_TYPES. Any other decoder-only model
+transformers can build is answered here, in two steps:
+
+1. Parameters (`measured_architecture`): the model's own causal-LM class built from the config on
+   the meta device (no memory, no initialisation); every parameter is counted once, layer by layer
+   and split by the module that holds it (attention, MLP or experts, router, norms): exact by
+   construction. The Architecture's sizes (hidden, heads, KV heads, ...) are read from the
+   transformers config object, so every spelling its attribute_map knows is read.
+2. Activations (`calibrated_for`): for the request's setup (mode, precision, attention, recompute),
+   the model is built with 2 and with 3 decoder layers on fake tensors and one step is traced
+   (tutor.bench.memory_trace's StorageTracker, the tracker of `fit --trace`; forward and backward,
+   the optimizer is fit's formula) at two to four small shapes, as many as the basis terms the setup
+   can hold (FIT_SHAPES: a constant, b·s, and b for a prefill's last logits, b·s² for eager scores,
+   dropout or a sliding-window mask). Each quantity, per region of the step (tutor.theory.calibrated),
+   is fitted as head + layers x per-layer terms, then checked against one more shape with 3 layers
+   that the fit never saw. Prompts longer than a sliding window are calibrated apart, beyond it.
+   The coefficients go to tutor.theory, which answers at any shape as fast as its formulas do.
+
+Both are cached in the data dir (calibrations/<hash>.json), keyed by a hash of the config and the
+torch and transformers versions (read from package metadata: a cached answer imports neither).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import replace
+from importlib import metadata
+
+from tutor.errors import UserError
+from tutor.theory.calibrated import (
+    BASIS,
+    GRADIENTS_PREFIX,
+    KV_CACHE,
+    training_moment_names,
+    REGION_PREFIX,
+    TRACE_ATTENTION,
+    Calibration,
+    CalibratedSetup,
+    Fitted,
+    basis_values,
+    setup_key,
+)
+from tutor.theory.models import (
+    SPELLINGS,
+    SUPPORTED_MODEL_TYPES,
+    Architecture,
+    MeasuredLayer,
+    MeasuredParams,
+    architecture_from_config,
+    shown,
+)
+
+CALIBRATION_FORMAT = 2
+CACHE_FOLDER = "calibrations"
+TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds transformers)"
+# (batch, seq_len) traced for the fit, by the basis terms it needs (as many shapes as terms): the
+# constant and per-token terms always; per sequence (the last position's logits) for a prefill; s x s
+# where attention keeps scores (eager, SDPA's math kernel under dropout) or a sliding window shorter
+# than the traced prompts makes a mask.
+FIT_SHAPES = {("1", "b*s"): ((1, 32), (1, 96)),
+              ("1", "b", "b*s"): ((1, 32), (2, 32), (1, 96)),
+              ("1", "b*s", "b*s^2"): ((1, 32), (1, 64), (1, 96)),
+              ("1", "b", "b*s", "b*s^2"): ((1, 32), (2, 32), (1, 64), (1, 96))}
+CHECK_SHAPE = (2, 128)                                        # never fitted: the check
+FIT_LAYERS = (2, 3)   # with one layer the top layer is the bottom one: two regions would be one
+CHECK_LAYERS = 3
+PROFILE = "calibrated-trace"
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving MODEL
+
+
+def resolve_any_model(spec: str) -> tuple[Architecture, str]:
+    """A preset, config.json or model folder -> (Architecture, source): the hand profile when the
+    model type has one, else the real model class counted on the meta device (needs transformers)."""
+    from tutor.model_files import read_model_config
+
+    found = read_model_config(spec)
+    model_type = found.config.get("model_type")
+    if model_type in SUPPORTED_MODEL_TYPES or not isinstance(model_type, str) or not model_type:
+        return architecture_from_config(found.config, found.name), found.source
+    return measured_architecture(found.config, found.name), found.source
+
+
+def versions() -> str:
+    """torch and transformers versions from package metadata (imports neither); '' if one is missing."""
+    try:
+        return f"torch {metadata.version('torch')}, transformers {metadata.version('transformers')}"
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _require_transformers(model_type: str) -> None:
+    if not versions():
+        raise UserError(f"model_type {shown(model_type)!r} has no hand profile; counting and tracing its real "
+                        f"transformers model needs the [trace] extra: {TRACE_EXTRA}")
+
+
+def config_hash(config: dict) -> str:
+    """The cache key of a config: its JSON (keys sorted), the versions and this module's format."""
+    text = json.dumps(config, sort_keys=True, default=str) + versions() + f"format {CALIBRATION_FORMAT}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _cache_path(config: dict):
+    from tutor.storage import data_dir
+
+    return data_dir() / CACHE_FOLDER / f"{config_hash(config)}.json"
+
+
+def _read_cache(config: dict) -> dict:
+    from tutor.storage import read_json
+
+    entry, _warning = read_json(_cache_path(config), {})
+    return entry if entry.get("format") == CALIBRATION_FORMAT else {}
+
+
+def _write_cache(config: dict, entry: dict) -> None:
+    from tutor.storage import write_json_atomic
+
+    try:
+        write_json_atomic(_cache_path(config), {**entry, "format": CALIBRATION_FORMAT})
+    except OSError:
+        pass  # a read-only data dir costs the next call its calibration, nothing else
+
+
+def measured_architecture(config: dict, name: str = "") -> Architecture:
+    """The Architecture of a model type without a hand profile, with the real model's parameter
+    counts (cached), and whatever calibrations of it are cached."""
+    model_type = config.get("model_type")
+    _require_transformers(model_type)
+    entry = _read_cache(config)
+    if "architecture" not in entry:
+        entry = {"architecture": _measure(config), "setups": {}}
+        _write_cache(config, entry)
+    return _architecture_from_entry(entry, config, name)
+
+
+def _architecture_from_entry(entry: dict, config: dict, name: str) -> Architecture:
+    fields = dict(entry["architecture"])
+    measured = fields.pop("measured")
+    measured["layers"] = tuple(MeasuredLayer(**layer) for layer in measured["layers"])
+    for key in ("dense_layer_indices", "sliding_window_layer_indices"):
+        fields[key] = tuple(fields[key])
+    setups = tuple(_setup_from_json(key, value) for key, value in entry.get("setups", {}).items())
+    calibration = Calibration(model_class=measured["model_class"], versions=versions(), setups=setups,
+                              config_json=json.dumps(config, sort_keys=True, default=str), window=shortest_window(config))
+    note = (f"model_type {fields['model_type']!r} has no hand profile: parameters counted on "
+            f"{measured['model_class']} built on the meta device (exact); activations and the peak from "
+            f"traces of the real model with 2 and 3 layers at small shapes, fitted in b·s and b·s² "
+            f"(calibrated-trace, {versions()})")
+    return Architecture(name=name or fields["model_type"], measured=MeasuredParams(**measured), calibration=calibration,
+                        profile=PROFILE, profile_note=note, **fields)
+
+
+def _setup_from_json(key: str, value: dict) -> CalibratedSetup:
+    quantities = tuple((name, Fitted(tuple(q["head"]), tuple(q["per_layer"]))) for name, q in value["quantities"].items())
+    return CalibratedSetup(key=key, quantities=quantities, check=tuple(value["check"]),
+                           check_error=value["check_error"], traced_element_bytes=value["traced_element_bytes"],
+                           fitted_shapes=tuple(tuple(s) for s in value["fitted_shapes"]))
+
+
+def _setup_json(setup: CalibratedSetup) -> dict:
+    return {"quantities": {name: {"head": list(f.head), "per_layer": list(f.per_layer)} for name, f in setup.quantities},
+            "check": list(setup.check), "check_error": setup.check_error,
+            "traced_element_bytes": setup.traced_element_bytes, "fitted_shapes": [list(s) for s in setup.fitted_shapes]}
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Parameters on the meta device
+
+
+def _get(config_obj, names: tuple[str, ...], default=None):
+    for name in names:
+        try:
+            value = getattr(config_obj, name, None)
+        except Exception:  # noqa: BLE001 - e.g. Gemma-4's per-layer attributes refuse a global read
+            value = None
+        if value is not None and not isinstance(value, (list, dict)):
+            return value
+    return default
+
+
+def _classify(name: str) -> str:
+    """Which part of a decoder layer a parameter belongs to, by its module path."""
+    lowered = name.lower()
+    parts = lowered.split(".")
+    if "experts" in lowered and "shared" not in lowered:
+        return "routed"
+    if any(p in ("router", "gate") for p in parts[:-1]) and "mlp" in lowered or "router" in lowered:
+        return "router"
+    if any(p.endswith(("norm", "layernorm")) or p.startswith(("ln", "norm")) for p in parts[:-1]):
+        attention_norm = any(p in ("q_norm", "k_norm", "q_layernorm", "k_layernorm") for p in parts)
+        return "attention" if attention_norm else "norms"
+    if "att" in lowered:
+        return "attention"
+    return "mlp"
+
+
+def _decoder_layers(model, num_layers: int | None = None):
+    """(path, ModuleList) of the decoder layers: the ModuleList of num_layers modules, or (the config
+    names its layers otherwise: BART-style decoder_layers) the one holding the most parameters."""
+    import torch
+
+    lists = [(name, module) for name, module in model.named_modules()
+             if isinstance(module, torch.nn.ModuleList) and len(module)]
+    exact = [(name, module) for name, module in lists if len(module) == num_layers]
+    candidates = exact or lists
+    if not candidates:
+        raise UserError(f"cannot find the decoder layers of {type(model).__name__}")
+    return max(candidates, key=lambda item: sum(p.numel() for p in item[1].parameters()))
+
+
+def _measure(config: dict) -> dict:
+    """Build the model on the meta device and count its parameters; the Architecture's fields."""
+    from tutor.bench.memory_trace import TraceSetup, _quiet, build_config, build_model
+
+    import torch
+
+    with _quiet():
+        hf_config = build_config(config, "eager")
+        text = hf_config.get_text_config()
+        with torch.device("meta"):
+            model = build_model(config, TraceSetup(mode="inference", dtype="bf16", attention="eager"))
+    prefix, layers = _decoder_layers(model, _get(text, SPELLINGS["num_hidden_layers"] + ("decoder_layers",)))
+    layers_count = len(layers)
+    seen: set[int] = set()
+    per_layer = []
+    experts_from_shapes = 0
+    for index, layer in enumerate(layers):
+        parts = dict.fromkeys(("attention", "mlp", "routed", "router", "norms"), 0)
+        linear = 0
+        for pname, param in layer.named_parameters():
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            kind = _classify(pname)
+            parts[kind] += param.numel()
+            if param.dim() >= 2:
+                linear += param.numel()
+            if kind == "routed" and param.dim() == 3:
+                experts_from_shapes = experts_from_shapes or param.shape[0]
+        per_layer.append(dict(attention=parts["attention"], mlp=parts["mlp"] + parts["routed"], routed=parts["routed"],
+                              router=parts["router"], norms=parts["norms"], linear=linear))
+    input_emb = model.get_input_embeddings().weight
+    output = model.get_output_embeddings()
+    lm_weight = getattr(output, "weight", None)
+    tied = lm_weight is None or lm_weight is input_emb
+    unique = {id(p): p for p in model.parameters()}
+    total = sum(p.numel() for p in unique.values())
+    embedding = input_emb.numel()
+    lm_head = 0 if tied else lm_weight.numel()
+    positions = sum(p.numel() for n, p in model.named_parameters()
+                    if not n.startswith(prefix) and any(k in n for k in ("wpe", "embed_positions", "position_embeddings")))
+    in_layers = sum(sum(v for k, v in layer.items() if k not in ("routed", "linear")) for layer in per_layer)
+    other = total - embedding - lm_head - positions - in_layers
+    stored = model.state_dict()
+    buffers = sum(b.numel() for n, b in model.named_buffers() if n in stored)
+    measured = dict(total=total, embedding=embedding, lm_head=lm_head, positions=positions, other=other,
+                    layers=per_layer, largest=max(p.numel() for p in unique.values()), buffers=buffers,
+                    model_class=type(model).__name__)
+    hidden = _get(text, SPELLINGS["hidden_size"]) or input_emb.shape[-1]
+    heads = _get(text, SPELLINGS["num_attention_heads"], 1)
+    kv_heads = _get(text, SPELLINGS["num_key_value_heads"] + ("multi_query_group_num",), heads)
+    if getattr(text, "multi_query", False) and not getattr(text, "new_decoder_architecture", False):
+        kv_heads = 1  # Falcon's multi_query without a KV-head count
+    head_dim = _get(text, ("head_dim", "attention_head_size"), None) or hidden // max(heads, 1)
+    experts = int(_get(text, SPELLINGS["num_experts"], 0) or 0) or experts_from_shapes
+    moe_layers = tuple(i for i, layer in enumerate(per_layer) if layer["routed"])
+    if moe_layers and not experts:
+        experts = 1
+    intermediate = _get(text, ("intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim"), None) or 4 * hidden
+    top_k = int(_get(text, SPELLINGS["num_experts_per_tok"] + ("top_k", "moe_topk"), 1) or 1) if moe_layers else 0
+    window = _get(text, ("sliding_window",), None)
+    layer_types = getattr(text, "layer_types", None) or []
+    sliding = tuple(i for i, t in enumerate(layer_types) if t == "sliding_attention") if window else ()
+    dropout = any(isinstance(getattr(text, k, 0), (int, float)) and (getattr(text, k, 0) or 0) > 0
+                  for k in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"))
+    architecture = dict(
+        model_type=config["model_type"], hidden_size=hidden, num_layers=layers_count, num_heads=heads,
+        num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate,
+        vocab_size=embedding // hidden if hidden else 0, tie_word_embeddings=tied, gated_mlp=True, norm="rmsnorm",
+        norms_per_layer=2, qkv_bias=False, qk_norm=False, learned_positions=positions // hidden if hidden else 0,
+        max_position_embeddings=int(_get(text, ("max_position_embeddings", "n_positions"), 0) or 0),
+        dropout=dropout, sliding_window=window if sliding else None, sliding_window_layers=len(sliding),
+        num_experts=experts if moe_layers else 0, experts_per_token=min(top_k, experts) if moe_layers else 0,
+        num_shared_experts=0,
+        moe_intermediate_size=(per_layer[moe_layers[0]]["routed"] // experts // (3 * hidden)) if moe_layers else 0,
+        shared_expert_intermediate_size=0, dense_layers=layers_count - len(moe_layers), q_lora_rank=None,
+        kv_lora_rank=0, qk_nope_head_dim=0, qk_rope_head_dim=0, v_head_dim=0, num_nextn_predict_layers=0,
+        dense_layer_indices=[i for i in range(layers_count) if i not in moe_layers],
+        sliding_window_layer_indices=list(sliding), measured=measured,
+    )
+    return architecture
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Calibration by traces
+
+
+def calibrated_for(arch: Architecture, request) -> Architecture:
+    """`arch` with a calibration for the setup of `request` (a tutor.theory.fit.FitRequest): from the
+    cache, or traced now and cached. Hand-profiled architectures come back unchanged."""
+    if arch.profile != PROFILE or arch.calibration is None:
+        return arch
+    from tutor.theory.fit import activation_precision
+
+    if request.mode == "train" and request.recompute == "selective":
+        return arch  # transformers has no selective recompute to trace; theory says it approximates
+    precision = activation_precision(request)
+    recompute = request.recompute
+    window = arch.calibration.window
+    key = setup_key(mode=request.mode, precision=precision, attention=request.attention, recompute=recompute,
+                    seq_len=request.seq_len, window=window)
+    if arch.calibration.setup(key) is not None:
+        return arch
+    beyond = window if window and request.seq_len > window else 0
+    return _with_setup(arch, key, request.mode, precision, TRACE_ATTENTION[request.attention], recompute, beyond)
+
+
+# Keys that hold a window length (not sliding_window_pattern, max_window_layers: counts of layers).
+WINDOW_KEYS = ("sliding_window", "attention_window", "window_size", "sliding_window_size")
+
+
+def shortest_window(config: dict) -> int:
+    """The shortest sliding window a config sets (keys naming a window, not a layer count), 0 for none."""
+    windows = [v for k, v in config.items() if k in WINDOW_KEYS and isinstance(v, int) and not isinstance(v, bool)
+               and v > 0]
+    return min(windows, default=0)
+
+
+def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attention: str, recompute: str,
+                beyond: int = 0) -> Architecture:
+    config = json.loads(arch.calibration.config_json)
+    setup = calibrate(config, key, mode=mode, precision=precision, attention=attention, recompute=recompute,
+                      beyond_window=beyond, window=arch.calibration.window)
+    entry = _read_cache(config)
+    if "architecture" in entry:
+        entry.setdefault("setups", {})[key] = _setup_json(setup)
+        _write_cache(config, entry)
+    calibration = replace(arch.calibration, setups=arch.calibration.setups + (setup,))
+    return replace(arch, calibration=calibration)
+
+
+def layer_config(config: dict, layers: int) -> dict:
+    """`config` with `layers` decoder layers: the layer count under each spelling it uses, per-layer
+    lists cut to that length, layer-index lists kept to indices below it."""
+    original = next((config[n] for n in SPELLINGS["num_hidden_layers"] + ("decoder_layers",)
+                     if isinstance(config.get(n), int)), None)
+    out = copy.deepcopy(config)
+    names = [n for n in SPELLINGS["num_hidden_layers"] + ("decoder_layers",) if n in config] or ["num_hidden_layers"]
+    for name in names:
+        out[name] = layers
+    for key, value in config.items():
+        if not isinstance(value, list) or not value or key in names:
+            continue
+        if original and len(value) == original:
+            out[key] = value[:layers]
+        elif key.endswith(("_layers", "layer_idx", "layers_idx")) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                            for v in value):
+            out[key] = [v for v in value if v < layers]
+    return out
+
+
+def _timeline_quantities(tracker, element_bytes: int, layers: int) -> dict[str, float]:
+    """Training, per region of the step (TRAIN_REGIONS: the forward; backward before any layer, the
+    loss head's; inside the backward of the top layer, the first one gone back through; inside the
+    bottom layer's; the embedding's after it), two moments: where the activations are highest
+    and where the gradients are: the activations and the gradient elements alive at each. Within a
+    region each of those moments is the same code at every shape, so each is linear in layers,
+    b·s and b·s², where the step's overall maximum may jump from one region to another. Also the
+    activations alive when the gradients peak (the end of backward)."""
+    live: dict[str, int] = {}
+    best: dict[str, tuple[int, int, int]] = {}
+    g_max = a_at_g = 0
+    for key, delta, phase, _i, _op in tracker.events:
+        category = tracker.role[key]
+        live[category] = live.get(category, 0) + delta
+        if delta <= 0:
+            continue
+        acts, grads = live.get("activations", 0), live.get("gradients", 0)
+        if category == "gradients" and grads >= g_max:
+            g_max, a_at_g = grads, acts
+        if phase.startswith("backward-layer:"):
+            index = int(phase.split(":")[1])
+            regions = [r for r, hit in (("backward-top", index == layers - 1), ("backward-bottom", index == 0)) if hit]
+        elif phase in ("backward", "backward-embedding"):
+            regions = ["backward-head" if phase == "backward" else phase]
+        elif phase == "forward":
+            regions = ["forward"]
+        else:
+            regions = []
+        for region in regions:
+            for moment, value in ((f"{region}:acts", acts), (f"{region}:grads", grads)):
+                if value > best.get(moment, (-1, 0, 0))[0]:
+                    best[moment] = (value, acts, grads)
+    out = {"activations_end_of_backward": a_at_g}
+    for moment in training_moment_names():
+        _, acts, grads = best.get(moment, (0, 0, 0))
+        out[REGION_PREFIX + moment] = acts
+        out[GRADIENTS_PREFIX + moment] = grads / element_bytes
+    return out
+
+
+def _backward_hooks(model, num_layers: int, tracker):
+    """Forward hooks that put a gradient hook on each decoder layer's output: when backward reaches
+    layer i, the tracker's phase becomes "backward-layer:i" (a checkpointed layer's re-run included)."""
+    import torch
+
+    _, layers = _decoder_layers(model, num_layers)
+    handles = []
+
+    def on_output(index):
+        def hook(_module, _args, output):
+            tensor = output if isinstance(output, torch.Tensor) else next(
+                (o for o in (output if isinstance(output, (tuple, list)) else ()) if isinstance(o, torch.Tensor)), None)
+            if tensor is not None and tensor.requires_grad:
+                tensor.register_hook(lambda grad: tracker.set_phase(f"backward-layer:{index}"))
+        return hook
+
+    for index, layer in enumerate(layers):
+        handles.append(layer.register_forward_hook(on_output(index)))
+
+    def on_embedding(_module, _args, output):
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda grad: tracker.set_phase("backward-embedding"))
+
+    handles.append(model.get_input_embeddings().register_forward_hook(on_embedding))
+    return handles
+
+
+def _region_quantities(tracker) -> dict[str, float]:
+    """Inference: each region's activation maximum, and the KV cache's storages."""
+    live: dict[str, int] = {}
+    best: dict[str, int] = {}
+    for key, delta, phase, _i, _op in tracker.events:
+        category = tracker.role[key]
+        live[category] = live.get(category, 0) + delta
+        if delta > 0 and category == "activations":
+            region = REGION_PREFIX + (phase if phase in ("attention", "mlp", "head") else "other")
+            best[region] = max(best.get(region, 0), live[category])
+        if category == "kv_cache":
+            best[KV_CACHE] = max(best.get(KV_CACHE, 0), live[category])
+    best.setdefault(KV_CACHE, 0)
+    return best
+
+
+def _region_hooks(model, num_layers: int, tracker):
+    """Forward hooks that name the region of the prefill the tracker's events fall in."""
+    _, layers = _decoder_layers(model, num_layers)
+    handles = []
+
+    def enter(region):
+        return lambda *_args, **_kwargs: tracker.set_phase(region)
+
+    def leave(*_args, **_kwargs):
+        tracker.set_phase("prefill")
+
+    for layer in layers:
+        for child_name, child in layer.named_children():
+            lowered = child_name.lower()
+            region = "attention" if "att" in lowered else "mlp" if any(
+                k in lowered for k in ("mlp", "feed_forward", "ffn", "moe", "experts")) else None
+            if region:
+                handles.append(child.register_forward_pre_hook(enter(region)))
+                handles.append(child.register_forward_hook(leave))
+    head = model.get_output_embeddings()
+    if head is not None:
+        handles.append(head.register_forward_pre_hook(enter("head")))
+    return handles
+
+
+def _forward_backward(model, ids, labels, tracker) -> None:
+    """memory_trace.training_step up to its optimizer step (fit's formulas count the optimizer)."""
+    import torch
+
+    tracker.set_phase("forward")
+    if tracker.autocast_dtype is not None:
+        with torch.autocast(device_type=ids.device.type, dtype=tracker.autocast_dtype):
+            loss = model(input_ids=ids, labels=labels).loss
+    else:
+        loss = model(input_ids=ids, labels=labels).loss
+    tracker.set_phase("backward")
+    loss.backward()
+    loss = loss.detach()
+    tracker.mark([p.grad for p in model.parameters()], "gradients")
+    tracker.set_phase("optimizer")
+    for p in model.parameters():
+        p.grad = None
+    del loss
+
+
+def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: int) -> dict[str, float]:
+    import torch
+
+    from tutor.bench.memory_trace import (
+        _fake_tensor_workarounds,
+        cache_tensors,
+        register_model_states,
+        storage_tracker_class,
+        token_ids,
+        _cache_argument,
+    )
+
+    vocab = model.config.get_text_config().vocab_size
+    ids = token_ids(vocab, batch, seq_len)
+    tracker = storage_tracker_class()()
+    register_model_states(tracker, model, optimizer)
+    tracker.register(ids, "activations")
+    element = 4 if setup.dtype == "fp32" else 2
+    with _fake_tensor_workarounds(True):
+        if setup.mode == "train":
+            labels = ids.clone()
+            tracker.register(labels, "activations")
+            tracker.autocast_dtype = torch.bfloat16 if setup.autocast else None
+            handles = _backward_hooks(model, layers, tracker)
+            try:
+                with tracker:
+                    _forward_backward(model, ids, labels, tracker)
+            finally:
+                for handle in handles:
+                    handle.remove()
+            return _timeline_quantities(tracker, element, layers)
+        from transformers import DynamicCache
+
+        handles = _region_hooks(model, layers, tracker)
+        try:
+            with tracker, torch.no_grad():
+                tracker.set_phase("prefill")
+                cache = DynamicCache(config=model.config)
+                out = model(input_ids=ids, **{_cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
+                tracker.set_phase("head")
+                logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+            tracker.mark(cache_tensors(cache), "kv_cache")
+            del logits, out, cache
+        finally:
+            for handle in handles:
+                handle.remove()
+        return _region_quantities(tracker)
+
+
+def basis_terms(config: dict, mode: str, attention: str, beyond_window: int = 0) -> tuple[str, ...]:
+    """The BASIS terms a setup's quantities can hold (FIT_SHAPES): s x s with eager attention, with
+    dropout (SDPA's math kernel on a CPU) and beyond a sliding window (its mask)."""
+    dropout = any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                  for k, v in config.items() if "dropout" in k or k.endswith("_pdrop"))
+    square = attention == "eager" or dropout or bool(beyond_window)
+    return ("1",) + (("b",) if mode == "inference" else ()) + ("b*s",) + (("b*s^2",) if square else ())
+
+
+def traced_lengths(shapes, check, *, window: int, beyond_window: int):
+    """The traced (batch, seq_len) shapes, all on one side of a sliding window: prompts longer than it
+    are traced at lengths beyond it, shorter ones within it (fake tensors cost the same at any length)."""
+    if beyond_window:
+        return tuple((b, s + beyond_window) for b, s in shapes), (check[0], check[1] + beyond_window)
+    if window and window < check[1]:
+        def scale(s):
+            return max(2, s * window // check[1])
+        return tuple((b, scale(s)) for b, s in shapes), (check[0], window)
+    return shapes, check
+
+
+def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) -> tuple[float, ...]:
+    """Least squares over `terms` of BASIS (numpy; the others 0), rounded to 6 significant digits."""
+    import numpy
+
+    columns = [BASIS.index(term) for term in terms]
+    matrix = numpy.array([[x[i] for i in columns] for x, _ in points], dtype=float)
+    values = numpy.array([y for _, y in points], dtype=float)
+    scale = matrix.max(axis=0)
+    scale[scale == 0] = 1
+    solution, *_ = numpy.linalg.lstsq(matrix / scale, values, rcond=None)
+    full = [0.0] * len(BASIS)
+    for column, value in zip(columns, solution / scale):
+        full[column] = float(f"{value:.6g}")
+    return tuple(full)
+
+
+def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str,
+              beyond_window: int = 0, window: int = 0) -> CalibratedSetup:
+    """Trace the setup at its FIT_SHAPES with FIT_LAYERS layers, fit every quantity, check at CHECK_SHAPE."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tutor.bench.memory_trace import TraceSetup, _one_line, _quiet, attention_to_run, build_model, enable_recompute
+
+    dtype = {"fp32": "fp32", "amp": "fp32", "bf16": "bf16"}[precision]
+    setup = TraceSetup(mode=mode, dtype=dtype, autocast=precision == "amp", recompute=recompute == "full",
+                       attention=attention, optimizer="adamw", foreach=None, fake=True)
+    measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {}
+    terms = basis_terms(config, mode, attention, beyond_window)
+    fit_shapes, check_shape = traced_lengths(FIT_SHAPES[terms], CHECK_SHAPE, window=window, beyond_window=beyond_window)
+    with _quiet():
+        for layers in FIT_LAYERS:
+            small = layer_config(config, layers)
+            traced_attention, _ = attention_to_run(small, attention)
+            run = replace(setup, attention=traced_attention)
+            shapes = fit_shapes + ((check_shape,) if layers == CHECK_LAYERS else ())
+            try:
+                with FakeTensorMode():
+                    model = build_model(small, run)
+                    model.train(mode == "train")
+                    if mode == "train":
+                        model.config.use_cache = False  # as transformers' Trainer sets it
+                        if run.recompute:
+                            enable_recompute(model)
+                    measured[layers] = {shape: _measure_shape(model, None, run, *shape, layers) for shape in shapes}
+            except UserError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the model's own code on the user's config may raise anything
+                raise UserError(f"calibrating {config.get('model_type')!r} failed in its transformers code: "
+                                f"{_one_line(exc)}") from None
+    low, high = FIT_LAYERS
+    names = sorted(measured[low][fit_shapes[0]])
+    quantities = []
+    worst = 0.0
+    for name in names:
+        # Parameter gradients do not grow with the batch or the prompt: a constant (per layer and head).
+        own = ("1",) if name.startswith(GRADIENTS_PREFIX) else terms
+        one = _solve([(basis_values(*shape), measured[low][shape].get(name, 0)) for shape in fit_shapes], own)
+        two = _solve([(basis_values(*shape), measured[high][shape].get(name, 0)) for shape in fit_shapes], own)
+        per_layer = tuple(float(f"{(b - a) / (high - low):.6g}") for a, b in zip(one, two))
+        head = tuple(float(f"{a - low * p:.6g}") for a, p in zip(one, per_layer))
+        fitted = Fitted(head, per_layer)
+        quantities.append((name, fitted))
+        truth = measured[CHECK_LAYERS][check_shape].get(name, 0)
+        predicted = fitted.at(layers=CHECK_LAYERS, batch=check_shape[0], seq_len=check_shape[1])
+        if not name.startswith(GRADIENTS_PREFIX) and max(truth, predicted) > 1024:
+            worst = max(worst, abs(predicted - truth) / max(truth, 1))
+    return CalibratedSetup(key=key, quantities=tuple(quantities), check=(CHECK_LAYERS, *check_shape),
+                           check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
+                           fitted_shapes=tuple((layers, *shape) for layers in FIT_LAYERS for shape in fit_shapes))

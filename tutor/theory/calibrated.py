@@ -1,0 +1,191 @@
+"""Activation profiles calibrated from traces, for architectures without hand-written formulas.
+
+A model type this package has no hand profile for (tutor.theory.models.SUPPORTED_MODEL_TYPES lists
+those it has) is answered from its real transformers model class: tutor.bench.arch_calibration
+counts its parameters on the meta device and traces one step of it (FakeTensorMode and the storage
+tracker of `fit --trace`, tutor.bench.memory_trace) at a few small shapes with two and with three
+decoder layers. Each traced quantity is fitted as
+
+    q(L, b, s) = head(b, s) + L x per_layer(b, s),   with   f(b, s) = c0 + c1·b + c2·b·s + c3·b·s²
+
+(a constant, a per-sequence term such as the last position's logits, the per-token terms of the
+Korthikanti et al. 2022 activation model (arXiv 2205.05198 §4) and the s x s terms of attention that
+keeps its scores), checked against one more traced shape, and evaluated here at the requested shape.
+This module holds the fitted coefficients and evaluates them: pure data, no torch, no files.
+
+Quantities (bytes unless named elements):
+    train       for each region of the step (TRAIN_REGIONS: the forward; backward before any layer,
+                the loss head's; inside the top layer's backward, the first gone back through, its
+                re-run with full recompute; inside the bottom layer's; the embedding's), at the
+                region's activation maximum and at its gradient maximum ("<region>:acts", "<region>:grads"):
+                "activations@<moment>" and "gradient_elements@<moment>" (parameter gradients alive then); and "activations_end_of_backward" (alive when the
+                last gradient is made). Within a region the moment is the same code at every shape,
+                so it is linear in L, b·s, b·s², where the step's overall maximum can jump between
+                regions as the layers or the shape grow: theory takes the largest.
+    inference   "kv_cache" (the cache's storages after prefill) and "activations@<region>" (the live
+                activations' maximum while the prefill is inside <region>: attention, mlp, head, other;
+                the prefill peak is the largest)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+BASIS = ("1", "b", "b*s", "b*s^2")
+TRAIN_QUANTITIES = ("activations", "activations_end_of_backward", "gradient_elements_at_activation_peak")
+KV_CACHE = "kv_cache"
+REGION_PREFIX = "activations@"
+GRADIENTS_PREFIX = "gradient_elements@"
+TRAIN_REGIONS = ("forward", "backward-head", "backward-top", "backward-bottom", "backward-embedding")
+TRACE_ATTENTION = {"eager": "eager", "sdpa": "sdpa", "flash": "sdpa"}  # flash needs CUDA: traced as SDPA
+
+
+def basis_values(batch: int, seq_len: int) -> tuple[int, ...]:
+    """The basis terms (BASIS) at one shape."""
+    return (1, batch, batch * seq_len, batch * seq_len * seq_len)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """One quantity: head and per-layer coefficients over BASIS."""
+
+    head: tuple[float, ...]
+    per_layer: tuple[float, ...]
+
+    def at(self, *, layers: int, batch: int, seq_len: int, head: bool = True, layer_copies: float = 1) -> int:
+        """The quantity at `layers` decoder layers (x layer_copies micro-batches in flight) and the
+        head's terms if `head`; never below zero."""
+        terms = basis_values(batch, seq_len)
+        per_layer = sum(c * x for c, x in zip(self.per_layer, terms))
+        head_part = sum(c * x for c, x in zip(self.head, terms)) if head else 0.0
+        return max(0, math.ceil(head_part + layers * layer_copies * per_layer))
+
+
+@dataclass(frozen=True)
+class CalibratedSetup:
+    """The fitted quantities of one way of running the model (`setup_key`) and how well they held.
+
+    check: the shape the fit was checked against (layers, batch, seq_len), never used to fit;
+    check_error: the largest relative error of any quantity there; traced_element_bytes: the bytes
+    of one value of the traced dtype (to rescale the KV cache to another cache dtype).
+    """
+
+    key: str
+    quantities: tuple[tuple[str, Fitted], ...]
+    check: tuple[int, int, int]
+    check_error: float
+    traced_element_bytes: int
+    fitted_shapes: tuple[tuple[int, int, int], ...] = ()
+
+    def quantity(self, name: str) -> Fitted | None:
+        return dict(self.quantities).get(name)
+
+    def regions(self) -> tuple[tuple[str, Fitted], ...]:
+        return tuple((name[len(REGION_PREFIX):], fitted) for name, fitted in self.quantities
+                     if name.startswith(REGION_PREFIX))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Every calibrated setup of one config, for one torch and transformers version."""
+
+    model_class: str
+    versions: str
+    setups: tuple[CalibratedSetup, ...] = ()
+    config_json: str = ""    # the config calibrated, as JSON text (what a later setup's traces build)
+    window: int = 0          # the config's shortest sliding window (0: none): prompts longer than it are
+                             # calibrated apart (masks appear), at lengths beyond it
+
+    def setup(self, key: str) -> CalibratedSetup | None:
+        return next((s for s in self.setups if s.key == key), None)
+
+
+def setup_key(*, mode: str, precision: str, attention: str, recompute: str, seq_len: int = 0, window: int = 0) -> str:
+    """The name of a way of running a model, as calibrations are stored under it: mode, activation
+    precision (fp32, bf16, amp: tutor.theory.fit.activation_precision), the attention traced (flash
+    needs CUDA, so it is traced as SDPA), for training the recompute mode, and with a sliding window
+    whether the prompt is longer than it (transformers then builds a window mask: another regime)."""
+    traced = TRACE_ATTENTION.get(attention, attention)
+    key = f"inference/{precision}/{traced}" if mode == "inference" else f"train/{precision}/{traced}/recompute-{recompute}"
+    if window:
+        key += f"/{'beyond' if seq_len > window else 'within'}-window-{window}"
+    return key
+
+
+def calibrated_setup(arch, key: str) -> CalibratedSetup | None:
+    """The calibrated setup `key` of `arch` (a tutor.theory.models.Architecture), or None when the
+    architecture has a hand profile or was not calibrated for this setup."""
+    calibration = getattr(arch, "calibration", None)
+    if calibration is None:
+        return None
+    return calibration.setup(key)
+
+
+def training_moment_names() -> tuple[str, ...]:
+    """Each region's two moments: "<region>:acts" (its activation maximum), "<region>:grads" (its
+    gradient maximum)."""
+    return tuple(f"{region}:{what}" for region in TRAIN_REGIONS for what in ("acts", "grads"))
+
+
+def training_moments(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, head: bool = True,
+                     layer_copies: float = 1) -> tuple[tuple[str, int, int], ...]:
+    """(moment, activation bytes, gradient elements) at each training region's two moments."""
+    out = []
+    for region in training_moment_names():
+        acts, grads = setup.quantity(REGION_PREFIX + region), setup.quantity(GRADIENTS_PREFIX + region)
+        if acts is None:
+            continue
+        shape = dict(layers=layers, batch=batch, seq_len=seq_len, head=head, layer_copies=layer_copies)
+        out.append((region, acts.at(**shape), grads.at(**shape) if grads is not None else 0))
+    return tuple(out)
+
+
+def prefill_peak(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int) -> tuple[int, str]:
+    """(bytes, region) of a prefill's activation peak: the largest region's fitted maximum."""
+    best, where = 0, ""
+    for region, fitted in setup.regions():
+        n = fitted.at(layers=layers, batch=batch, seq_len=seq_len)
+        if n > best:
+            best, where = n, region
+    return best, where
+
+
+@dataclass(frozen=True)
+class TrainingTimeline:
+    """A calibrated training step on one device, in the terms tutor.theory.fit's peak moments use:
+    the activations' maximum, those stored at the end of forward, those left at the end of backward,
+    and each backward moment's (name, activation bytes, gradient elements)."""
+
+    maximum: int
+    stored: int
+    end_of_backward: int
+    moments: tuple[tuple[str, int, int], ...]
+
+
+def training_timeline(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, head: bool = True,
+                      layer_copies: float = 1, tp: int = 1) -> TrainingTimeline:
+    """The fitted training quantities at a shape: `layers` layers (x layer_copies micro-batches in
+    flight), the head's terms on the last pipeline stage only (`head`), split over `tp` ranks (an
+    approximation: the traces ran one device)."""
+    def split(n: int) -> int:
+        return math.ceil(n / tp)
+
+    shape = dict(batch=batch, seq_len=seq_len, layers=layers, head=head, layer_copies=layer_copies)
+    moments = tuple((name, split(acts), split(grads)) for name, acts, grads in training_moments(setup, **shape))
+    maximum = max((acts for _, acts, _ in moments), default=0)
+    stored = next((acts for name, acts, _ in moments if name == "forward:acts"), maximum)
+    end = setup.quantity("activations_end_of_backward")
+    return TrainingTimeline(maximum=maximum, stored=stored, end_of_backward=split(end.at(**shape)) if end else 0,
+                            moments=tuple(m for m in moments if not m[0].startswith("forward")))
+
+
+def kv_cache_bytes(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, element_bytes: float,
+                   tp: int = 1) -> int | None:
+    """The traced KV cache at a shape, rescaled from the traced dtype to `element_bytes` per value;
+    None when the setup traced no cache (training)."""
+    fitted = setup.quantity(KV_CACHE)
+    if fitted is None:
+        return None
+    traced = fitted.at(layers=layers, batch=batch, seq_len=seq_len, head=False)
+    return math.ceil(traced * element_bytes / (setup.traced_element_bytes * tp))
