@@ -11,6 +11,7 @@ import click
 
 from tutor.commands.safe_text import markup_safe, plain
 from tutor.errors import UserError
+from tutor.fit_fields import fit_options, flag_name, ignored_flag_notes
 from tutor.hardware.memory_budget import DeviceBudget, device_budget
 from tutor.model_files import checkpoint_summary
 from tutor.theory import fit as fitting
@@ -68,40 +69,7 @@ def _resolve(model: str | None, params: str | None):
 
 
 @click.command("fit")
-@click.argument("model", required=False)
-@click.option("--params", "params", metavar="N", help="A bare parameter count such as 7B (model states only).")
-@click.option("--mode", type=click.Choice(fitting.MODES), default="inference", show_default=True)
-@click.option("--dtype", default=None,
-              help="Weight storage: fp32, bf16, fp16, fp8, int8, int4, nf4, nf4-dq, mxfp4, nvfp4, q4_k, ... "
-                   "(default: bf16, or a model folder's checkpoint as stored)")
-@click.option("--recipe", default="mixed", show_default=True,
-              help="Training precision: mixed (16 B/param with Adam), megatron, hf-amp, bf16, fp32, lora, qlora.")
-@click.option("--optimizer", default="adam", show_default=True,
-              help="adam, adamw, sgd, sgd-momentum, adam-8bit, adafactor, lion.")
-@click.option("--batch", default=1, show_default=True, type=int, help="Micro-batch per data-parallel rank (inference: sequences).")
-@click.option("--seq", "seq_len", default=4096, show_default=True, type=int, help="Tokens per sequence.")
-@click.option("--dp", default=1, show_default=True, type=int, help="Data-parallel degree.")
-@click.option("--tp", default=1, show_default=True, type=int, help="Tensor-parallel degree.")
-@click.option("--pp", default=1, show_default=True, type=int, help="Pipeline-parallel stages.")
-@click.option("--ep", default=1, show_default=True, type=int, help="Expert-parallel degree (MoE).")
-@click.option("--zero", default=0, show_default=True, type=int, help="ZeRO stage 0-3 (3 = FSDP full shard).")
-@click.option("--sp", "sequence_parallel", is_flag=True, help="Sequence parallelism (with --tp).")
-@click.option("--recompute", type=click.Choice(("none", "selective", "full")), default="none", show_default=True)
-@click.option("--attention", type=click.Choice(fitting.ATTENTION_KINDS), default="sdpa", show_default=True,
-              help="eager: matmul + softmax as written (keeps s x s scores); sdpa: torch's "
-                   "scaled_dot_product_attention, transformers' default (its backend follows the device); "
-                   "flash: FlashAttention-2 kernels.")
-@click.option("--impl", type=click.Choice(fitting.IMPLEMENTATIONS), default="hf", show_default=True,
-              help="Whose code the activations assume. hf: transformers modules as written, the code most "
-                   "people train with; fused: Megatron-style fused kernels (Korthikanti et al. 2022).")
-@click.option("--kv-dtype", default=None, help="KV cache type: bf16, fp16, fp8, int8, fp32 (default: bf16).")
-@click.option("--microbatches", default=None, type=int, help="Pipeline micro-batches per step (default: pp).")
-@click.option("--lora-rank", default=16, show_default=True, type=int)
-@click.option("--lora-targets", default="all-linear", show_default=True, help="all-linear or a list such as q,v.")
-@click.option("--device", "device", default=None,
-              help="A GPU index (0, cuda:0), 'cpu', a card you do not have (h100, h100-pcie, h200, a100, "
-                   "a100-40gb, rtx-4090, l4, mi300x, ...: the total its driver reports; `tensor-tutor models "
-                   "--devices` lists them), or a size such as 24GiB or 80GB.")
+@fit_options()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--trace", is_flag=True,
               help="Also build the real transformers model at full size on fake tensors and trace one step "
@@ -154,22 +122,6 @@ def fit(model, params, mode, dtype, recipe, optimizer, batch, seq_len, dp, tp, p
         render_trace(traced, estimate)
 
 
-# Flags that only mean something in one mode (or with an adapter recipe): given on the command
-# line where they do not apply, they are named in a note rather than silently ignored.
-_TRAIN_ONLY = ("recipe", "optimizer", "zero", "recompute", "microbatches", "lora_rank", "lora_targets")
-_INFERENCE_ONLY = ("kv_dtype",)
-_ADAPTER_ONLY = ("lora_rank", "lora_targets")
-
-
-# The option of each parameter whose flag is not its name with dashes.
-_FLAG_NAMES = {"seq_len": "--seq", "sequence_parallel": "--sp", "as_json": "--json"}
-
-
-def flag_name(parameter: str) -> str:
-    """The command-line option that sets `parameter` (a FitRequest field or a click parameter)."""
-    return _FLAG_NAMES.get(parameter, "--" + parameter.replace("_", "-"))
-
-
 def change_flags(suggestion: fitting.Suggestion) -> str:
     """A suggestion as the flags that make it: '--recompute full --zero 3 --dp 8 (8 devices)'."""
     words = []
@@ -192,19 +144,7 @@ def _flags_that_do_not_apply(mode: str, recipe: str) -> list[str]:
 
     ctx = click.get_current_context()
     given = [name for name in ctx.params if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
-    flag = {name: flag_name(name) for name in given}
-    if mode == "inference":
-        groups = [(_TRAIN_ONLY, "only apply to training (--mode train)")]
-    else:
-        groups = [(_INFERENCE_ONLY, "only apply to inference: training keeps no KV cache")]
-        if recipe not in ("lora", "qlora"):
-            groups.append((_ADAPTER_ONLY, "only apply to --recipe lora or qlora"))
-    notes = []
-    for names, why in groups:
-        ignored = [flag[n] for n in given if n in names]
-        if ignored:
-            notes.append(f"{', '.join(ignored)}: ignored here; these flags {why}")
-    return notes
+    return ignored_flag_notes(given, mode, recipe)
 
 
 def _checkpoint_json(checkpoint, params_total: int) -> dict | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from enum import IntEnum, StrEnum
 from fractions import Fraction
 
 from tutor.errors import UserError
@@ -53,9 +54,63 @@ from tutor.theory.models import (
 from tutor.theory.parallel import pipeline_stages, zero_model_states
 from tutor.theory.units import GiB
 
-MODES = ("inference", "train")
-ADAPTER_RECIPES = ("lora", "qlora")
+
+
+class Mode(StrEnum):
+    """What the memory is for: serving the model, or a training step."""
+
+    INFERENCE = "inference"
+    TRAIN = "train"
+
+
+class Recipe(StrEnum):
+    """Training precision layouts (tutor.theory.memory.TRAINING_RECIPES) and the two adapter recipes."""
+
+    MIXED = "mixed"
+    MEGATRON = "megatron"
+    HF_AMP = "hf-amp"
+    BF16 = "bf16"
+    FP32 = "fp32"
+    LORA = "lora"
+    QLORA = "qlora"
+
+
+class Recompute(StrEnum):
+    """Activation recomputation (tutor.theory.activations.RECOMPUTE_MODES; Korthikanti et al. 2022)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class Attention(StrEnum):
+    """The attention kernel (tutor.theory.activations.ATTENTION_KINDS)."""
+
+    EAGER = "eager"
+    SDPA = "sdpa"
+    FLASH = "flash"
+
+
+class Impl(StrEnum):
+    """Whose code the activations assume (tutor.theory.activations.IMPLEMENTATIONS)."""
+
+    HF = "hf"
+    FUSED = "fused"
+
+
+class ZeroStage(IntEnum):
+    """ZeRO stages (Rajbhandari et al. 2020, arXiv 1910.02054 §5): what is sharded over dp."""
+
+    NONE = 0
+    OPTIMIZER = 1
+    GRADIENTS = 2
+    PARAMETERS = 3  # FSDP full shard
+
+
+MODES = tuple(mode.value for mode in Mode)
+ADAPTER_RECIPES = (Recipe.LORA.value, Recipe.QLORA.value)
 RECIPES = tuple(TRAINING_RECIPES) + ADAPTER_RECIPES
+ZERO_STAGES = tuple(int(stage) for stage in ZeroStage)
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "overhead")
 SIXTEEN_BIT = ("bf16", "fp16")
 # Formats that keep every tensor at full width; the others quantize only the blocks' linear weights.
@@ -71,9 +126,9 @@ class FitRequest:
     the tokens per sequence (inference: prompt + generated, the KV cache length).
     """
 
-    mode: str = "inference"
+    mode: Mode | str = Mode.INFERENCE
     dtype: str = "bf16"              # weight storage (inference; the frozen base for LoRA)
-    recipe: str = "mixed"            # training precision layout, or lora / qlora
+    recipe: Recipe | str = Recipe.MIXED  # training precision layout (or an alias: amp), or lora / qlora
     optimizer: str = "adam"
     batch: int = 1
     seq_len: int = 4096
@@ -81,11 +136,11 @@ class FitRequest:
     tp: int = 1
     pp: int = 1
     ep: int = 1
-    zero: int = 0
+    zero: ZeroStage | int = ZeroStage.NONE
     sequence_parallel: bool = False
-    recompute: str = "none"
-    attention: str = "sdpa"          # eager | sdpa (transformers' default) | flash (FlashAttention-2)
-    impl: str = "hf"                 # hf: transformers modules as written; fused: Megatron kernels
+    recompute: Recompute | str = Recompute.NONE
+    attention: Attention | str = Attention.SDPA  # eager | sdpa (transformers' default) | flash (FlashAttention-2)
+    impl: Impl | str = Impl.HF       # hf: transformers modules as written; fused: Megatron kernels
     kv_dtype: str | None = None      # None: the weights' 16-bit type (bf16 for quantized weights)
     microbatches: int | None = None  # pipeline micro-batches per step; None: pp (a full pipeline)
     lora_rank: int = 16
@@ -101,7 +156,7 @@ class FitRequest:
 
     @property
     def adapter(self) -> bool:
-        return self.mode == "train" and self.recipe in ADAPTER_RECIPES
+        return self.mode == Mode.TRAIN and self.recipe in ADAPTER_RECIPES
 
 
 @dataclass(frozen=True)
@@ -190,7 +245,7 @@ def validate_request(arch: Architecture, request: FitRequest) -> None:
         positive_int(getattr(request, name), name.replace("_", "-"))
     if request.microbatches is not None:
         positive_int(request.microbatches, "microbatches")
-    if request.zero not in (0, 1, 2, 3):
+    if request.zero not in ZERO_STAGES:
         raise UserError(f"ZeRO stage must be 0, 1, 2 or 3, got {request.zero!r}")
     if request.recompute not in RECOMPUTE_MODES:
         raise UserError(f"unknown recompute mode {request.recompute!r}: use {', '.join(RECOMPUTE_MODES)}")
@@ -203,7 +258,7 @@ def validate_request(arch: Architecture, request: FitRequest) -> None:
     weight_format(request.dtype)
     if request.kv_dtype is not None:
         kv_dtype_bytes(request.kv_dtype)
-    model_state_bytes_per_param("mixed", request.optimizer)
+    model_state_bytes_per_param(Recipe.MIXED, request.optimizer)
     if arch.num_heads % request.tp:
         raise UserError(f"tensor-parallel size {request.tp} must divide the {arch.num_heads} attention heads")
     if request.pp > arch.num_layers:
@@ -226,7 +281,7 @@ def estimate(arch: Architecture, request: FitRequest) -> FitEstimate:
     trainable = 0
     if request.adapter:
         trainable = lora_trainable_params(arch, rank=request.lora_rank, targets=request.lora_targets)
-    elif request.mode == "train":
+    elif request.mode == Mode.TRAIN:
         trainable = params.total
     # What lies outside the layers: the final norm (and anything else the counter adds there).
     final_norm = params.total - params.embedding - params.lm_head - params.position_embedding - sum(
@@ -247,21 +302,21 @@ def estimate_from_count(total_params: int, request: FitRequest) -> FitEstimate:
     optimizer states) split evenly over tp x pp and sharded by ZeRO. Activations and the KV
     cache depend on the architecture, so they are not estimated (and the verdict says so)."""
     positive_int(total_params, "parameter count")
-    if request.recipe in ADAPTER_RECIPES and request.mode == "train":
+    if request.recipe in ADAPTER_RECIPES and request.mode == Mode.TRAIN:
         raise UserError("LoRA/QLoRA need the model's architecture: pass a preset or a config.json, not --params")
     if request.ep > 1:
         raise UserError("expert parallelism needs the model's architecture: pass a preset or a config.json")
     for name in ("batch", "seq_len", "dp", "tp", "pp"):
         positive_int(getattr(request, name), name.replace("_", "-"))
-    if request.zero not in (0, 1, 2, 3):
+    if request.zero not in ZERO_STAGES:
         raise UserError(f"ZeRO stage must be 0, 1, 2 or 3, got {request.zero!r}")
     on_device = math.ceil(Fraction(total_params, request.tp * request.pp))
     split = f" / (tp x pp = {request.tp * request.pp})" if request.tp * request.pp > 1 else ""
-    if request.mode == "inference":
+    if request.mode == Mode.INFERENCE:
         fmt = weight_format(request.dtype)
         components = [Component("weights", math.ceil(on_device * fmt.bits_per_weight / 8),
                                 f"{total_params:,} params{split} x {float(fmt.bits_per_weight) / 8:g} B ({fmt.name})")]
-    elif request.mode == "train":
+    elif request.mode == Mode.TRAIN:
         resident = _StageParams(dense=on_device, expert=0, quantizable=0, sixteen_bit=on_device)
         components = _model_states(request, resident)
     else:
@@ -269,11 +324,11 @@ def estimate_from_count(total_params: int, request: FitRequest) -> FitEstimate:
     components.append(Component("overhead", cuda_context_overhead_bytes().bytes if request.gpu else 0,
                                 "CUDA context (measured by HF on a V100)" if request.gpu else "none on a CPU"))
     stage = DeviceMemory(stage=0, layers=0, params=on_device, components=tuple(components),
-                         peak=_all_at_once(components, "optimizer" if request.mode == "train" else "prefill"))
+                         peak=_all_at_once(components, "optimizer" if request.mode == Mode.TRAIN else "prefill"))
     notes = ("activations and KV cache not estimated: a bare parameter count has no architecture "
              "(pass a preset name or a config.json for those)",)
     return FitEstimate(arch=None, params=None, total_params=total_params, request=request,
-                       trainable_params=total_params if request.mode == "train" else 0,
+                       trainable_params=total_params if request.mode == Mode.TRAIN else 0,
                        stages=(stage,), notes=notes)
 
 
@@ -362,16 +417,16 @@ def _stage_memory(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
                   stage, stage_layers: range, final_norm: int, trainable: int) -> DeviceMemory:
     resident = _stage_params(arch, params, layers, request, stage, stage_layers, final_norm)
     components: list[Component] = []
-    if request.mode == "inference" and request.stored_weight_bytes is not None:
+    if request.mode == Mode.INFERENCE and request.stored_weight_bytes is not None:
         share = Fraction(resident.total, params.total)
         split = f" x {resident.total:,}/{params.total:,} of the params" if share != 1 else ""
         components.append(Component("weights", math.ceil(request.stored_weight_bytes * share),
                                     f"{request.stored_weight_bytes:,} B of tensors in the checkpoint's safetensors"
                                     f" headers{split}"))
-    elif request.mode == "inference":
+    elif request.mode == Mode.INFERENCE:
         components.append(_stored_weights(resident, request.dtype))
     elif request.adapter:
-        base_format = QLORA_BASE_FORMAT if request.recipe == "qlora" else request.dtype
+        base_format = QLORA_BASE_FORMAT if request.recipe == Recipe.QLORA else request.dtype
         components += _adapter_states(request, _stored_weights(resident, base_format), trainable,
                                       resident.total, params.total)
     else:
@@ -379,10 +434,10 @@ def _stage_memory(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
     timeline = _activation_timeline(arch, request, stage, stage_layers)
     activations = timeline.component
     components.append(activations)
-    if request.mode == "inference":
+    if request.mode == Mode.INFERENCE:
         components.append(_kv_cache(arch, request, stage_layers))
     components.append(_overhead(request, activations.bytes))
-    if request.mode == "inference":
+    if request.mode == Mode.INFERENCE:
         peak = _all_at_once(components, "prefill")
         peak = replace(peak, formula="prefill: weights + the whole prompt's KV cache + one layer's live tensors "
                                      "+ logits, all alive together")
@@ -436,7 +491,7 @@ def _model_states(request: FitRequest, resident: _StageParams) -> list[Component
         return getattr(dense, field_name) + (getattr(expert, field_name) if expert else 0)
 
     weights = Component("weights", total("weights"), formula("weights", per_param.weights))
-    if request.impl == "hf" and training_recipe(request.recipe).name == "hf-amp":
+    if request.impl == Impl.HF and training_recipe(request.recipe).name == Recipe.HF_AMP:
         weights = _autocast_weights(request, resident, dense, expert)
     return [
         weights,
@@ -456,7 +511,7 @@ def _autocast_weights(request: FitRequest, resident: _StageParams, dense, expert
                                   weight_bytes=4, grad_bytes=0, optimizer_bytes=0).weights
     copies = zero_model_states(params=resident.autocast_cast, dp=request.dp, stage=request.zero, weight_bytes=2,
                                grad_bytes=0, optimizer_bytes=0).weights
-    zero = f" / dp {request.dp} (ZeRO-{request.zero})" if request.zero >= 3 and request.dp > 1 else ""
+    zero = f" / dp {request.dp} (ZeRO-{request.zero})" if request.zero >= ZeroStage.PARAMETERS and request.dp > 1 else ""
     return Component("weights", fp32 + copies,
                      f"{resident.total:,} params x 4 B (fp32) + {resident.autocast_cast:,} params autocast casts "
                      f"(linear and matmul weights; not embeddings, norms or grouped experts) x 2 B{zero} "
@@ -468,7 +523,7 @@ def _adapter_states(request: FitRequest, base: Component, trainable: int, reside
     """LoRA/QLoRA: the frozen base (no gradients, no optimizer) plus adapters trained with mixed
     precision (2 + 2 + 12 B/param with Adam), spread over devices in the same share as the base."""
     on_device = math.ceil(trainable * Fraction(resident_params, total_params))
-    per_param = model_state_bytes_per_param("mixed", request.optimizer)
+    per_param = model_state_bytes_per_param(Recipe.MIXED, request.optimizer)
     label = f"{on_device:,} LoRA params (r={request.lora_rank}, {','.join(request.lora_targets)})"
     return [
         Component("weights", base.bytes + math.ceil(on_device * per_param.weights),
@@ -498,9 +553,9 @@ def activation_precision(request: FitRequest) -> str:
     """The activations' precision (tutor.theory.activations.PRECISIONS) a request implies:
     fp32 for --recipe fp32 (training) or fp32/tf32 weights (inference), amp for --recipe hf-amp
     (fp32 weights under torch.autocast), else bf16 (16-bit models, and LoRA/QLoRA's bf16 compute)."""
-    if request.mode == "train" and not request.adapter:
-        return {"fp32": "fp32", "hf-amp": "amp"}.get(training_recipe(request.recipe).name, "bf16")
-    if request.mode == "inference" and request.stored_weight_bytes is None:
+    if request.mode == Mode.TRAIN and not request.adapter:
+        return {Recipe.FP32: "fp32", Recipe.HF_AMP: "amp"}.get(Recipe(training_recipe(request.recipe).name), "bf16")
+    if request.mode == Mode.INFERENCE and request.stored_weight_bytes is None:
         return "fp32" if weight_format(request.dtype).name in ("fp32", "tf32") else "bf16"
     return "bf16"
 
@@ -526,17 +581,17 @@ class _ActivationTimeline:
 
 
 def _activation_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range) -> _ActivationTimeline:
-    if request.mode == "inference":
+    if request.mode == Mode.INFERENCE:
         component = _inference_activations(arch, request, stage_layers)
         return _ActivationTimeline(component, component.bytes)
-    if request.impl == "hf":
+    if request.impl == Impl.HF:
         return _hf_training_activations(arch, request, stage, stage_layers)
     component = _activations(arch, request, stage, stage_layers)
     return _ActivationTimeline(component, component.bytes, layers_part=component.bytes)
 
 
 def _hf_attention_backend(arch: Architecture, request: FitRequest) -> str:
-    return hf_attention_backend(request.attention, gpu=request.gpu, dropout=arch.dropout and request.mode == "train",
+    return hf_attention_backend(request.attention, gpu=request.gpu, dropout=arch.dropout and request.mode == Mode.TRAIN,
                                 head_dim=arch.head_dim, v_head_dim=arch.v_head_dim if arch.uses_mla else arch.head_dim,
                                 model_type=arch.model_type)
 
@@ -574,7 +629,7 @@ def _hf_training_activations(arch: Architecture, request: FitRequest, stage, sta
         loss_backward = hf_loss_backward_extra_bytes(seq_len=s, batch=b, vocab=arch.vocab_size, tp=t)
         formula += " + final norm, lm_head input, fp32 log-softmax (4 s b V) and 2 fp32 s b V loss gradients"
     reruns: tuple[_RerunMoment, ...] = ()
-    if request.recompute == "full" and len(stage_layers):
+    if request.recompute == Recompute.FULL and len(stage_layers):
         reruns = _hf_rerun_moments(arch, request, stage, stage_layers, common, precision, backend,
                                    other=stored - layers_part - head, layers_part=layers_part)
         formula += " + the re-run layer's tensors and gradients in its backward"
@@ -649,7 +704,7 @@ def _hf_rerun_moments(arch: Architecture, request: FitRequest, stage, stage_laye
                        for is_moe, _ in later_counts}
         later = sum(count * _layer_resident_params(arch, shape_layer[is_moe], params.expert, request)
                     for is_moe, count in later_counts)
-        one_left = layers_part - sum(count * _hf_layer_bytes(arch, is_moe, common, "full")
+        one_left = layers_part - sum(count * _hf_layer_bytes(arch, is_moe, common, Recompute.FULL)
                                      for is_moe, count in later_counts)
         cases.append(("first layer re-run last: one checkpoint, every later layer's gradients", first,
                       one_left + masks_one, head_params + later))
@@ -680,9 +735,9 @@ def _optimizer_temporaries(arch: Architecture, request: FitRequest, resident: _S
         return 0, "no temporaries counted for this optimizer"
     state_bytes = training_recipe(request.recipe).state_bytes
     if request.gpu:
-        shard = resident.dense / (request.dp if request.zero >= 1 else 1)
+        shard = resident.dense / (request.dp if request.zero >= ZeroStage.OPTIMIZER else 1)
         if resident.expert:
-            shard += resident.expert / ((request.dp // request.ep) if request.zero >= 1 else 1)
+            shard += resident.expert / ((request.dp // request.ep) if request.zero >= ZeroStage.OPTIMIZER else 1)
         return (math.ceil(shard * state_bytes),
                 f"foreach AdamW (CUDA default): sqrt(v) for every parameter at once, {float(state_bytes):g} B each")
     h = arch.hidden_size
@@ -696,8 +751,8 @@ def _optimizer_temporaries(arch: Architecture, request: FitRequest, resident: _S
 def _autocast_copy_bytes(request: FitRequest, resident: _StageParams) -> int:
     """--recipe hf-amp, --impl hf: bytes of autocast's 16-bit weight copies on this device
     (`autocast_cast_parameters`; part of the weights component), else 0."""
-    if request.impl != "hf" or request.mode != "train" or request.adapter \
-            or training_recipe(request.recipe).name != "hf-amp":
+    if request.impl != Impl.HF or request.mode != Mode.TRAIN or request.adapter \
+            or training_recipe(request.recipe).name != Recipe.HF_AMP:
         return 0
     return zero_model_states(params=resident.autocast_cast, dp=request.dp, stage=request.zero, weight_bytes=2,
                              grad_bytes=0, optimizer_bytes=0).weights
@@ -747,7 +802,7 @@ def _training_peak(arch: Architecture, request: FitRequest, stage, components: l
     phase, acts, grad_bytes, temp, weight_bytes, formula = max(moments, key=lambda m: m[1] + m[2] + m[3] + m[4])
     per_category = {"weights": weight_bytes, "gradients": grad_bytes, "optimizer": states, "activations": acts,
                     "kv_cache": 0, "optimizer_temporaries": temp}
-    if request.zero >= 2 and request.dp > 1:
+    if request.zero >= ZeroStage.GRADIENTS and request.dp > 1:
         formula += f"; gradients sharded over dp {request.dp} (ZeRO-{request.zero}), buckets not counted"
     return PeakMoment(bytes=sum(per_category.values()), phase=phase, per_category=per_category, formula=formula)
 
@@ -766,10 +821,10 @@ def _activations(arch: Architecture, request: FitRequest, stage, stage_layers: r
     n_bytes = stored * in_flight
     formula = (f"{len(stage_layers)} layers x Korthikanti per-layer bytes (recompute {request.recompute}, "
                f"{request.attention}) x {float(in_flight):g} micro-batches in flight")
-    if request.recompute == "full" and len(stage_layers):
+    if request.recompute == Recompute.FULL and len(stage_layers):
         # Backward recomputes one layer at a time; its full activations live while it is done.
         n_bytes += activation_bytes_per_layer(**common, **_layer_shape(arch, moe_flags[stage_layers[0]]),
-                                              recompute="none")
+                                              recompute=Recompute.NONE)
         formula += " + one layer recomputed"
     if stage.input_embedding:
         n_bytes += input_ids_bytes(s, b) * in_flight
@@ -787,7 +842,7 @@ def _inference_activations(arch: Architecture, request: FitRequest, stage_layers
         return Component("activations", 0, "no layers on this stage")
     flags = arch.layer_is_moe
     precision = activation_precision(request)
-    if request.impl == "hf":
+    if request.impl == Impl.HF:
         backend = _hf_attention_backend(arch, request)
         s, b = request.seq_len, request.batch
         sliding = any(arch.layer_uses_sliding_window[i] for i in stage_layers)
@@ -830,7 +885,7 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
     kv_heads = 1 if arch.uses_mla else arch.num_kv_heads
     # transformers: right after prefill a sliding layer's storage holds the whole prompt (the window
     # is a view of it) until the first decode step; that is the peak generate() meets.
-    windowed = sliding if request.impl == "fused" else []
+    windowed = sliding if request.impl == Impl.FUSED else []
     n_bytes = kv_cache_bytes(layer_widths=[arch.kv_cache_width_per_layer] * len(stage_layers),
                              seq_len=request.seq_len, batch=request.batch, bytes_per_element=element,
                              sliding_window=arch.sliding_window if windowed else None,
@@ -866,13 +921,13 @@ def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
     notes = []
     if arch.tie_word_embeddings and request.pp > 1:
         notes.append("tied embeddings with pp > 1: the last stage keeps its own copy of the embedding (Megatron)")
-    if request.tp > arch.num_kv_heads and not arch.uses_mla and request.mode == "inference":
+    if request.tp > arch.num_kv_heads and not arch.uses_mla and request.mode == Mode.INFERENCE:
         notes.append(f"tp {request.tp} > {arch.num_kv_heads} KV heads: KV heads are replicated across ranks")
-    if request.mode == "inference" and arch.max_position_embeddings and request.seq_len > arch.max_position_embeddings:
+    if request.mode == Mode.INFERENCE and arch.max_position_embeddings and request.seq_len > arch.max_position_embeddings:
         notes.append(f"seq {request.seq_len:,} exceeds the model's trained context of "
                      f"{arch.max_position_embeddings:,} tokens")
-    if request.mode == "inference" and arch.sliding_window and request.seq_len > arch.sliding_window:
-        if request.impl == "fused":
+    if request.mode == Mode.INFERENCE and arch.sliding_window and request.seq_len > arch.sliding_window:
+        if request.impl == Impl.FUSED:
             notes.append(f"sliding-window layers: the KV cache shown holds {arch.sliding_window:,} tokens on those "
                          "layers, as a serving engine allocates them; right after prefill transformers' cache still "
                          f"holds the whole {request.seq_len:,}-token prompt (the window is a view) until the first "
@@ -882,10 +937,10 @@ def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
                          "on those layers too, as transformers' cache does right after prefill (the window is a view "
                          f"of it) until the first decode step crops it to {arch.sliding_window:,} tokens; a serving "
                          "engine allocates the window only (--impl fused)")
-    if request.mode == "train" and request.impl == "hf":
+    if request.mode == Mode.TRAIN and request.impl == Impl.HF:
         notes.append("activations follow transformers' modelling code (--impl hf); a loop that keeps the model "
                      "output through backward also keeps the logits (s b V in the model dtype)")
-    if request.impl == "hf":
+    if request.impl == Impl.HF:
         notes += _attention_notes(arch, request)
     if weight_format(request.dtype).name not in UNQUANTIZED:
         notes.append("quantized formats store the blocks' linear weights low-bit; "
@@ -896,12 +951,12 @@ def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
 def _attention_notes(arch: Architecture, request: FitRequest) -> list[str]:
     """--impl hf: when the attention code run differs from the one asked for, say which and why."""
     backend = _hf_attention_backend(arch, request)
-    if request.attention == "sdpa" and arch.model_type == "gemma2":
+    if request.attention == Attention.SDPA and arch.model_type == "gemma2":
         return ["Gemma-2 under --attention sdpa: transformers refuses SDPA for Gemma2ForCausalLM and runs eager "
                 "attention (its soft-capped scores need it), so the s x s scores and softmax are stored as eager's"]
-    if request.attention == "sdpa" and backend == "math":
+    if request.attention == Attention.SDPA and backend == "math":
         why = []
-        if arch.dropout and request.mode == "train":
+        if arch.dropout and request.mode == Mode.TRAIN:
             why.append("dropout is on in training")
         if arch.uses_mla and arch.v_head_dim != arch.head_dim:
             why.append(f"the V head dim ({arch.v_head_dim}) differs from Q/K's ({arch.head_dim}, MLA)")
@@ -1002,7 +1057,7 @@ def _with_ep(request: FitRequest, plan: _Plan, ep: int) -> _Plan:
 def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
     plans: list[_Plan] = []
     heads = arch.num_heads
-    if request.mode == "inference":
+    if request.mode == Mode.INFERENCE:
         if (request.kv_dtype or "bf16") not in ("fp8", "int8"):
             plans.append(_plan("halves the KV cache", kv_dtype="fp8"))
         for fmt in ("fp8", "int4", "nf4"):
@@ -1021,8 +1076,8 @@ def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
                     if tp > request.tp and heads % tp == 0:
                         plans.append(_plan(dtype=fmt, tp=tp))
         return plans
-    if request.recompute != "full":
-        for mode in ("selective", "full"):
+    if request.recompute != Recompute.FULL:
+        for mode in (Recompute.SELECTIVE, Recompute.FULL):
             if RECOMPUTE_MODES.index(mode) > RECOMPUTE_MODES.index(request.recompute):
                 plans.append(_plan(recompute=mode))
     if request.batch > 1:
@@ -1030,13 +1085,13 @@ def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
     if request.adapter and set(request.lora_targets) - set(ATTENTION_TARGETS):
         plans.append(_plan("adapt attention only", lora_targets=ATTENTION_TARGETS))
     if not request.adapter:
-        plans.append(_plan("frozen base, train adapters", recipe="lora"))
-        plans.append(_plan("4-bit base + adapters", recipe="qlora"))
+        plans.append(_plan("frozen base, train adapters", recipe=Recipe.LORA))
+        plans.append(_plan("4-bit base + adapters", recipe=Recipe.QLORA))
         if request.optimizer in ("adam", "adamw"):
             plans.append(_plan(optimizer="adam-8bit"))
         for dp in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
             if dp > request.dp:
-                plans.append(_with_ep(request, _plan(zero=3, dp=dp), request.ep if dp % request.ep == 0 else 1))
+                plans.append(_with_ep(request, _plan(zero=ZeroStage.PARAMETERS, dp=dp), request.ep if dp % request.ep == 0 else 1))
     for tp in (2, 4, 8):
         if tp > request.tp and heads % tp == 0:
             plans.append(_plan(tp=tp, sequence_parallel=True))
@@ -1045,10 +1100,10 @@ def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
         tp8 = 8 if heads % 8 == 0 and request.tp < 8 else request.tp
         for dp in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
             if dp > request.dp:
-                plans.append(_with_ep(request, _plan(recompute="full", zero=3, dp=dp),
+                plans.append(_with_ep(request, _plan(recompute=Recompute.FULL, zero=ZeroStage.PARAMETERS, dp=dp),
                                       request.ep if dp % request.ep == 0 else 1))
         for dp in (1, 2, 4, 8, 16, 32, 64, 128):
-            plans.append(_with_ep(request, _plan(recompute="full", tp=tp8, sequence_parallel=True, zero=3, dp=dp), 1))
+            plans.append(_with_ep(request, _plan(recompute=Recompute.FULL, tp=tp8, sequence_parallel=True, zero=ZeroStage.PARAMETERS, dp=dp), 1))
     return plans
 
 
