@@ -221,6 +221,11 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
                              formula="q·cos + rotate_half(q)·sin for q and k: 10 accesses per element"))
     fraction = causal_attention_fraction(attention, shape.causal) if shape.queries > 1 else 1.0
     heads = shape.batch * a
+    if shape.queries < shape.context and not training:
+        # transformers' DynamicCache appends the new keys and values with torch.cat: each decode step
+        # reads the cached K and V and writes them again, one token longer (cache_utils.DynamicLayer.update).
+        cached = shape.batch * g * shape.context * (d + dv)
+        ops.append(memory_op("KV cache append (torch.cat)", "forward", cached, 2, e, calls=calls, kernels=2))
     ops.append(gemm("attention scores q·kᵀ", "forward", shape.queries, shape.context, d, calls=calls,
                     element_bytes=e, batch=heads, fraction=fraction))
     if attention == "eager" and shape.queries > 1:

@@ -107,6 +107,14 @@ class Ceilings:
     link_latency: Sourced | None = None      # seconds per ring step (α)
     devices_per_node: int = 8
     notes: tuple[str, ...] = field(default=())
+    # Rates measured for one operation of the step itself ("phase:name" -> bytes/s, launches included):
+    # the memory-bound kernels' own ceilings at their own shapes (tutor.bench.step_verify).
+    named_bandwidth: tuple[tuple[str, float], ...] = ()
+
+    def named_rate(self, op: Operation) -> float | None:
+        """The measured rate of this very operation, when the ceilings hold one."""
+        key = f"{op.phase}:{op.name}"
+        return next((rate for name, rate in self.named_bandwidth if name == key), None)
 
     @property
     def max_matmul_flops(self) -> float:
@@ -136,14 +144,19 @@ def _interpolate(xs: list[float], ys: list[float], x: float) -> float:
     return math.exp(y0 + (y1 - y0) * (math.log(x) - x0) / (x1 - x0))
 
 
+def exact_gemm_rate(ceilings: Ceilings, op: Operation) -> float | None:
+    """The measured rate of this very GEMM shape (batch, m, n, k), when the ceilings hold it."""
+    return next((p.flops_per_s for p in ceilings.gemm_points if (p.batch, p.m, p.n, p.k) == (op.batch, op.m, op.n, op.k)),
+                None)
+
+
 def gemm_rate(ceilings: Ceilings, op: Operation) -> float:
     """FLOP/s the device reaches on this GEMM: the measured rate of this very shape when the ceilings
     hold it, else the measured curve at its shape class ((m·n·k)^(1/3), log-log interpolation), never
     above the roofline's intensity × bandwidth (Williams et al. 2009)."""
-    exact = [p.flops_per_s for p in ceilings.gemm_points
-             if (p.batch, p.m, p.n, p.k) == (op.batch, op.m, op.n, op.k)]
-    if exact:
-        return exact[0]
+    exact = exact_gemm_rate(ceilings, op)
+    if exact is not None:
+        return exact
     points = sorted(ceilings.gemm_points, key=lambda p: p.size)
     size = (op.m * op.n * op.k) ** (1 / 3)
     rate = _interpolate([p.size for p in points], [p.flops_per_s for p in points], size)
@@ -162,7 +175,13 @@ def memory_bandwidth(ceilings: Ceilings, nbytes: int) -> float:
 
 
 def operation_seconds(ceilings: Ceilings, op: Operation) -> float:
-    """All calls of one operation: roofline time per call plus its kernel launches."""
+    """All calls of one operation: roofline time per call plus its kernel launches. An operation whose own
+    rate was measured (a named memory-bound op, a GEMM at its exact shape) already includes its launches."""
+    named = ceilings.named_rate(op) if op.kind != GEMM else None
+    if named is not None:
+        return op.calls * op.bytes / named
+    if op.kind == GEMM and exact_gemm_rate(ceilings, op) is not None:
+        return op.calls * op.flops / exact_gemm_rate(ceilings, op)
     per_call = op.bytes / memory_bandwidth(ceilings, op.bytes)
     if op.kind == GEMM:
         per_call = max(per_call, op.flops / gemm_rate(ceilings, op))
@@ -420,15 +439,21 @@ def prefill_seconds(arch: Architecture, request: FitRequest, ceilings: Ceilings)
 
 
 def _roofs(ceilings: Ceilings, ops) -> tuple[float, float, float]:
+    """(time, compute roof, memory roof) of a set of operations: the time as operation_seconds gives it
+    (a measured rate where the ceilings hold one), the roofs from the FLOPs at the matmul curve and the
+    bytes at the bandwidth curve, which say which one bounds the step."""
     compute = memory = total = 0.0
     for op in ops:
-        mem = op.bytes / memory_bandwidth(ceilings, op.bytes)
-        comp = op.flops / gemm_rate(ceilings, op) if op.kind == GEMM else 0.0
-        launch = op.kernels * ceilings.kernel_overhead.value
-        compute += op.calls * comp
-        memory += op.calls * mem
-        total += op.calls * (max(mem, comp) + launch)
+        total += operation_seconds(ceilings, op)
+        memory += op.calls * op.bytes / memory_bandwidth(ceilings, op.bytes)
+        if op.kind == GEMM:
+            compute += op.calls * op.flops / _curve_rate(ceilings, op)
     return total, compute, memory
+
+
+def _curve_rate(ceilings: Ceilings, op: Operation) -> float:
+    points = sorted(ceilings.gemm_points, key=lambda p: p.size)
+    return _interpolate([p.size for p in points], [p.flops_per_s for p in points], (op.m * op.n * op.k) ** (1 / 3))
 
 
 def decode_step(arch: Architecture, request: FitRequest, ceilings: Ceilings, *, batch: int,
