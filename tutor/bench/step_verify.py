@@ -41,6 +41,7 @@ from tutor.theory.step_time import (
 
 # (layers, hidden, heads, sequence, batch, vocabulary): the sizes a verification runs at.
 SIZES = {
+    "tiny": (1, 64, 2, 32, 2, 512),
     "small": (2, 256, 4, 128, 4, 4096),
     "medium": (4, 512, 8, 256, 2, 8192),
     "large": (4, 768, 12, 256, 4, 8192),

@@ -177,6 +177,19 @@ def inference_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, batc
     }
 
 
+def verify_model(model: str, size: str) -> dict:
+    """--verify: MODEL's architecture scaled down, predicted from ceilings measured now, then run (tutor.bench.step_verify)."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise UserError("--verify runs the real model: it needs torch and transformers (pip install -e '.[trace]')") from None
+    from tutor.bench.step_verify import run_verification
+    from tutor.model_files import read_model_config
+
+    return run_verification(read_model_config(model).config, size)
+
+
 @click.command("time")
 @fit_options()
 @click.option("--tokens", "tokens_text", default="15T", show_default=True,
@@ -191,9 +204,11 @@ def inference_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, batc
 @click.option("--verify", is_flag=True,
               help="Run the real transformers model of MODEL's architecture, scaled down, on this machine and "
                    "compare predicted with measured step, prefill and decode (needs torch and transformers).")
+@click.option("--verify-size", type=click.Choice(("tiny", "small", "medium", "large")), default="medium",
+              show_default=True, help="How far --verify scales the model down (medium: a step of about a second).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def time_command(model, params, device, tokens_text, devices, price, mfu_text, overlap_text, verify, as_json,
-                 **fields) -> None:
+def time_command(model, params, device, tokens_text, devices, price, mfu_text, overlap_text, verify, verify_size,
+                 as_json, **fields) -> None:
     """How long does a step of MODEL take, how many tokens per second, and how long to train on --tokens?
 
     MODEL is a preset name (tensor-tutor models), a config.json, or a local model folder. Ceilings come from
@@ -227,11 +242,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     if request.adapter:
         raise UserError("time counts full training steps; LoRA/QLoRA steps are not modelled yet (use --recipe mixed, "
                         "bf16 or fp32)")
-    verified = None
-    if verify:
-        from tutor.commands.time_verify import verify_model
-
-        verified = verify_model(model, arch, request)
+    verified = verify_model(model, verify_size) if verify else None
     dtype = ceilings_dtype(request)
     ceilings, device_words = resolve_ceilings(device, dtype)
     report = {"model": {"name": arch.name or model, "source": source, "model_type": arch.model_type},

@@ -198,8 +198,10 @@ class PassShape:
 
 
 def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: int, ep: int, e: int,
-                  attention: str, calls: int, training: bool) -> list[Operation]:
-    """Forward operations of one decoder layer for one micro-batch, on one tensor-parallel rank."""
+                  attention: str, calls: int, training: bool, cache_copy: bool = True) -> list[Operation]:
+    """Forward operations of one decoder layer for one micro-batch, on one tensor-parallel rank.
+    cache_copy: a decode step appends to the KV cache by copying it (transformers' DynamicCache, --impl hf);
+    False for a paged or static cache that writes only the new token (vLLM, --impl fused)."""
     T, h = shape.tokens, arch.hidden_size
     a = arch.num_heads // tp
     g = max(1, arch.num_kv_heads // tp)
@@ -221,20 +223,25 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
                              formula="q·cos + rotate_half(q)·sin for q and k: 10 accesses per element"))
     fraction = causal_attention_fraction(attention, shape.causal) if shape.queries > 1 else 1.0
     heads = shape.batch * a
-    if shape.queries < shape.context and not training:
+    if cache_copy and shape.queries < shape.context and not training:
         # transformers' DynamicCache appends the new keys and values with torch.cat: each decode step
         # reads the cached K and V and writes them again, one token longer (cache_utils.DynamicLayer.update).
         cached = shape.batch * g * shape.context * (d + dv)
         ops.append(memory_op("KV cache append (torch.cat)", "forward", cached, 2, e, calls=calls, kernels=2))
-    ops.append(gemm("attention scores q·kᵀ", "forward", shape.queries, shape.context, d, calls=calls,
-                    element_bytes=e, batch=heads, fraction=fraction))
+    # Grouped-query kernels read each key/value head once for the a/g query heads that share it.
+    kv_read = e * shape.batch * g * shape.context * d
+    scores = gemm("attention scores q·kᵀ", "forward", shape.queries, shape.context, d, calls=calls,
+                  element_bytes=e, batch=heads, fraction=fraction)
+    ops.append(replace(scores, bytes=e * heads * (shape.queries * d + shape.queries * shape.context) + kv_read))
     if attention == "eager" and shape.queries > 1:
         scores = heads * shape.queries * shape.context
         # transformers eager_attention_forward: + mask, softmax in fp32, cast back.
         ops.append(memory_op("eager softmax", "forward", scores, 3 * e + 2 * FP32 + FP32 + e, 1, calls=calls,
                              kernels=3))
-    ops.append(gemm("attention context p·v", "forward", shape.queries, dv, shape.context, calls=calls,
-                    element_bytes=e, batch=heads, fraction=fraction))
+    context = gemm("attention context p·v", "forward", shape.queries, dv, shape.context, calls=calls,
+                   element_bytes=e, batch=heads, fraction=fraction)
+    ops.append(replace(context, bytes=e * heads * (shape.queries * shape.context + shape.queries * dv)
+                       + e * shape.batch * g * shape.context * dv))
     ops.append(memory_op("heads to rows (contiguous)", "forward", T * a * dv, 2, e, calls=calls))
     name, out, inp = projections[-1]
     ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
@@ -421,7 +428,8 @@ def inference_operations(arch: Architecture, request: FitRequest, *, queries: in
     for is_moe, count in ((False, arch.num_layers - moe_layers), (True, moe_layers)):
         if count:
             ops += layer_forward(arch, moe_layer=is_moe, shape=shape, tp=request.tp, ep=request.ep, e=e,
-                                 attention=request.attention, calls=math.ceil(count / request.pp), training=False)
+                                 attention=request.attention, calls=math.ceil(count / request.pp), training=False,
+                                 cache_copy=request.impl == "hf")
     ops += model_ends_forward(arch, shape=shape, tp=request.tp, e=e, calls=1, first=True, last=True, loss=False,
                               logits_tokens=logits_tokens)
     return tuple(ops)
