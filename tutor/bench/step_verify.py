@@ -28,7 +28,7 @@ from typing import Any
 from tutor.errors import UserError
 from tutor.theory.fit import FitRequest
 from tutor.theory.models import architecture_from_config, count_parameters
-from tutor.theory.step_operations import GEMM, inference_operations, training_operations
+from tutor.theory.step_operations import GEMM, LAYER_CODE, MODEL_CODE, inference_operations, training_operations
 from tutor.theory.step_time import (
     BandwidthPoint,
     Ceilings,
@@ -58,6 +58,11 @@ def scaled_config(config: dict, size: str) -> dict:
     if size not in SIZES:
         raise UserError(f"unknown verify size {size!r}: use {', '.join(SIZES)}")
     layers, hidden, heads, seq, _batch, vocab = SIZES[size]
+    return sized_config(config, layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab)
+
+
+def sized_config(config: dict, *, layers: int, hidden: int, heads: int, seq: int, vocab: int) -> dict:
+    """The config with these sizes, everything else (family, ratios, tying, norms) kept."""
     out = dict(config)
     kind = out.get("model_type")
     if kind == "gpt2":
@@ -245,7 +250,61 @@ def _optimizer_params(op) -> int:
     return int(match.group(1).replace(",", "")) if match else 1
 
 
-def measure_ceilings(ops, arch, request, *, queries: int, context: int, training: bool) -> Ceilings:
+FRAMEWORK_SHAPE = dict(hidden=64, heads=2, seq=8, vocab=64)
+
+
+def framework_seconds(torch, config: dict, mode: str) -> list[tuple[str, float]]:
+    """Seconds per call of the model's own code at near-zero work, per decoder layer and for the rest of the
+    model: the same family built with 1 and with 2 layers of width 64 on 8 tokens, timed in `mode` (train:
+    forward and backward; prefill; decode: one token on a cache of 8); the layer is the difference."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    times = {}
+    for layers in (1, 2):
+        sized = sized_config(config, layers=layers, **FRAMEWORK_SHAPE)
+        hf = AutoConfig.for_model(**{k: v for k, v in sized.items() if k != "architectures"})
+        hf._attn_implementation = "sdpa"
+        model = AutoModelForCausalLM.from_config(hf, dtype=torch.float32).float()
+        ids = torch.randint(0, FRAMEWORK_SHAPE["vocab"], (1, FRAMEWORK_SHAPE["seq"]))
+        if mode == "train":
+            model.train()
+            forward, backward = [], []
+            for index in range(12):
+                t0 = CLOCK()
+                loss = model(input_ids=ids, labels=ids).loss
+                t1 = CLOCK()
+                loss.backward()
+                t2 = CLOCK()
+                if index >= 2:
+                    forward.append(t1 - t0)
+                    backward.append(t2 - t1)
+            times[layers] = {"forward": statistics.median(forward), "backward": statistics.median(backward)}
+            continue
+        model.eval()
+        with torch.no_grad():
+            if mode == "prefill":
+                call = lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1)  # noqa: E731
+                call()
+                times[layers] = {"forward": _median_seconds(call, 15)}
+            else:
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                state = {"cache": out.past_key_values, "token": ids[:, -1:]}
+
+                def step():
+                    result = model(input_ids=state["token"], past_key_values=state["cache"], use_cache=True)
+                    state["cache"] = result.past_key_values
+
+                step()
+                times[layers] = {"forward": _median_seconds(step, 15)}
+    out = []
+    for phase in times[1]:
+        layer = max(0.0, times[2][phase] - times[1][phase])
+        out += [(f"{phase}:{LAYER_CODE}", layer), (f"{phase}:{MODEL_CODE}", max(0.0, times[1][phase] - layer))]
+    return out
+
+
+def measure_ceilings(ops, arch, request, *, queries: int, context: int, training: bool,
+                     config: dict | None = None, mode: str = "train") -> Ceilings:
     """This machine's ceilings at the step's own shapes, measured now (see the module docstring)."""
     import torch
 
@@ -298,6 +357,7 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
     stream = 8 * big.numel() / _median_seconds(lambda: torch.add(big, 1.0, out=out), 5)
     tiny = torch.randn(1)
     overhead = _median_seconds(lambda: torch.add(tiny, tiny), 200)
+    framework = framework_seconds(torch, config, mode) if config is not None else []
     return Ceilings(
         device="cpu", dtype="fp32", gemm_points=tuple(points.values()),
         gemm_source=f"measured now ({stamp}): torch fp32 GEMMs at the step's {len(points)} shapes (operands rotated "
@@ -306,7 +366,9 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
         bandwidth_source=f"measured now ({stamp}): {len(named)} memory-bound ops of the step run at their own sizes; "
                          f"torch.add of {ROTATE_BYTES >> 20} MiB arrays ({stream / 1e9:.3g} GB/s) for the rest",
         kernel_overhead=Sourced(overhead, "s", f"measured now ({stamp}): one tiny torch op, median of 200"),
-        devices_per_node=1, named_bandwidth=tuple(named),
+        devices_per_node=1, named_bandwidth=tuple(named), named_seconds=tuple(framework),
+        framework_source=(f"measured now ({stamp}): the same model family with 1 and 2 layers of width 64 on 8 tokens "
+                          f"({mode}), per layer the difference" if framework else "not measured"),
     )
 
 
@@ -372,7 +434,8 @@ def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decod
     model.train()
     params = sum(p.numel() for p in model.parameters())
     ops = training_operations(arch, request, params_on_device=count_parameters(arch).total).operations
-    ceilings = measure_ceilings(ops, arch, request, queries=request.seq_len, context=request.seq_len, training=True)
+    ceilings = measure_ceilings(ops, arch, request, queries=request.seq_len, context=request.seq_len, training=True,
+                                config=setup.config, mode="train")
     predicted = _seconds(ceilings, _with_backward_attention(ops))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, arch.vocab_size, (request.batch, request.seq_len))
@@ -410,18 +473,19 @@ def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decod
                   "shared); measured_wall_s is the wall-clock step"],
     }
     if decode:
-        result.update(_verify_inference(torch, model, arch, request))
+        result.update(_verify_inference(torch, model, arch, request, setup.config))
     return result
 
 
-def _verify_inference(torch, model, arch, request: FitRequest) -> dict:
+def _verify_inference(torch, model, arch, request: FitRequest, config: dict) -> dict:
     infer = replace(request, mode="inference", dtype="fp32")
     prefill_ops = inference_operations(arch, infer, queries=infer.seq_len, context=infer.seq_len,
                                        logits_tokens=infer.batch)
     decode_ops = inference_operations(arch, infer, queries=1, context=infer.seq_len)
     prefill_ceilings = measure_ceilings(prefill_ops, arch, infer, queries=infer.seq_len, context=infer.seq_len,
-                                        training=False)
-    decode_ceilings = measure_ceilings(decode_ops, arch, infer, queries=1, context=infer.seq_len, training=False)
+                                        training=False, config=config, mode="prefill")
+    decode_ceilings = measure_ceilings(decode_ops, arch, infer, queries=1, context=infer.seq_len, training=False,
+                                       config=config, mode="decode")
     predicted_prefill = prefill_seconds(arch, infer, prefill_ceilings)
     point = decode_step(arch, infer, decode_ceilings, batch=infer.batch, context=infer.seq_len)
     model.eval()

@@ -97,6 +97,19 @@ def gemm(name: str, phase: str, m: int, n: int, k: int, *, calls: int, element_b
                      formula or f"2·{m}·{n}·{k}" + (f" x {batch}" if batch > 1 else ""))
 
 
+LAYER_CODE = "decoder layer code (Python, dispatch)"
+MODEL_CODE = "model code (inputs, mask, rotary, outputs)"
+FRAMEWORK = "framework"
+
+
+def framework_op(name: str, phase: str, calls: int) -> Operation:
+    """The cost of running a module's code itself (Python, dispatch, views; no FLOPs, no bytes): eager
+    frameworks pay it per call whatever the sizes, which is why small models and decode steps are slower
+    than their FLOPs and bytes say. Its time comes from a measured per-call figure (Ceilings.named_seconds),
+    else it is not counted."""
+    return Operation(name, phase, FRAMEWORK, calls, 0, 0, kernels=0, formula="per call, measured at near-zero work")
+
+
 def memory_op(name: str, phase: str, elements: int, accesses: float, element_bytes: float, *, calls: int,
               kernels: int = 1, formula: str = "") -> Operation:
     """A memory-bound op over `elements` values, each read or written `accesses` times in total."""
@@ -207,7 +220,7 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     g = max(1, arch.num_kv_heads // tp)
     d = arch.head_dim
     dv = arch.v_head_dim if arch.uses_mla else d
-    ops: list[Operation] = []
+    ops: list[Operation] = [framework_op(LAYER_CODE, "forward", calls)]
     norm_bytes, norm_kernels = norm_accesses(arch, e)
     ops.append(memory_op("input norm", "forward", T * h, norm_bytes, 1, calls=calls, kernels=norm_kernels,
                          formula=f"{arch.norm} over {T:,} x {h:,}: {norm_bytes:g} B per element"))
@@ -298,7 +311,7 @@ def model_ends_forward(arch: Architecture, *, shape: PassShape, tp: int, e: int,
     ForCausalLMLoss: logits.float(), then cross_entropy (log_softmax reads the logits twice and writes
     them once)."""
     T, h = shape.tokens, arch.hidden_size
-    ops = []
+    ops = [framework_op(MODEL_CODE, "forward", calls)]
     if first:
         ops.append(memory_op("embedding lookup", "forward", T * h, 2, e, calls=calls))
         if arch.learned_positions:
@@ -323,6 +336,9 @@ def backward_of(ops: list[Operation], attention: str) -> list[Operation]:
     out: list[Operation] = []
     for op in ops:
         if op.phase != "forward":
+            continue
+        if op.kind == FRAMEWORK:
+            out.append(replace(op, phase="backward"))
             continue
         if op.kind == MEMORY:
             out.append(replace(op, phase="backward", bytes=op.bytes * BACKWARD_MEMORY_RATIO,

@@ -39,6 +39,7 @@ from tutor.theory.parallel import (
 )
 from tutor.theory.memory import training_recipe
 from tutor.theory.step_operations import (
+    FRAMEWORK,
     GEMM,
     Operation,
     PassShape,
@@ -110,6 +111,9 @@ class Ceilings:
     # Rates measured for one operation of the step itself ("phase:name" -> bytes/s, launches included):
     # the memory-bound kernels' own ceilings at their own shapes (tutor.bench.step_verify).
     named_bandwidth: tuple[tuple[str, float], ...] = ()
+    # Seconds per call of a framework operation ("phase:name"), measured at near-zero work.
+    named_seconds: tuple[tuple[str, float], ...] = ()
+    framework_source: str = "framework code not timed (no measurement at near-zero work)"
 
     def named_rate(self, op: Operation) -> float | None:
         """The measured rate of this very operation, when the ceilings hold one."""
@@ -123,7 +127,7 @@ class Ceilings:
     def sources(self) -> dict[str, str]:
         """Each figure's source, for the output's `sources` (a test checks none is missing)."""
         out = {"matmul": self.gemm_source, "memory_bandwidth": self.bandwidth_source,
-               "kernel_overhead": self.kernel_overhead.source}
+               "kernel_overhead": self.kernel_overhead.source, "framework": self.framework_source}
         if self.peak_flops is not None:
             out["peak_flops"] = self.peak_flops.source
         for name in ("intra_node_link", "inter_node_link", "link_latency"):
@@ -177,6 +181,9 @@ def memory_bandwidth(ceilings: Ceilings, nbytes: int) -> float:
 def operation_seconds(ceilings: Ceilings, op: Operation) -> float:
     """All calls of one operation: roofline time per call plus its kernel launches. An operation whose own
     rate was measured (a named memory-bound op, a GEMM at its exact shape) already includes its launches."""
+    if op.kind == FRAMEWORK:
+        key = f"{op.phase}:{op.name}"
+        return op.calls * next((seconds for name, seconds in ceilings.named_seconds if name == key), 0.0)
     named = ceilings.named_rate(op) if op.kind != GEMM else None
     if named is not None:
         return op.calls * op.bytes / named
