@@ -16,7 +16,7 @@ from tutor.labs import Measurement, ProbeResult, get_probe
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
             "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "moe-alltoall",
             "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
-            "moe", "ddp", "zero", "pipeline", "tensor")
+            "moe", "ddp", "zero", "pipeline", "tensor", "step-time")
 
 
 def test_registry_holds_exactly_the_agreed_probe_names() -> None:
@@ -159,6 +159,7 @@ TINY_PARAMS = {
     "tensor": {"hidden": 8, "heads": 2, "seq": 2, "batch": 1},
     "ddp": {"hidden": 8, "layers": 1, "batch": 1, "seq": 4, "steps": 1},
     "zero": {"hidden": 8, "layers": 1, "batch": 1, "seq": 4},
+    "step-time": {"model": "llama-3.2-1b", "size": "tiny"},
 }
 
 

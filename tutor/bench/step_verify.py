@@ -47,9 +47,10 @@ SIZES = {
     "large": (4, 768, 12, 256, 4, 8192),
 }
 WARMUP_STEPS = 2
-TIMED_STEPS = 5
-DECODE_STEPS = 12
-GEMM_REPEATS = 5
+ROUNDS = 3
+STEPS_PER_ROUND = 2
+DECODE_STEPS = 6
+GEMM_REPEATS = 3
 
 
 def scaled_config(config: dict, size: str) -> dict:
@@ -424,6 +425,10 @@ def run_verification(config: dict, size: str = "medium", *, decode: bool = True)
         torch.set_num_threads(threads)
 
 
+def _median_phases(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {name: statistics.median(r.get(name, 0.0) for r in rounds) for name in rounds[0]}
+
+
 def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decode: bool) -> dict:
     setup = verify_setup(config, size)
     arch, request = setup.arch, setup.request
@@ -434,43 +439,51 @@ def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decod
     model.train()
     params = sum(p.numel() for p in model.parameters())
     ops = training_operations(arch, request, params_on_device=count_parameters(arch).total).operations
-    ceilings = measure_ceilings(ops, arch, request, queries=request.seq_len, context=request.seq_len, training=True,
-                                config=setup.config, mode="train")
-    predicted = _seconds(ceilings, _with_backward_attention(ops))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, arch.vocab_size, (request.batch, request.seq_len))
     phases: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
     walls: list[float] = []
-    for index in range(WARMUP_STEPS + TIMED_STEPS):
-        wall = time.perf_counter()
-        t0 = CLOCK()
-        loss = model(input_ids=ids, labels=ids).loss
-        t1 = CLOCK()
-        loss.backward()
-        t2 = CLOCK()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        t3 = CLOCK()
-        if index >= WARMUP_STEPS:
-            phases["forward"].append(t1 - t0)
-            phases["backward"].append(t2 - t1)
-            phases["optimizer"].append(t3 - t2)
-            walls.append(time.perf_counter() - wall)
+    predictions: list[dict[str, float]] = []
+    ceilings = None
+    for round_index in range(ROUNDS):
+        # Ceilings and steps alternate, so a change in the machine's load reaches both alike.
+        ceilings = measure_ceilings(ops, arch, request, queries=request.seq_len, context=request.seq_len,
+                                    training=True, config=setup.config, mode="train")
+        predictions.append(_seconds(ceilings, _with_backward_attention(ops)))
+        warmup = WARMUP_STEPS if round_index == 0 else 0
+        for index in range(warmup + STEPS_PER_ROUND):
+            wall = time.perf_counter()
+            t0 = CLOCK()
+            loss = model(input_ids=ids, labels=ids).loss
+            t1 = CLOCK()
+            loss.backward()
+            t2 = CLOCK()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            t3 = CLOCK()
+            if index >= warmup:
+                phases["forward"].append(t1 - t0)
+                phases["backward"].append(t2 - t1)
+                phases["optimizer"].append(t3 - t2)
+                walls.append(time.perf_counter() - wall)
+    predicted = _median_phases(predictions)
     measured = {name: statistics.median(values) for name, values in phases.items()}
     steps = [sum(values) for values in zip(*phases.values())]
+    timed = ROUNDS * STEPS_PER_ROUND
     result = {
         "model": arch.name, "size": size,
         "scaled": f"{arch.num_layers} layers, hidden {arch.hidden_size}, {arch.num_heads} heads, vocab "
                   f"{arch.vocab_size:,}, batch {request.batch} x {request.seq_len} tokens, fp32, {params:,} params",
-        "predicted_s": sum(predicted.values()), "measured_s": statistics.median(steps),
+        "predicted_s": statistics.median(sum(r.values()) for r in predictions), "measured_s": statistics.median(steps),
         "measured_wall_s": statistics.median(walls),
         "phases": {name: {"predicted_s": predicted.get(name, 0.0), "measured_s": measured[name]}
                    for name in ("forward", "backward", "optimizer")},
         "clock": "this thread's CPU time (torch on 1 thread); wall-clock beside it",
         "sources": ceilings.sources(),
-        "notes": [f"median of {TIMED_STEPS} steps after {WARMUP_STEPS} warm-up; ceilings measured just before in the "
-                  "same process, on the same clock (this thread's CPU time, torch on one thread: the machine is "
-                  "shared); measured_wall_s is the wall-clock step"],
+        "notes": [f"median of {timed} steps after {WARMUP_STEPS} warm-up, in {ROUNDS} rounds each after its own "
+                  "measurement of the ceilings (the prediction is the median of the rounds'), on one clock: this "
+                  "thread's CPU time with torch on one thread, since the machine is shared; measured_wall_s is the "
+                  "wall-clock step"],
     }
     if decode:
         result.update(_verify_inference(torch, model, arch, request, setup.config))
@@ -482,34 +495,40 @@ def _verify_inference(torch, model, arch, request: FitRequest, config: dict) -> 
     prefill_ops = inference_operations(arch, infer, queries=infer.seq_len, context=infer.seq_len,
                                        logits_tokens=infer.batch)
     decode_ops = inference_operations(arch, infer, queries=1, context=infer.seq_len)
-    prefill_ceilings = measure_ceilings(prefill_ops, arch, infer, queries=infer.seq_len, context=infer.seq_len,
-                                        training=False, config=config, mode="prefill")
-    decode_ceilings = measure_ceilings(decode_ops, arch, infer, queries=1, context=infer.seq_len, training=False,
-                                       config=config, mode="decode")
-    predicted_prefill = prefill_seconds(arch, infer, prefill_ceilings)
-    point = decode_step(arch, infer, decode_ceilings, batch=infer.batch, context=infer.seq_len)
     model.eval()
     ids = torch.randint(0, arch.vocab_size, (infer.batch, infer.seq_len))
-    prefills, decodes = [], []
+    prefills, decodes, predicted_prefill, predicted_decode = [], [], [], []
     with torch.no_grad():
-        for _ in range(WARMUP_STEPS + TIMED_STEPS):
-            start = CLOCK()
-            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-            prefills.append(CLOCK() - start)
-        cache = out.past_key_values
-        token = out.logits[:, -1:].argmax(-1)
-        for _ in range(DECODE_STEPS):
-            start = CLOCK()
-            out = model(input_ids=token, past_key_values=cache, use_cache=True)
-            decodes.append(CLOCK() - start)
+        for round_index in range(ROUNDS):
+            prefill_ceilings = measure_ceilings(prefill_ops, arch, infer, queries=infer.seq_len,
+                                                context=infer.seq_len, training=False, config=config, mode="prefill")
+            decode_ceilings = measure_ceilings(decode_ops, arch, infer, queries=1, context=infer.seq_len,
+                                               training=False, config=config, mode="decode")
+            predicted_prefill.append(prefill_seconds(arch, infer, prefill_ceilings))
+            predicted_decode.append(decode_step(arch, infer, decode_ceilings, batch=infer.batch,
+                                                context=infer.seq_len).seconds)
+            warmup = WARMUP_STEPS if round_index == 0 else 0
+            for index in range(warmup + STEPS_PER_ROUND):
+                start = CLOCK()
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                if index >= warmup:
+                    prefills.append(CLOCK() - start)
             cache = out.past_key_values
             token = out.logits[:, -1:].argmax(-1)
-    measured_prefill = statistics.median(prefills[WARMUP_STEPS:])
-    measured_decode = statistics.median(decodes[2:])
+            for index in range(DECODE_STEPS):
+                start = CLOCK()
+                out = model(input_ids=token, past_key_values=cache, use_cache=True)
+                if index >= 2:  # the first steps after a prefill pay the cache's first growth
+                    decodes.append(CLOCK() - start)
+                cache = out.past_key_values
+                token = out.logits[:, -1:].argmax(-1)
+    measured_prefill = statistics.median(prefills)
+    measured_decode = statistics.median(decodes)
+    decode_predicted = statistics.median(predicted_decode)
     return {
-        "prefill": {"predicted_s": predicted_prefill, "measured_s": measured_prefill},
-        "decode": {"predicted_s": point.seconds, "measured_s": measured_decode,
-                   "predicted_tokens_per_second": point.tokens_per_second,
+        "prefill": {"predicted_s": statistics.median(predicted_prefill), "measured_s": measured_prefill},
+        "decode": {"predicted_s": decode_predicted, "measured_s": measured_decode,
+                   "predicted_tokens_per_second": infer.batch / decode_predicted,
                    "measured_tokens_per_second": infer.batch / measured_decode, "batch": infer.batch,
                    "context": infer.seq_len},
     }

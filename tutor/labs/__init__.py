@@ -144,13 +144,14 @@ def _registry() -> dict[str, Probe]:
     from tutor.labs.quantization import QUANT_ERROR
     from tutor.labs.tensor_parallel import TENSOR
     from tutor.labs.throughput import BANDWIDTH, MATMUL
+    from tutor.labs.step_time import STEP_TIME
     from tutor.labs.training_step import TRAINING_STEP
     from tutor.labs.zero import ZERO
 
     probes = (MATMUL, BANDWIDTH, CAST_ERROR, ACTIVATION_MEMORY, TRAINING_STEP, MOE_ROUTING, COLLECTIVE,
               CHECKPOINT_WRITE, FIT, KV_CACHE, PREFILL_DECODE, MOE_ALLTOALL,
               QUANT_ERROR, LOSS_SCALING, GRAD_ACCUMULATION, FP64_COST, CHECKPOINT_INTERVAL,
-              MOE, DDP, ZERO, PIPELINE, TENSOR)
+              MOE, DDP, ZERO, PIPELINE, TENSOR, STEP_TIME)
     return {probe.name: probe for probe in probes}
 
 

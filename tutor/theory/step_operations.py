@@ -285,7 +285,12 @@ def _moe_forward(arch: Architecture, T: int, tp: int, ep: int, e: int, calls: in
     f = arch.moe_intermediate_size // tp
     k = arch.experts_per_token
     local = arch.num_experts // ep
-    rows = max(1, math.ceil(T * k * ep / arch.num_experts))  # rows per expert on this rank
+    # Experts a step touches: with uniform top-k routing an expert is missed by one token with probability
+    # 1 - k/E, so the T·ep tokens routed to this rank's group touch local·(1 - (1 - k/E)^(T·ep)) of its experts
+    # in expectation: two at batch 1 in decode (top-2), nearly all in training.
+    touched = min(local, max(1, round(local * (1 - (1 - k / arch.num_experts) ** (T * ep)))))
+    rows = max(1, math.ceil(T * k / touched))  # rows per touched expert on this rank
+    local = touched
     ops = [gemm("router", "forward", T, arch.num_experts, h, calls=calls, element_bytes=e),
            memory_op("router softmax + top-k", "forward", T * arch.num_experts, 4, FP32, calls=calls, kernels=3),
            memory_op("token dispatch (gather) + combine (scatter)", "forward", T * k * h, 4, e, calls=calls, kernels=4),
