@@ -258,3 +258,29 @@ def test_verify_runs_a_tiny_real_model_and_compares_per_phase() -> None:
         assert phase["predicted_s"] > 0 and phase["measured_s"] > 0
     assert result["decode"]["measured_tokens_per_second"] > 0 and result["prefill"]["predicted_s"] > 0
     assert "measured now" in result["sources"]["matmul"]
+
+
+def _fake_verification(model: str, size: str) -> dict:
+    phases = {name: {"predicted_s": 0.1, "measured_s": 0.11} for name in ("forward", "backward", "optimizer")}
+    return {"model": f"{model} scaled ({size})", "size": size, "scaled": "1 layer", "predicted_s": 0.3,
+            "measured_s": 0.33, "measured_wall_s": 0.5, "phases": phases, "notes": [],
+            "sources": {"matmul": "measured now (2026-12-02T00:00:00)"},
+            "prefill": {"predicted_s": 0.05, "measured_s": 0.06},
+            "decode": {"predicted_s": 0.01, "measured_s": 0.011, "predicted_tokens_per_second": 200.0,
+                       "measured_tokens_per_second": 180.0, "batch": 2, "context": 32}}
+
+
+def test_verify_joins_the_json_and_runs_even_without_a_bench_run(tmp_path, monkeypatch) -> None:
+    import tutor.commands.time as time_command
+
+    monkeypatch.setattr(time_command, "verify_model", _fake_verification)
+    report = _time_json(["llama-3.2-1b", "--mode", "train", "--device", "h100", "--verify", "--verify-size", "tiny"])
+    assert {"model", "predicted_s", "measured_s", "phases"} <= set(report["verify"])
+    assert report["verify"]["size"] == "tiny" and "flops_per_step" in report
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    alone = _time_json(["llama-3.2-1b", "--mode", "train", "--verify"])
+    assert alone["verify"]["phases"]["forward"]["measured_s"] == 0.11
+    assert any("bench --quick" in note for note in alone["notes"])
+    code, out, err = run(["time", "llama-3.2-1b", "--mode", "train", "--verify"])
+    assert code == 0, err
+    assert "Verified on this machine" in out and "predicted" in out

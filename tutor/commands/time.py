@@ -77,7 +77,10 @@ def resolve_ceilings(device: str | None, dtype: str) -> tuple[Ceilings, str]:
             if text.isdigit() and lookup_gpu_spec(text) is not None:  # '4090' is a card, not GPU 4090
                 spec = lookup_gpu_spec(text)[0]
                 return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
-        return measured_ceilings(name, dtype), f"this machine's {name} (measured)"
+        ceilings = measured_ceilings(name, dtype)
+        if name.startswith("cuda"):
+            ceilings = replace(ceilings, clock_fraction=_clock_now(name))
+        return ceilings, f"this machine's {name} (measured)"
     found = lookup_gpu_spec(text)
     if found is None:
         from tutor.fit_fields import unknown_device_message
@@ -86,6 +89,22 @@ def resolve_ceilings(device: str | None, dtype: str) -> tuple[Ceilings, str]:
                                                              "use cpu, a GPU index, or"))
     spec, _note = found
     return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
+
+
+def _clock_now(device: str):
+    """The SM clock now over the boost clock the datasheet peak assumes (NVML), with the clock-event reasons."""
+    from tutor.hardware import detect_machine
+    from tutor.theory.step_time import Sourced
+
+    machine = detect_machine()
+    gpu = machine.gpu_for(device)
+    assumed = machine.peak_clock_hz(device)
+    if gpu is None or not gpu.sm_clock_mhz or not assumed:
+        return None
+    reasons = ", ".join(gpu.clock_event_reasons or ()) or "none"
+    return Sourced(gpu.sm_clock_mhz * 1e6 / assumed, "fraction",
+                   f"NVML SM clock now {gpu.sm_clock_mhz} MHz over the {assumed / 1e6:g} MHz the datasheet peak assumes "
+                   f"(spec derivation); clock events: {reasons}")
 
 
 def apply_devices(request: fitting.FitRequest, devices: int | None) -> fitting.FitRequest:
@@ -131,7 +150,8 @@ def train_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, *, token
     per_device_model_flops = step.model_flops_per_step / step.devices
     peak = ceilings.peak_flops.value if ceilings.peak_flops is not None else None
     falls = waterfall(ceilings, gemm_flops=gemm_flops, gemm_seconds=gemm_seconds,
-                      model_flops=per_device_model_flops, step_seconds=step.seconds)
+                      model_flops=per_device_model_flops, step_seconds=step.seconds,
+                      clock_fraction=ceilings.clock_fraction)
     return {
         "flops_per_step": step.model_flops_per_step,
         "flops_per_step_per_device": step.operations.flops(),
@@ -242,9 +262,25 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     if request.adapter:
         raise UserError("time counts full training steps; LoRA/QLoRA steps are not modelled yet (use --recipe mixed, "
                         "bf16 or fp32)")
-    verified = verify_model(model, verify_size) if verify else None
     dtype = ceilings_dtype(request)
-    ceilings, device_words = resolve_ceilings(device, dtype)
+    try:
+        ceilings, device_words = resolve_ceilings(device, dtype)
+    except UserError as error:
+        if not verify:
+            raise
+        ceilings, device_words, missing = None, "this machine", str(error)
+    verified = verify_model(model, verify_size) if verify else None
+    if ceilings is None:
+        report = {"model": {"name": arch.name or model, "source": source, "model_type": arch.model_type},
+                  "mode": request.mode, "verify": verified, "sources": verified["sources"],
+                  "notes": [f"only --verify answered: {missing}"]}
+        if as_json:
+            click.echo(json.dumps(report, indent=2))
+            return
+        from tutor.commands.time_render import render_verify_only
+
+        render_verify_only(report)
+        return
     report = {"model": {"name": arch.name or model, "source": source, "model_type": arch.model_type},
               "mode": request.mode,
               "request": {"batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp,

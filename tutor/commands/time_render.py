@@ -45,6 +45,18 @@ def render_report(report: dict) -> None:
         console.print(f"[yellow]note:[/yellow] {markup_safe(note)}")
 
 
+def render_verify_only(report: dict) -> None:
+    """--verify without a bench run: the verification alone, and why the rest is missing."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{markup_safe(report['model']['name'])}[/bold]")
+    _render_verify(console, Table, report["verify"])
+    for note in report["notes"]:
+        console.print(f"[yellow]note:[/yellow] {markup_safe(note)}")
+
+
 def _render_train(console, Table, report: dict) -> None:
     step = report["step"]
     request = report["request"]
@@ -74,7 +86,7 @@ def _render_train(console, Table, report: dict) -> None:
         if train["cost"] is not None else " (--price gives the cost)"
     console.print(f"[bold]Train on {format_count(train['tokens'])} tokens:[/bold] {format_duration(train['seconds'])} "
                   f"wall-clock on {request['devices']:,} device(s), {format_count(train['device_hours'])} device-hours, "
-                  f"{format_quantity(train['flops'], 'FLOP')}{cost}")
+                  f"{format_number(train['flops'])} FLOPs{cost}")
     if report["communication"]:
         comm = Table(title="Communication per step", title_justify="left")
         for column in ("group", "collective", "ranks", "bytes per rank", "time", "exposed", "link"):

@@ -114,6 +114,7 @@ class Ceilings:
     # Seconds per call of a framework operation ("phase:name"), measured at near-zero work.
     named_seconds: tuple[tuple[str, float], ...] = ()
     framework_source: str = "framework code not timed (no measurement at near-zero work)"
+    clock_fraction: Sourced | None = None    # the clock now over the clock the datasheet peak assumes
 
     def named_rate(self, op: Operation) -> float | None:
         """The measured rate of this very operation, when the ceilings hold one."""
@@ -130,7 +131,7 @@ class Ceilings:
                "kernel_overhead": self.kernel_overhead.source, "framework": self.framework_source}
         if self.peak_flops is not None:
             out["peak_flops"] = self.peak_flops.source
-        for name in ("intra_node_link", "inter_node_link", "link_latency"):
+        for name in ("intra_node_link", "inter_node_link", "link_latency", "clock_fraction"):
             figure = getattr(self, name)
             if figure is not None:
                 out[name] = figure.source
