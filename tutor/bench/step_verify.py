@@ -240,15 +240,8 @@ def _optimizer_rate(torch, op, arch) -> tuple[str, float]:
     optimizer.step()
     seconds = _median_seconds(optimizer.step, 5)
     count = sum(p.numel() for p in params)
-    bytes_per_param = op.bytes / _optimizer_params(op)
+    bytes_per_param = op.bytes / count_parameters(arch).total  # one device, no ZeRO: every parameter
     return f"optimizer:{op.name}", bytes_per_param * count / seconds
-
-
-def _optimizer_params(op) -> int:
-    import re
-
-    match = re.match(r"([\d,]+) params", op.formula)
-    return int(match.group(1).replace(",", "")) if match else 1
 
 
 FRAMEWORK_SHAPE = dict(hidden=64, heads=2, seq=8, vocab=64)
