@@ -129,8 +129,9 @@ def _render_inference(console, Table, report: dict) -> None:
                       format_rate(point["tokens_per_second"], "tokens/s"), point["bound"])
     console.print(table)
     crossover = report["decode_compute_bound_batch"]
-    console.print("decode turns compute-bound at batch " + (f"{crossover:,}" if crossover else
-                  "never (the KV cache read grows with the batch as fast as the FLOPs)"))
+    console.print(f"decode turns compute-bound at batch {crossover:,}" if crossover else
+                  "decode stays memory-bound at every batch: at this context the KV cache read grows with the "
+                  "batch as fast as the FLOPs")
 
 
 def _render_verify(console, Table, verify: dict) -> None:
