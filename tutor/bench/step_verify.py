@@ -12,10 +12,15 @@ the same process and so under the same load, the ceilings the prediction uses ar
   FLOPs as tutor.theory.step_operations counts them);
 - elementwise bandwidth at sizes spanning the step's memory-bound ops (torch.add, 3 arrays counted
   as STREAM's Add does);
-- the cost of one tiny op (dispatch overhead), forward and under autograd.
+- the cost of one tiny op (dispatch overhead), and the framework's own code per decoder layer and
+  per model call, measured on the same family at width 64 with 1 and 2 layers (near-zero work);
+- torch.optim.AdamW's step on parameters shaped like the model's.
 
-Then warm-up steps and the median of timed steps, per phase: forward (the loss), backward,
-optimizer (torch.optim.AdamW as torch runs it on a CPU); a prefill and decode steps the same way.
+Then real steps per phase: forward (the loss), backward, optimizer (AdamW as torch runs it on a CPU),
+and a prefill and decode steps, in three rounds that each start with their own measurement of the
+ceilings (2 warm-up steps first; medians over rounds and steps), so that a change in the load of a
+shared machine reaches prediction and measurement alike. Everything is timed on this thread's CPU
+time with torch on one thread (see CLOCK); the wall-clock step is reported beside it.
 """
 
 from __future__ import annotations
