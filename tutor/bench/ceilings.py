@@ -170,8 +170,9 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
         raise UserError(f"{label} has no STREAM-like triad for {device}: run `tensor-tutor bench --quick` "
                         "(it measures matmul and bandwidth)")
     link = None
-    busbw = [(r.get("bytes") or 0, _positive(r.get("busbw_gbps"))) for r in run.results
-             if r.get("kind") == "collective" and r.get("op") == "all_reduce" and _positive(r.get("busbw_gbps"))]
+    busbw = [(r.get("bytes") or 0, rate) for r in run.results
+             if r.get("kind") == "collective" and r.get("op") == "all_reduce"
+             and (rate := _positive(r.get("busbw_gbps"))) is not None]
     if busbw:
         size, rate = max(busbw)
         link = Sourced(rate * 1e9, "B/s", f"measured all_reduce busbw at {size:,} B, {label}")

@@ -442,7 +442,7 @@ def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decod
     phases: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
     walls: list[float] = []
     predictions: list[dict[str, float]] = []
-    ceilings = None
+    ceilings: Ceilings | None = None
     for round_index in range(ROUNDS):
         # Ceilings and steps alternate, so a change in the machine's load reaches both alike.
         ceilings = measure_ceilings(ops, arch, request, queries=request.seq_len, context=request.seq_len,
@@ -477,7 +477,7 @@ def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decod
         "phases": {name: {"predicted_s": predicted.get(name, 0.0), "measured_s": measured[name]}
                    for name in ("forward", "backward", "optimizer")},
         "clock": "this thread's CPU time (torch on 1 thread); wall-clock beside it",
-        "sources": ceilings.sources(),
+        "sources": ceilings.sources() if ceilings is not None else {},
         "notes": [f"median of {timed} steps after {WARMUP_STEPS} warm-up, in {ROUNDS} rounds each after its own "
                   "measurement of the ceilings (the prediction is the median of the rounds'), on one clock: this "
                   "thread's CPU time with torch on one thread, since the machine is shared; measured_wall_s is the "

@@ -74,8 +74,9 @@ def resolve_ceilings(device: str | None, dtype: str) -> tuple[Ceilings, str]:
                     name = "cuda:0"
         else:
             name = text.lower() if text.lower().startswith("cuda") else f"cuda:{text}"
-            if text.isdigit() and lookup_gpu_spec(text) is not None:  # '4090' is a card, not GPU 4090
-                spec = lookup_gpu_spec(text)[0]
+            card = lookup_gpu_spec(text) if text.isdigit() else None
+            if card is not None:  # '4090' is a card, not GPU 4090
+                spec = card[0]
                 return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
         ceilings = measured_ceilings(name, dtype)
         if name.startswith("cuda"):
@@ -248,6 +249,8 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     if mfu == 0:
         raise UserError("--mfu must be above 0")
     overlap = parse_fraction(overlap_text, "--overlap")
+    if overlap is None:
+        raise UserError("--overlap needs a fraction between 0 and 1")
     if price is not None and (price < 0 or not math.isfinite(price)):
         raise UserError(f"--price must be a number >= 0, got {price}")
     request = fitting.FitRequest(
@@ -270,7 +273,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
             raise
         ceilings, device_words, missing = None, "this machine", str(error)
     verified = verify_model(model, verify_size) if verify else None
-    if ceilings is None:
+    if ceilings is None and verified is not None:
         report = {"model": {"name": arch.name or model, "source": source, "model_type": arch.model_type},
                   "mode": request.mode, "verify": verified, "sources": verified["sources"],
                   "notes": [f"only --verify answered: {missing}"]}

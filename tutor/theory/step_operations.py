@@ -247,9 +247,9 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
                   element_bytes=e, batch=heads, fraction=fraction)
     ops.append(replace(scores, bytes=e * heads * (shape.queries * d + shape.queries * shape.context) + kv_read))
     if attention == "eager" and shape.queries > 1:
-        scores = heads * shape.queries * shape.context
+        score_elements = heads * shape.queries * shape.context
         # transformers eager_attention_forward: + mask, softmax in fp32, cast back.
-        ops.append(memory_op("eager softmax", "forward", scores, 3 * e + 2 * FP32 + FP32 + e, 1, calls=calls,
+        ops.append(memory_op("eager softmax", "forward", score_elements, 3 * e + 2 * FP32 + FP32 + e, 1, calls=calls,
                              kernels=3))
     context = gemm("attention context p·v", "forward", shape.queries, dv, shape.context, calls=calls,
                    element_bytes=e, batch=heads, fraction=fraction)

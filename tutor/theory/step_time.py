@@ -188,8 +188,9 @@ def operation_seconds(ceilings: Ceilings, op: Operation) -> float:
     named = ceilings.named_rate(op) if op.kind != GEMM else None
     if named is not None:
         return op.calls * op.bytes / named
-    if op.kind == GEMM and exact_gemm_rate(ceilings, op) is not None:
-        return op.calls * op.flops / exact_gemm_rate(ceilings, op)
+    exact = exact_gemm_rate(ceilings, op) if op.kind == GEMM else None
+    if exact is not None:
+        return op.calls * op.flops / exact
     per_call = op.bytes / memory_bandwidth(ceilings, op.bytes)
     if op.kind == GEMM:
         per_call = max(per_call, op.flops / gemm_rate(ceilings, op))
