@@ -273,7 +273,8 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
             raise
         ceilings, device_words, missing = None, "this machine", str(error)
     verified = verify_model(model, verify_size) if verify else None
-    if ceilings is None and verified is not None:
+    if ceilings is None:
+        assert verified is not None  # without ceilings only --verify gets this far
         report = {"model": {"name": arch.name or model, "source": source, "model_type": arch.model_type},
                   "mode": request.mode, "verify": verified, "sources": verified["sources"],
                   "notes": [f"only --verify answered: {missing}"]}
