@@ -500,17 +500,19 @@ def _verify_inference(torch, model, arch, request: FitRequest, config: dict) -> 
         for round_index in range(ROUNDS):
             prefill_ceilings = measure_ceilings(prefill_ops, arch, infer, queries=infer.seq_len,
                                                 context=infer.seq_len, training=False, config=config, mode="prefill")
-            decode_ceilings = measure_ceilings(decode_ops, arch, infer, queries=1, context=infer.seq_len,
-                                               training=False, config=config, mode="decode")
             predicted_prefill.append(prefill_seconds(arch, infer, prefill_ceilings))
-            predicted_decode.append(decode_step(arch, infer, decode_ceilings, batch=infer.batch,
-                                                context=infer.seq_len).seconds)
             warmup = WARMUP_STEPS if round_index == 0 else 0
             for index in range(warmup + STEPS_PER_ROUND):
                 start = CLOCK()
                 out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
                 if index >= warmup:
                     prefills.append(CLOCK() - start)
+            # Decode is memory-bound, the figure most moved by other programs' memory traffic: its ceilings
+            # are measured right before its own steps.
+            decode_ceilings = measure_ceilings(decode_ops, arch, infer, queries=1, context=infer.seq_len,
+                                               training=False, config=config, mode="decode")
+            predicted_decode.append(decode_step(arch, infer, decode_ceilings, batch=infer.batch,
+                                                context=infer.seq_len).seconds)
             cache = out.past_key_values
             token = out.logits[:, -1:].argmax(-1)
             for index in range(DECODE_STEPS):
