@@ -114,7 +114,7 @@ def _median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _gemm_call(torch, op, dtype):
+def _gemm_call(torch, op, dtype, conv1d: bool = False):
     """A callable running one GEMM in the layout its call uses (y = x·Wᵀ, dX = dY·W, dW = dYᵀ·x, bmm),
     rotating over enough operand copies that they do not stay in the caches between calls."""
     m, n, k, batch = op.m, op.n, op.k, op.batch
@@ -123,12 +123,19 @@ def _gemm_call(torch, op, dtype):
     if batch > 1:
         pairs = [(torch.randn(batch, m, k, dtype=dtype), torch.randn(batch, k, n, dtype=dtype)) for _ in range(copies)]
         run = lambda a, b: torch.bmm(a, b)  # noqa: E731
+    elif op.name.endswith(" dX") and conv1d:  # GPT-2's Conv1D keeps W as (in, out): dX = dY · Wᵀ
+        pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)) for _ in range(copies)]
+        run = lambda a, b: torch.mm(a, b.t())  # noqa: E731
     elif op.name.endswith(" dX"):
         pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)) for _ in range(copies)]
         run = lambda a, b: torch.mm(a, b)  # noqa: E731
     elif op.name.endswith(" dW"):
         pairs = [(torch.randn(k, m, dtype=dtype), torch.randn(k, n, dtype=dtype)) for _ in range(copies)]
         run = lambda a, b: torch.mm(a.t(), b)  # noqa: E731
+    elif conv1d:  # transformers' Conv1D: addmm(bias, x, W) with W stored (in, out)
+        pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)) for _ in range(copies)]
+        bias = torch.randn(n, dtype=dtype)
+        run = lambda a, b: torch.addmm(bias, a, b)  # noqa: E731
     else:
         pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)) for _ in range(copies)]
         run = torch.nn.functional.linear
@@ -206,9 +213,20 @@ def _named_rates(torch, ops, arch, request) -> list[tuple[str, float]]:
             table, x = torch.randn(T, h, requires_grad=True), torch.randn(T, h, requires_grad=True)
             return (lambda: x + table), (x, table)
         if name == "KV cache append (torch.cat)":
-            k = torch.randn(request.batch, g, request.context, d)
+            # The cache a decode step copies was written a layer's worth of work ago: rotate over copies
+            # past the caches, as the real step reads it from memory.
+            one_cache = 4 * request.batch * g * request.context * d
+            copies = max(2, min(32, ROTATE_BYTES // max(1, one_cache)))
+            caches = [torch.randn(request.batch, g, request.context, d) for _ in range(copies)]
             one = torch.randn(request.batch, g, 1, d)
-            return (lambda: (torch.cat([k, one], dim=-2), torch.cat([k, one], dim=-2))), ()
+            turn = {"i": 0}
+
+            def append():
+                turn["i"] += 2
+                return (torch.cat([caches[turn["i"] % copies], one], dim=-2),
+                        torch.cat([caches[(turn["i"] + 1) % copies], one], dim=-2))
+
+            return append, ()
         return None
 
     for name, op in forward.items():
@@ -313,7 +331,9 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
     for op in ops:
         if op.kind != GEMM or op.name.startswith("attention") or (op.batch, op.m, op.n, op.k) in points:
             continue
-        fn = _gemm_call(torch, op, dtype)
+        conv1d = arch.model_type == "gpt2" and op.name in ("c_attn", "attn.c_proj", "c_fc", "mlp.c_proj",
+                                                           "c_attn dX", "attn.c_proj dX", "c_fc dX", "mlp.c_proj dX")
+        fn = _gemm_call(torch, op, dtype, conv1d)
         fn()
         seconds = _median_seconds(fn, GEMM_REPEATS)
         points[(op.batch, op.m, op.n, op.k)] = GemmPoint(op.m, op.n, op.k, op.flops / seconds, op.batch)
