@@ -32,7 +32,7 @@ def test_theory_imports_only_the_standard_library() -> None:
     assert not third_party, f"tutor.theory imported non-stdlib modules: {sorted(third_party)}"
 
 
-@pytest.mark.parametrize("command", ["fit", "models", "env"])
+@pytest.mark.parametrize("command", ["fit", "models", "env", "time"])
 def test_quick_commands_do_not_import_torch_or_textual(command: str) -> None:
     loaded = modules_after_import(f"import tutor.cli, tutor.commands.{command}")
     assert not loaded & {"torch", "textual"}, f"`{command}` imports {sorted(loaded & {'torch', 'textual'})}"
@@ -40,7 +40,8 @@ def test_quick_commands_do_not_import_torch_or_textual(command: str) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["fit", "llama-3.1-8b", "--json"], ["models", "--json"], ["env", "--json"]],
+    [["fit", "llama-3.1-8b", "--json"], ["models", "--json"], ["env", "--json"],
+     ["time", "llama-3.1-8b", "--mode", "train", "--device", "h100", "--json"]],
 )
 def test_quick_commands_run_without_loading_torch_or_textual(argv: list[str]) -> None:
     statement = (

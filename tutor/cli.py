@@ -21,6 +21,8 @@ TORCH_MISSING = ("this command measures with PyTorch, which is not installed: pi
 # name -> (module, attribute, one-line help shown by `tensor-tutor --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "fit": ("tutor.commands.fit", "fit", "Does a model fit this machine for inference or training?"),
+    "time": ("tutor.commands.time", "time_command",
+             "How long a step, a training run, a prefill and a decode take, from measured ceilings."),
     "models": ("tutor.commands.models", "models", "List the bundled model presets."),
     "env": ("tutor.commands.env", "env", "What this machine is: CPU, GPUs, drivers, theoretical peaks."),
     "bench": ("tutor.commands.bench", "bench", "Measure this machine against its datasheet."),

@@ -90,6 +90,8 @@ LABS: dict[str, LabEntry] = {entry.name: entry for entry in (
     LabEntry("tensor", "tutor.labs.tensor_parallel", "TENSOR", "Tensor parallelism for real",
              ("ranks", "hidden", "heads", "ffn_multiplier", "seq", "batch", "qkv", "seed")),
     LabEntry("exercise", "tutor.labs.exercise", "EXERCISE", "Check an exercise", ("check", "answer")),
+    LabEntry("step-time", "tutor.labs.step_time", "STEP_TIME", "How long a step takes: predicted, then measured",
+             ("model", "size")),
 )}
 
 

@@ -1,0 +1,286 @@
+"""`tensor-tutor time`: the step counted op by op, published anchors, sourced ceilings, the CLI, and --verify."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.cli_runner import run
+from tutor.bench.ceilings import card_ceilings, measured_ceilings
+from tutor.bench.notebook import append_run, read_notebook
+from tutor.errors import UserError
+from tutor.hardware.specs import SPECS_BY_KEY
+from tutor.model_files import resolve_model
+from tutor.theory.fit import FitRequest
+from tutor.theory.models import count_parameters
+from tutor.theory.step_operations import GEMM, backward_of, layer_forward, PassShape, training_operations
+from tutor.theory.step_time import (
+    collective_seconds,
+    decode_compute_bound_batch,
+    decode_step,
+    model_flops_per_token,
+    training_run,
+    training_step_time,
+)
+
+LLAMA3_PAPER_FLOPS = 3.8e25          # Llama 3 paper (arXiv 2407.21783) §3: 405B trained with 3.8 x 10^25 FLOPs
+LLAMA31_405B_GPU_HOURS = 30.84e6     # Llama-3.1-405B model card: 30.84M H100-80GB GPU-hours
+LLAMA3_MFU = 0.38                    # Llama 3 paper Table 4: 38% BF16 MFU (16K GPUs, context parallel)
+LLAMA3_TOKENS = 15_600_000_000_000   # Llama 3 paper: 15.6T tokens
+
+
+def arch(name: str):
+    return resolve_model(name)[0]
+
+
+# ---------------------------------------------------------------------------------------------- anchors
+
+
+def test_llama_405b_flops_land_within_5_percent_of_the_paper() -> None:
+    flops = model_flops_per_token(arch("llama-3.1-405b"), seq_len=8192) * LLAMA3_TOKENS
+    assert abs(flops / LLAMA3_PAPER_FLOPS - 1) < 0.05
+
+
+def test_llama_405b_gpu_hours_at_38_percent_mfu_land_within_15_percent_of_the_model_card() -> None:
+    model = arch("llama-3.1-405b")
+    ceilings = card_ceilings(SPECS_BY_KEY["h100-sxm"], "bf16")
+    assert ceilings.peak_flops is not None and abs(ceilings.peak_flops.value - 989.4e12) < 1e9
+    request = FitRequest(mode="train", batch=1, seq_len=8192, dp=128, tp=8, pp=16, microbatches=16)
+    step = training_step_time(model, request, ceilings, mfu=LLAMA3_MFU)
+    train = training_run(step, tokens=LLAMA3_TOKENS, price_per_device_hour=2.0)
+    assert abs(train.device_hours / LLAMA31_405B_GPU_HOURS - 1) < 0.15
+    assert train.cost == pytest.approx(train.device_hours * 2.0)
+    assert step.mfu(989.4e12) == pytest.approx(LLAMA3_MFU)
+
+
+# ---------------------------------------------------------------------------------------------- theory
+
+
+def test_every_linear_gemm_costs_twice_its_forward_in_the_backward() -> None:
+    model = arch("llama-3.2-1b")
+    forward = layer_forward(model, moe_layer=False, shape=PassShape(2, 128, 128), tp=1, ep=1, e=2,
+                            attention="eager", calls=1, training=True)
+    backward = backward_of(forward, "eager")
+    linear = [op for op in forward if op.kind == GEMM and not op.name.startswith("attention")]
+    for op in linear:
+        grads = [b for b in backward if b.name in (f"{op.name} dX", f"{op.name} dW")]
+        assert sum(b.flops for b in grads) == 2 * op.flops
+
+
+def test_flash_attention_counts_half_the_causal_square_and_recomputes_in_the_backward() -> None:
+    model = arch("llama-3.2-1b")
+    eager = layer_forward(model, moe_layer=False, shape=PassShape(1, 512, 512), tp=1, ep=1, e=2,
+                          attention="eager", calls=1, training=True)
+    sdpa = layer_forward(model, moe_layer=False, shape=PassShape(1, 512, 512), tp=1, ep=1, e=2,
+                         attention="sdpa", calls=1, training=True)
+    score = lambda ops: next(op for op in ops if op.name.startswith("attention scores"))  # noqa: E731
+    assert score(sdpa).flops * 2 == score(eager).flops
+    back = next(op for op in backward_of(sdpa, "sdpa") if op.name.startswith("attention scores"))
+    assert back.flops == pytest.approx(2.5 * score(sdpa).flops)
+
+
+def test_the_optimizer_step_reads_and_writes_every_parameter_as_torch_does() -> None:
+    model = arch("gpt2")
+    params = count_parameters(model).total
+    request = FitRequest(mode="train", recipe="fp32", optimizer="adamw", batch=1, seq_len=64)
+    ops = training_operations(model, request, params_on_device=params)
+    (optimizer,) = ops.phase("optimizer")
+    assert optimizer.bytes == params * 20 * 4  # 20 element accesses of fp32 (torch _single_tensor_adam)
+    sharded = training_operations(model, FitRequest(mode="train", recipe="fp32", optimizer="adamw", batch=1,
+                                                    seq_len=64, dp=4, zero=1), params_on_device=params)
+    assert sharded.phase("optimizer")[0].bytes == pytest.approx(optimizer.bytes / 4, rel=1e-6)
+
+
+def test_communication_is_nothing_on_one_rank_and_overlap_changes_what_is_exposed() -> None:
+    assert collective_seconds("all_reduce", 10**9, 1, calls=1, busbw=1e9, latency=1e-5) == 0
+    ring = collective_seconds("all_reduce", 10**9, 8, calls=1, busbw=1e9, latency=1e-5)
+    assert ring == pytest.approx(1.0 + 14 * 1e-5)
+    model = arch("llama-3.1-8b")
+    ceilings = card_ceilings(SPECS_BY_KEY["h100-sxm"], "bf16")
+    request = FitRequest(mode="train", batch=1, seq_len=4096, dp=64)
+    hidden = training_step_time(model, request, ceilings, overlap=1.0)
+    exposed = training_step_time(model, request, ceilings, overlap=0.0)
+    (dp,) = exposed.collectives
+    assert dp.exposed_seconds == pytest.approx(dp.seconds) and dp.link == "inter_node_link"
+    assert exposed.phases["communication"] > hidden.phases["communication"]
+    assert exposed.seconds > hidden.seconds
+
+
+def test_decode_is_memory_bound_at_batch_one_and_turns_compute_bound_at_a_larger_batch() -> None:
+    model = arch("llama-3.1-8b")
+    ceilings = card_ceilings(SPECS_BY_KEY["h100-sxm"], "bf16")
+    # A paged cache (--impl fused) reads the KV cache once per step; transformers' DynamicCache also copies it.
+    request = FitRequest(mode="inference", batch=1, seq_len=128, impl="fused")
+    one = decode_step(model, request, ceilings, batch=1, context=128)
+    assert one.bound == "memory"
+    crossover = decode_compute_bound_batch(model, request, ceilings, context=128)
+    assert crossover is not None and 100 < crossover < 2000  # ridge 794.5 TFLOP/s / 2.8 TB/s = 284 FLOP/B
+    assert decode_step(model, request, ceilings, batch=crossover, context=128).bound == "compute"
+    copied = decode_compute_bound_batch(model, FitRequest(mode="inference", batch=1, seq_len=128), ceilings,
+                                        context=128)
+    assert copied is None or copied > crossover
+    # A long context's KV cache grows as fast as the FLOPs: it stays memory-bound at any batch.
+    assert decode_compute_bound_batch(model, request, ceilings, context=8192) is None
+    # Batch 1 reads the weights once: close to bytes / bandwidth (Pope et al.), never faster.
+    weights = count_parameters(model).total * 2
+    assert one.seconds >= weights / ceilings.bandwidth_points[0].bytes_per_s
+
+
+# ---------------------------------------------------------------------------------------------- ceilings
+
+
+def _bench_run(data_dir) -> None:
+    header = {"date": "2026-12-01T10:00:00Z", "cancelled": False}
+    sweep = [{"m": s, "n": s, "k": s, "tflops_median": 0.02 * s / 1024, "tflops_best": 0.03} for s in (256, 512, 1024)]
+    results = [
+        {"kind": "matmul", "device": "cpu", "dtype": "bf16", "backend": "torch/mkl", "m": 1024, "n": 1024, "k": 1024,
+         "tflops_median": 0.02, "peak_tflops": 0.5, "peak_source": "CPU formula: cores x FLOP/cycle x clock",
+         "sweep": sweep, "headline": True},
+        {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 9.5},
+    ]
+    assert append_run(header, results, data_dir / "results.jsonl") is None
+
+
+def test_measured_ceilings_use_the_whole_sweep_and_name_the_run(tmp_path) -> None:
+    _bench_run(tmp_path)
+    ceilings = measured_ceilings("cpu", "bf16", read_notebook(tmp_path / "results.jsonl"))
+    assert len(ceilings.gemm_points) == 3
+    assert {p.flops_per_s for p in ceilings.gemm_points} == {0.02e12 * s / 1024 for s in (256, 512, 1024)}
+    for source in (ceilings.gemm_source, ceilings.bandwidth_source):
+        assert "bench run 1 (2026-12-01T10:00:00Z)" in source
+
+
+def test_no_bench_run_is_one_line_offering_bench_quick(tmp_path) -> None:
+    with pytest.raises(UserError, match="bench --quick"):
+        measured_ceilings("cpu", "bf16", read_notebook(tmp_path / "results.jsonl"))
+
+
+# ---------------------------------------------------------------------------------------------- the command
+
+TRAIN_KEYS = ("flops_per_step", "step", "tokens_per_second", "mfu", "train", "sources")
+CITATION = re.compile(r"https?://|arXiv|datasheet|stas00/|NVIDIA/|bench run \d+ \(|measured now|formula")
+
+
+def _time_json(argv: list[str]) -> dict:
+    code, out, err = run(["time", *argv, "--json"])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_time_json_has_the_step_the_run_and_the_sources() -> None:
+    report = _time_json(["llama-3.1-8b", "--mode", "train", "--device", "h100", "--dp", "16", "--tp", "8",
+                         "--tokens", "1T", "--price", "2.5"])
+    for key in TRAIN_KEYS:
+        assert key in report
+    assert set(report["step"]["phases"]) >= {"forward", "backward", "optimizer", "communication"}
+    assert report["step"]["seconds"] == pytest.approx(sum(report["step"]["phases"].values()))
+    assert set(report["train"]) >= {"tokens", "flops", "seconds", "device_hours", "cost"}
+    assert report["train"]["tokens"] == 10**12 and report["train"]["cost"] == pytest.approx(
+        report["train"]["device_hours"] * 2.5)
+    assert report["request"]["devices"] == 128
+    product = 1.0
+    for rung in report["waterfall"][1:]:
+        product *= rung["factor"]
+    assert product * report["waterfall"][0]["flops_per_s"] == pytest.approx(report["waterfall"][-1]["flops_per_s"])
+
+
+def test_every_efficiency_and_bandwidth_in_the_output_carries_a_source() -> None:
+    report = _time_json(["llama-3.1-70b", "--mode", "train", "--device", "a100", "--dp", "8", "--tp", "8", "--pp", "2"])
+    sources = report["sources"]
+    for name in ("matmul", "memory_bandwidth", "peak_flops", "intra_node_link", "inter_node_link", "link_latency"):
+        assert CITATION.search(sources[name]), (name, sources[name])
+    for collective in report["communication"]:
+        assert collective["link"] in sources
+    for rung in report["waterfall"]:
+        assert rung["source"]
+
+
+def test_time_on_this_machine_names_the_bench_run(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    _bench_run(tmp_path)
+    report = _time_json(["gpt2", "--mode", "train", "--device", "cpu", "--batch", "2", "--seq", "512"])
+    assert "bench run 1 (2026-12-01T10:00:00Z)" in report["sources"]["matmul"]
+    assert "bench run 1" in report["sources"]["memory_bandwidth"]
+    assert report["mfu"]["datasheet"] is not None and report["tokens_per_second"] > 0
+
+
+def test_inference_answers_prefill_and_decode_by_batch() -> None:
+    report = _time_json(["llama-3.1-8b", "--device", "h100", "--seq", "1024"])
+    assert report["prefill"]["seconds"] > 0
+    rates = [point["tokens_per_second"] for point in report["decode"]]
+    assert rates == sorted(rates)  # more sequences per step, more tokens per second
+    assert report["decode"][0]["bound"] == "memory"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["no-such-model", "--mode", "train", "--device", "h100"], "no-such-model"),
+    (["gpt2", "--mode", "train", "--device", "h100", "--mfu", "140%"], "--mfu"),
+    (["gpt2", "--mode", "train", "--device", "h100", "--tp", "4", "--devices", "6"], "--devices"),
+    (["gpt2", "--mode", "train", "--device", "nosuchgpu"], "unknown GPU"),
+    (["gpt2", "--mode", "train", "--device", "h100", "--tokens", "lots"], "lots"),
+    (["gpt2", "--mode", "train", "--device", "h100", "--overlap", "2"], "--overlap"),
+    (["--params", "7B", "--mode", "train", "--device", "h100"], "architecture"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(argv, message) -> None:
+    code, out, err = run(["time", *argv])
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_no_bench_run_from_the_cli_offers_bench_quick(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    code, _out, err = run(["time", "gpt2", "--mode", "train", "--device", "cpu"])
+    assert code == 2 and "bench --quick" in err
+
+
+def test_the_text_view_shows_the_phases_and_the_sources() -> None:
+    code, out, err = run(["time", "llama-3.1-8b", "--mode", "train", "--device", "h100", "--dp", "8"])
+    assert code == 0, err
+    for words in ("One training step", "backward", "Sources", "Waterfall", "device-hours"):
+        assert words in out
+
+
+# ---------------------------------------------------------------------------------------------- --verify
+
+
+@pytest.mark.slow
+def test_verify_runs_a_tiny_real_model_and_compares_per_phase() -> None:
+    pytest.importorskip("transformers")
+    from tutor.bench.step_verify import run_verification
+    from tutor.model_files import read_model_config
+
+    result = run_verification(read_model_config("llama-3.2-1b").config, "tiny")
+    assert result["predicted_s"] > 0 and result["measured_s"] > 0
+    assert set(result["phases"]) == {"forward", "backward", "optimizer"}
+    for phase in result["phases"].values():
+        assert phase["predicted_s"] > 0 and phase["measured_s"] > 0
+    assert result["decode"]["measured_tokens_per_second"] > 0 and result["prefill"]["predicted_s"] > 0
+    assert "measured now" in result["sources"]["matmul"]
+
+
+def _fake_verification(model: str, size: str) -> dict:
+    phases = {name: {"predicted_s": 0.1, "measured_s": 0.11} for name in ("forward", "backward", "optimizer")}
+    return {"model": f"{model} scaled ({size})", "size": size, "scaled": "1 layer", "predicted_s": 0.3,
+            "measured_s": 0.33, "measured_wall_s": 0.5, "phases": phases, "notes": [],
+            "sources": {"matmul": "measured now (2026-12-02T00:00:00)"},
+            "prefill": {"predicted_s": 0.05, "measured_s": 0.06},
+            "decode": {"predicted_s": 0.01, "measured_s": 0.011, "predicted_tokens_per_second": 200.0,
+                       "measured_tokens_per_second": 180.0, "batch": 2, "context": 32}}
+
+
+def test_verify_joins_the_json_and_runs_even_without_a_bench_run(tmp_path, monkeypatch) -> None:
+    import tutor.commands.time as time_command
+
+    monkeypatch.setattr(time_command, "verify_model", _fake_verification)
+    report = _time_json(["llama-3.2-1b", "--mode", "train", "--device", "h100", "--verify", "--verify-size", "tiny"])
+    assert {"model", "predicted_s", "measured_s", "phases"} <= set(report["verify"])
+    assert report["verify"]["size"] == "tiny" and "flops_per_step" in report
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    alone = _time_json(["llama-3.2-1b", "--mode", "train", "--verify"])
+    assert alone["verify"]["phases"]["forward"]["measured_s"] == 0.11
+    assert any("bench --quick" in note for note in alone["notes"])
+    code, out, err = run(["time", "llama-3.2-1b", "--mode", "train", "--verify"])
+    assert code == 0, err
+    assert "Verified on this machine" in out and "predicted" in out

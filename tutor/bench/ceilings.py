@@ -1,0 +1,216 @@
+"""The ceilings a time prediction runs on, never a silent constant: each figure measured here or sourced.
+
+- This machine: the latest `bench` run in the results notebook (read through tutor.bench.notebook):
+  the matmul curve is that run's whole measured sweep (every size it timed, not one headline), the
+  memory bandwidth its STREAM-like triad, the link its measured all-reduce busbw; each figure names
+  the run (its number and date). No run: a UserError that offers `tensor-tutor bench --quick`.
+- A card by name (`--device h100`): its datasheet peak (tutor.hardware.specs) times an achieved
+  fraction with its citation: Stas Bekman's mamf-finder table for matmul (H100 SXM bf16 794.5 of
+  989 TFLOP/s), a published HBM measurement, NCCL's own figures for NVLink and InfiniBand.
+
+Importing this module imports no torch: `tensor-tutor time` answers from the notebook and tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tutor.bench.notebook import Notebook, Run, read_notebook
+from tutor.errors import UserError
+from tutor.hardware.specs import GpuSpec
+from tutor.theory.interconnect import nvlink_bandwidth_bytes_per_s, pcie_bandwidth_bytes_per_s
+from tutor.theory.step_time import BandwidthPoint, Ceilings, GemmPoint, Sourced
+
+_MAMF = ("Stas Bekman's mamf-finder table, stas00/ml-engineering compute/accelerator/README.md "
+         "(bf16, mean of 100 iterations at the best shape)")
+# card key -> (measured maximum achievable matmul TFLOP/s, the card it was measured on, best shape)
+PUBLISHED_MAMF_BF16: dict[str, tuple[float, str, tuple[int, int, int]]] = {
+    "h100-sxm": (794.5, "NVIDIA H100 SXM", (2048, 2048, 13312)),
+    "h200-sxm": (794.5, "NVIDIA H100 SXM ('H200 is the same')", (2048, 2048, 13312)),
+    "a100-80gb-sxm": (271.2, "NVIDIA A100 SXM", (1024, 10240, 5120)),
+    "a100-40gb": (271.2, "NVIDIA A100 SXM", (1024, 10240, 5120)),
+    "a100-80gb-pcie": (252.9, "NVIDIA A100 PCIe", (2048, 5120, 6144)),
+    "b200": (1745.0, "NVIDIA B200 SXM", (1792, 16128, 3072)),
+    "mi300x": (668.4, "AMD MI300X (ROCm 6.3, TunableOp)", (10240, 15360, 8192)),
+}
+# Used for a card without its own published MAMF: the H100 SXM's efficiency, said as such.
+FALLBACK_MAMF_FRACTION = 794.5 / 989.0
+HBM_FRACTION = 2.8 / 3.35
+HBM_SOURCE = ("coalesced loads at 2.8 of 3.35 TB/s on an H100 SXM, measured with Nsight Compute "
+              "(https://mikamirai.com/blog/gpu-memory-bandwidth/)")
+NVLINK_FRACTION = 370 / 450
+NVLINK_SOURCE = ("NCCL reaches an effective 370 GB/s busbw of NVLink 4's 450 GB/s line rate, ~20% protocol "
+                 "overhead (NCCL developer S. Jeaugey, https://github.com/NVIDIA/nccl-tests/issues/212)")
+PCIE_FRACTION = 26 / 31.5
+PCIE_SOURCE = ("nvbandwidth README: host_to_device_memcpy_ce about 26 GB/s of PCIe Gen4 x16's 31.5 GB/s "
+               "(NVIDIA/nvbandwidth)")
+NDR_BUSBW = 47e9
+NDR_SOURCE = ("46-48 GB/s per NDR 400 Gb/s NIC, one NIC per GPU (NVIDIA, "
+              "https://github.com/NVIDIA/nccl-tests/issues/290)")
+NCCL_STEP_LATENCY = 3e-6
+NCCL_LATENCY_SOURCE = ("a 2-GPU all-reduce of a few kB takes about 6 µs on an HGX H100, 2 ring steps "
+                       "(https://github.com/NVIDIA/nccl/issues/1259)")
+KERNEL_LAUNCH = 5e-6
+KERNEL_LAUNCH_SOURCE = ("CUDA kernel launch overhead of about 5 µs per launch (NVIDIA CUDA C++ Best Practices "
+                        "Guide, 'Kernel launch overhead'; PyTorch CUDA Graphs blog: 'several microseconds')")
+# card key -> (intra-node link: "nvlink" generation or "pcie" generation)
+INTRA_NODE_LINKS: dict[str, tuple[str, int]] = {
+    "h100-sxm": ("nvlink", 4), "h200-sxm": ("nvlink", 4), "b200": ("nvlink", 5),
+    "a100-80gb-sxm": ("nvlink", 3), "a100-40gb": ("nvlink", 3), "v100-sxm2-16gb": ("nvlink", 2),
+    "v100-sxm2-32gb": ("nvlink", 2), "h100-pcie": ("pcie", 5), "h100-nvl": ("pcie", 5), "h200-nvl": ("pcie", 5),
+    "a100-80gb-pcie": ("pcie", 4), "l4": ("pcie", 4), "l40s": ("pcie", 4), "a10": ("pcie", 4),
+    "a10g": ("pcie", 4), "t4": ("pcie", 3), "v100-pcie-16gb": ("pcie", 3), "v100-pcie-32gb": ("pcie", 3),
+    "rtx-3090": ("pcie", 4), "rtx-4090": ("pcie", 4), "rtx-5090": ("pcie", 5), "rtx-a6000": ("pcie", 4),
+    "mi300x": ("pcie", 5), "mi250x": ("pcie", 4),
+}
+BENCH_HINT = "run `tensor-tutor bench --quick` (about 20 s) to measure this machine, or pass --device h100"
+
+
+@dataclass(frozen=True)
+class WaterfallStep:
+    """One rung of the waterfall from the datasheet to the achieved step: a rate and the factor to the
+    rung above it, with where the factor comes from."""
+
+    name: str
+    flops_per_s: float
+    factor: float
+    source: str
+
+
+def card_ceilings(spec: GpuSpec, dtype: str = "bf16") -> Ceilings:
+    """Ceilings of a card from its datasheet and published achieved fractions, each with its citation."""
+    peak_tflops = spec.peak_tflops(dtype)
+    if peak_tflops is None:
+        raise UserError(f"{spec.name} has no dense {dtype} peak in the spec table ({spec.source})")
+    peak = peak_tflops * 1e12
+    published = PUBLISHED_MAMF_BF16.get(spec.key) if dtype in ("bf16", "fp16") else None
+    if published is not None:
+        tflops, where, shape = published
+        fraction = tflops / peak_tflops
+        rate = peak * fraction
+        gemm_source = f"{spec.name} {dtype} peak {peak_tflops:g} TFLOP/s x {fraction:.3f} achieved: {where}, {_MAMF}"
+        m, n, k = shape
+    else:
+        fraction = FALLBACK_MAMF_FRACTION
+        rate = peak * fraction
+        gemm_source = (f"{spec.name} {dtype} peak {peak_tflops:g} TFLOP/s x {fraction:.3f}, the H100 SXM's achieved "
+                       f"fraction (no published MAMF for this card): {_MAMF}")
+        m, n, k = 4096, 4096, 4096
+    bandwidth = spec.bandwidth_gbps * 1e9 * HBM_FRACTION
+    link_kind, generation = INTRA_NODE_LINKS.get(spec.key, ("pcie", 4))
+    if link_kind == "nvlink":
+        line = nvlink_bandwidth_bytes_per_s(generation)
+        intra = Sourced(line * NVLINK_FRACTION, "B/s", f"NVLink {generation} {line / 1e9:g} GB/s per direction "
+                        f"(NVIDIA NVLink page, per-GPU links) x {NVLINK_FRACTION:.3f}: {NVLINK_SOURCE}")
+    else:
+        line = pcie_bandwidth_bytes_per_s(generation)
+        intra = Sourced(line * PCIE_FRACTION, "B/s", f"PCIe Gen{generation} x16 {line / 1e9:.1f} GB/s per direction "
+                        f"(PCI-SIG) x {PCIE_FRACTION:.3f}: {PCIE_SOURCE}")
+    return Ceilings(
+        device=spec.key, dtype=dtype,
+        gemm_points=(GemmPoint(m, n, k, rate),), gemm_source=gemm_source,
+        bandwidth_points=(BandwidthPoint(1 << 30, bandwidth),),
+        bandwidth_source=f"{spec.name} datasheet {spec.bandwidth_gbps:g} GB/s ({spec.source}) x {HBM_FRACTION:.3f}: "
+                         f"{HBM_SOURCE}",
+        peak_flops=Sourced(peak, "FLOP/s", f"{spec.name} dense {dtype} datasheet peak: {spec.source}"),
+        kernel_overhead=Sourced(KERNEL_LAUNCH, "s", KERNEL_LAUNCH_SOURCE),
+        intra_node_link=intra, inter_node_link=Sourced(NDR_BUSBW, "B/s", NDR_SOURCE),
+        link_latency=Sourced(NCCL_STEP_LATENCY, "s", NCCL_LATENCY_SOURCE),
+        notes=(f"{spec.confidence}",) if spec.confidence != "datasheet" else (),
+    )
+
+
+def _run_label(run: Run) -> str:
+    return f"bench run {run.number} ({run.date})"
+
+
+def _matmul_results(run: Run, device: str, dtype: str) -> list[dict]:
+    return [r for r in run.results if r.get("kind") == "matmul" and r.get("device") == device
+            and r.get("dtype") == dtype and str(r.get("backend", "")).startswith("torch")]
+
+
+def latest_run_with_matmul(notebook: Notebook, device: str, dtype: str) -> Run | None:
+    """The newest finished run that measured torch matmul of `dtype` on `device`."""
+    for run in reversed(notebook.runs):
+        if not run.cancelled and _matmul_results(run, device, dtype):
+            return run
+    return None
+
+
+def _positive(value) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
+
+
+def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebook | None = None) -> Ceilings:
+    """This machine's ceilings from the latest bench run in the results notebook, each naming the run."""
+    book = notebook if notebook is not None else read_notebook()
+    run = latest_run_with_matmul(book, device, dtype)
+    if run is None:
+        raise UserError(f"no bench run with a {dtype} matmul on {device} in the results notebook: {BENCH_HINT}")
+    label = _run_label(run)
+    points = []
+    matmul = _matmul_results(run, device, dtype)
+    for result in matmul:
+        for shape in result.get("sweep") or [result]:
+            rate = _positive(shape.get("tflops_median"))
+            if rate and all(isinstance(shape.get(d), int) for d in ("m", "n", "k")):
+                points.append(GemmPoint(shape["m"], shape["n"], shape["k"], rate * 1e12))
+    if not points:
+        raise UserError(f"{label} holds no matmul figure for {dtype} on {device}: {BENCH_HINT}")
+    headline = matmul[0]
+    bandwidth = None
+    for result in run.results:
+        if result.get("kind") == "bandwidth" and result.get("device") == device and result.get("op") == "triad":
+            rate = _positive(result.get("gbps_median"))
+            if rate:
+                bandwidth = BandwidthPoint(int(result.get("bytes") or 1 << 30), rate * 1e9)
+    if bandwidth is None:
+        raise UserError(f"{label} has no STREAM-like triad for {device}: run `tensor-tutor bench --quick` "
+                        "(it measures matmul and bandwidth)")
+    link = None
+    busbw = [(r.get("bytes") or 0, rate) for r in run.results
+             if r.get("kind") == "collective" and r.get("op") == "all_reduce"
+             and (rate := _positive(r.get("busbw_gbps"))) is not None]
+    if busbw:
+        size, rate = max(busbw)
+        link = Sourced(rate * 1e9, "B/s", f"measured all_reduce busbw at {size:,} B, {label}")
+    peak = _positive(headline.get("peak_tflops"))
+    sizes = ", ".join(f"{p.m}x{p.n}x{p.k}" for p in points)
+    return Ceilings(
+        device=device, dtype=dtype, gemm_points=tuple(points),
+        gemm_source=f"measured torch {dtype} matmul sweep ({sizes}), {label}",
+        bandwidth_points=(bandwidth,),
+        bandwidth_source=f"measured STREAM-like triad, median {bandwidth.bytes_per_s / 1e9:.3g} GB/s, {label}",
+        peak_flops=Sourced(peak * 1e12, "FLOP/s", str(headline.get("peak_source") or "bench peak")) if peak else None,
+        kernel_overhead=Sourced(0.0, "s", f"not measured by {label}: launch costs left out"),
+        intra_node_link=link, inter_node_link=link,
+        link_latency=None, devices_per_node=1 if device == "cpu" else 8,
+    )
+
+
+def waterfall(ceilings: Ceilings, *, gemm_flops: float, gemm_seconds: float, model_flops: float,
+              step_seconds: float, clock_fraction: Sourced | None = None) -> tuple[WaterfallStep, ...]:
+    """Datasheet peak -> clock now -> measured maximum matmul -> this model's GEMM shapes -> the achieved
+    step. Each factor is the ratio of consecutive rungs, so their product is the achieved rate over the peak.
+
+    gemm_flops / gemm_seconds: the step's GEMMs at their own shapes' rates; model_flops / step_seconds:
+    the achieved model FLOP/s of the whole step (memory-bound work, communication and bubbles included)."""
+    steps: list[WaterfallStep] = []
+    top = ceilings.peak_flops.value if ceilings.peak_flops is not None else ceilings.max_matmul_flops
+    steps.append(WaterfallStep("datasheet peak", top, 1.0,
+                               ceilings.peak_flops.source if ceilings.peak_flops else "no datasheet: measured maximum"))
+    rate = top
+    if clock_fraction is not None:
+        rate = top * clock_fraction.value
+        steps.append(WaterfallStep("clock now", rate, clock_fraction.value, clock_fraction.source))
+    best = ceilings.max_matmul_flops
+    steps.append(WaterfallStep("measured maximum matmul", best, best / rate, ceilings.gemm_source))
+    shapes = gemm_flops / gemm_seconds if gemm_seconds else best
+    steps.append(WaterfallStep("this model's GEMM shapes", shapes, shapes / best,
+                               "the model's GEMMs at their own shapes' rates (the curve above)"))
+    achieved = model_flops / step_seconds
+    steps.append(WaterfallStep("achieved step", achieved, achieved / shapes,
+                               "model FLOPs over the whole step: memory-bound ops, optimizer, communication, bubble"))
+    return tuple(steps)

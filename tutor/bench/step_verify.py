@@ -1,0 +1,554 @@
+"""`tensor-tutor time --verify`: predict a real transformers model's step from this machine's ceilings, then run it.
+
+The model is MODEL's architecture from its config.json, scaled down (layers, width, vocabulary,
+sequence) until a training step takes a few seconds on this machine, built by transformers
+(`AutoModelForCausalLM.from_config`, fp32, SDPA attention, no dropout). Right before the steps, in
+the same process and so under the same load, the ceilings the prediction uses are measured:
+
+- the matmul rate at each GEMM shape of the step, in the layout nn.Linear and its backward use
+  (y = x·Wᵀ, dX = dY·W, dW = dYᵀ·x), median of several timed calls (mamf-finder's method, on
+  the step's own shapes);
+- SDPA's causal attention kernel forward and forward+backward at the step's shape (its rate in
+  FLOPs as tutor.theory.step_operations counts them);
+- elementwise bandwidth at sizes spanning the step's memory-bound ops (torch.add, 3 arrays counted
+  as STREAM's Add does);
+- the cost of one tiny op (dispatch overhead), and the framework's own code per decoder layer and
+  per model call, measured on the same family at width 64 with 1 and 2 layers (near-zero work);
+- torch.optim.AdamW's step on parameters shaped like the model's.
+
+Then real steps per phase: forward (the loss), backward, optimizer (AdamW as torch runs it on a CPU),
+and a prefill and decode steps, in three rounds that each start with their own measurement of the
+ceilings (2 warm-up steps first; medians over rounds and steps), so that a change in the load of a
+shared machine reaches prediction and measurement alike. Everything is timed on this thread's CPU
+time with torch on one thread (see CLOCK); the wall-clock step is reported beside it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tutor.errors import UserError
+from tutor.theory.fit import FitRequest
+from tutor.theory.models import architecture_from_config, count_parameters
+from tutor.theory.step_operations import GEMM, LAYER_CODE, MODEL_CODE, inference_operations, training_operations
+from tutor.theory.step_time import (
+    BandwidthPoint,
+    Ceilings,
+    GemmPoint,
+    Sourced,
+    decode_step,
+    operation_seconds,
+    prefill_seconds,
+)
+
+# (layers, hidden, heads, sequence, batch, vocabulary): the sizes a verification runs at.
+SIZES = {
+    "tiny": (1, 64, 2, 32, 2, 512),
+    "small": (2, 256, 4, 128, 4, 4096),
+    "medium": (4, 512, 8, 256, 2, 8192),
+    "large": (4, 768, 12, 256, 4, 8192),
+}
+WARMUP_STEPS = 2
+ROUNDS = 3
+STEPS_PER_ROUND = 2
+DECODE_STEPS = 6
+GEMM_REPEATS = 3
+
+
+def scaled_config(config: dict, size: str) -> dict:
+    """MODEL's config with its sizes scaled to `size` (SIZES): the same family, head-dim rule, GQA ratio,
+    MLP ratio, tying and norms; dropout off so steps repeat exactly."""
+    if size not in SIZES:
+        raise UserError(f"unknown verify size {size!r}: use {', '.join(SIZES)}")
+    layers, hidden, heads, seq, _batch, vocab = SIZES[size]
+    return sized_config(config, layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab)
+
+
+def sized_config(config: dict, *, layers: int, hidden: int, heads: int, seq: int, vocab: int) -> dict:
+    """The config with these sizes, everything else (family, ratios, tying, norms) kept."""
+    out = dict(config)
+    kind = out.get("model_type")
+    if kind == "gpt2":
+        out.update(n_layer=layers, n_embd=hidden, n_head=heads, n_inner=None, vocab_size=vocab,
+                   n_positions=max(seq * 2, 1024), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        out.pop("torch_dtype", None)
+        out["dtype"] = "float32"
+        return out
+    orig_hidden = out.get("hidden_size") or hidden
+    orig_heads = out.get("num_attention_heads") or heads
+    kv = out.get("num_key_value_heads") or orig_heads
+    group = max(1, orig_heads // kv)
+    ratio = (out.get("intermediate_size") or 4 * orig_hidden) / orig_hidden
+    out.update(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+               num_key_value_heads=max(1, heads // group), intermediate_size=int(round(hidden * ratio / 64)) * 64,
+               vocab_size=vocab, max_position_embeddings=max(out.get("max_position_embeddings") or 0, 4 * seq),
+               attention_dropout=0.0)
+    if "head_dim" in out or kind in ("qwen3", "gemma", "gemma2"):
+        out["head_dim"] = hidden // heads
+    if out.get("moe_intermediate_size"):
+        out["moe_intermediate_size"] = int(round(hidden * out["moe_intermediate_size"] / orig_hidden / 64)) * 64
+    for key in ("layer_types", "max_window_layers", "mlp_only_layers"):
+        out.pop(key, None)
+    out.pop("quantization_config", None)
+    out.pop("torch_dtype", None)
+    out["dtype"] = "float32"
+    return out
+
+
+CLOCK = time.thread_time
+"""Steps and ceilings are timed on this thread's CPU time, with torch on one thread: on a shared machine
+wall-clock time counts the other programs' turns too (and a multi-threaded kernel waits for its slowest,
+descheduled thread), CPU time counts the work. Wall-clock figures are reported beside it."""
+ROTATE_BYTES = 64 * 2**20  # GEMM operands rotate over copies this large, so weights come from DRAM as in a step
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = CLOCK()
+        fn()
+        times.append(CLOCK() - start)
+    return statistics.median(times)
+
+
+def _gemm_call(torch, op, dtype, conv1d: bool = False):
+    """A callable running one GEMM in the layout its call uses (y = x·Wᵀ, dX = dY·W, dW = dYᵀ·x, bmm),
+    rotating over enough operand copies that they do not stay in the caches between calls."""
+    m, n, k, batch = op.m, op.n, op.k, op.batch
+    per_call = 4 * batch * (m * k + k * n)
+    copies = max(1, min(16, ROTATE_BYTES // max(1, per_call)))
+    if batch > 1:
+        pairs = [(torch.randn(batch, m, k, dtype=dtype), torch.randn(batch, k, n, dtype=dtype)) for _ in range(copies)]
+        run = lambda a, b: torch.bmm(a, b)  # noqa: E731
+    elif op.name.endswith(" dX") and conv1d:  # GPT-2's Conv1D keeps W as (in, out): dX = dY · Wᵀ
+        pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)) for _ in range(copies)]
+        run = lambda a, b: torch.mm(a, b.t())  # noqa: E731
+    elif op.name.endswith(" dX"):
+        pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)) for _ in range(copies)]
+        run = lambda a, b: torch.mm(a, b)  # noqa: E731
+    elif op.name.endswith(" dW"):
+        pairs = [(torch.randn(k, m, dtype=dtype), torch.randn(k, n, dtype=dtype)) for _ in range(copies)]
+        run = lambda a, b: torch.mm(a.t(), b)  # noqa: E731
+    elif conv1d:  # transformers' Conv1D: addmm(bias, x, W) with W stored (in, out)
+        pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)) for _ in range(copies)]
+        bias = torch.randn(n, dtype=dtype)
+        run = lambda a, b: torch.addmm(bias, a, b)  # noqa: E731
+    else:
+        pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)) for _ in range(copies)]
+        run = torch.nn.functional.linear
+    state = {"i": 0}
+
+    def call():
+        a, b = pairs[state["i"] % copies]
+        state["i"] += 1
+        run(a, b)
+
+    return call
+
+
+def _named_rates(torch, ops, arch, request) -> list[tuple[str, float]]:
+    """Measured bytes/s of each memory-bound operation of the step, forward and backward, by running the
+    torch ops transformers issues for it at its own size (launches included)."""
+    F = torch.nn.functional
+    T, h = request.batch * request.queries, arch.hidden_size
+    rates: list[tuple[str, float]] = []
+    forward = {op.name: op for op in ops if op.kind != GEMM and op.phase == "forward"}
+    backward = {op.name: op for op in ops if op.kind != GEMM and op.phase == "backward"}
+
+    def rms(x, w):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return w * (x * torch.rsqrt(var + 1e-6))
+
+    def make(name):
+        """(function, inputs needing grad) for one op name; None for names measured otherwise."""
+        a = arch.num_heads
+        g = max(1, arch.num_kv_heads)
+        d = arch.head_dim
+        f = arch.intermediate_size
+        V = arch.vocab_size
+        if name.endswith("norm") and name != "q/k norm":
+            x, w = torch.randn(T, h, requires_grad=True), torch.randn(h, requires_grad=True)
+            if arch.norm == "rmsnorm":
+                return (lambda: rms(x, w)), (x, w)
+            bias = torch.randn(h, requires_grad=True)
+            return (lambda: F.layer_norm(x, (h,), w, bias)), (x, w, bias)
+        if name == "q/k norm":
+            x, w = torch.randn(T * (a + g), d, requires_grad=True), torch.randn(d, requires_grad=True)
+            return (lambda: rms(x, w)), (x, w)
+        if name == "rope":
+            q = torch.randn(request.batch, a + g, request.queries, d, requires_grad=True)
+            cos, sin = torch.randn(request.batch, 1, request.queries, d), torch.randn(request.batch, 1, request.queries, d)
+
+            def rope():
+                x1, x2 = q[..., : d // 2], q[..., d // 2:]
+                return q * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+            return rope, (q,)
+        if name == "heads to rows (contiguous)":
+            x = torch.randn(request.batch, a, request.queries, d, requires_grad=True)
+            return (lambda: x.transpose(1, 2).contiguous()), (x,)
+        if name == "residual add":
+            x, y = torch.randn(T, h, requires_grad=True), torch.randn(T, h, requires_grad=True)
+            return (lambda: x + y), (x, y)
+        if name == "silu(gate) * up":
+            x, y = torch.randn(T, f, requires_grad=True), torch.randn(T, f, requires_grad=True)
+            return (lambda: F.silu(x) * y), (x, y)
+        if name.startswith("gelu_new"):
+            import math
+
+            x = torch.randn(T, f, requires_grad=True)
+            return (lambda: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))), (x,)
+        if name.startswith("cross-entropy"):
+            x = torch.randn(T, V, requires_grad=True)
+            labels = torch.randint(0, V, (T,))
+            return (lambda: F.cross_entropy(x, labels)), (x,)
+        if name == "embedding lookup":
+            table = torch.randn(V, h, requires_grad=True)
+            ids = torch.randint(0, V, (T,))
+            return (lambda: F.embedding(ids, table)), (table,)
+        if name == "position embedding + add":
+            table, x = torch.randn(T, h, requires_grad=True), torch.randn(T, h, requires_grad=True)
+            return (lambda: x + table), (x, table)
+        if name == "KV cache append (torch.cat)":
+            # The cache a decode step copies was written a layer's worth of work ago: rotate over copies
+            # past the caches, as the real step reads it from memory.
+            one_cache = 4 * request.batch * g * request.context * d
+            copies = max(2, min(32, ROTATE_BYTES // max(1, one_cache)))
+            caches = [torch.randn(request.batch, g, request.context, d) for _ in range(copies)]
+            one = torch.randn(request.batch, g, 1, d)
+            turn = {"i": 0}
+
+            def append():
+                turn["i"] += 2
+                return (torch.cat([caches[turn["i"] % copies], one], dim=-2),
+                        torch.cat([caches[(turn["i"] + 1) % copies], one], dim=-2))
+
+            return append, ()
+        return None
+
+    for name, op in forward.items():
+        made = make(name)
+        if made is None:
+            continue
+        fn, leaves = made
+        with torch.no_grad():
+            fn()
+            seconds = _median_seconds(fn, 5)
+        rates.append((f"forward:{name}", op.bytes / seconds))
+        if name in backward and leaves:
+            out = fn()
+            out = out[0] if isinstance(out, tuple) else out
+            grad = torch.randn_like(out)
+
+            def both():
+                result = fn()
+                (result[0] if isinstance(result, tuple) else result).backward(grad)
+
+            both()
+            total = _median_seconds(both, 5)
+            rates.append((f"backward:{name}", backward[name].bytes / max(total - seconds, 0.2 * seconds)))
+    return rates
+
+
+def _optimizer_rate(torch, op, arch) -> tuple[str, float]:
+    """Measured bytes/s of torch.optim.AdamW's step on parameters shaped like the model's largest."""
+    shapes = [(arch.intermediate_size, arch.hidden_size)] * 3 + [(arch.hidden_size, arch.hidden_size)] * 2
+    params = [torch.nn.Parameter(torch.randn(*s)) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    optimizer.step()
+    seconds = _median_seconds(optimizer.step, 5)
+    count = sum(p.numel() for p in params)
+    bytes_per_param = op.bytes / count_parameters(arch).total  # one device, no ZeRO: every parameter
+    return f"optimizer:{op.name}", bytes_per_param * count / seconds
+
+
+FRAMEWORK_SHAPE = dict(hidden=64, heads=2, seq=8, vocab=64)
+
+
+def framework_seconds(torch, config: dict, mode: str) -> list[tuple[str, float]]:
+    """Seconds per call of the model's own code at near-zero work, per decoder layer and for the rest of the
+    model: the same family built with 1 and with 2 layers of width 64 on 8 tokens, timed in `mode` (train:
+    forward and backward; prefill; decode: one token on a cache of 8); the layer is the difference."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    times = {}
+    for layers in (1, 2):
+        sized = sized_config(config, layers=layers, **FRAMEWORK_SHAPE)
+        hf = AutoConfig.for_model(**{k: v for k, v in sized.items() if k != "architectures"})
+        hf._attn_implementation = "sdpa"
+        model = AutoModelForCausalLM.from_config(hf, dtype=torch.float32).float()
+        ids = torch.randint(0, FRAMEWORK_SHAPE["vocab"], (1, FRAMEWORK_SHAPE["seq"]))
+        if mode == "train":
+            model.train()
+            forward, backward = [], []
+            for index in range(12):
+                t0 = CLOCK()
+                loss = model(input_ids=ids, labels=ids).loss
+                t1 = CLOCK()
+                loss.backward()
+                t2 = CLOCK()
+                if index >= 2:
+                    forward.append(t1 - t0)
+                    backward.append(t2 - t1)
+            times[layers] = {"forward": statistics.median(forward), "backward": statistics.median(backward)}
+            continue
+        model.eval()
+        with torch.no_grad():
+            if mode == "prefill":
+                call = lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1)  # noqa: E731
+                call()
+                times[layers] = {"forward": _median_seconds(call, 15)}
+            else:
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                state = {"cache": out.past_key_values, "token": ids[:, -1:]}
+
+                def step():
+                    result = model(input_ids=state["token"], past_key_values=state["cache"], use_cache=True)
+                    state["cache"] = result.past_key_values
+
+                step()
+                times[layers] = {"forward": _median_seconds(step, 15)}
+    out = []
+    for phase in times[1]:
+        layer = max(0.0, times[2][phase] - times[1][phase])
+        out += [(f"{phase}:{LAYER_CODE}", layer), (f"{phase}:{MODEL_CODE}", max(0.0, times[1][phase] - layer))]
+    return out
+
+
+def measure_ceilings(ops, arch, request, *, queries: int, context: int, training: bool,
+                     config: dict | None = None, mode: str = "train") -> Ceilings:
+    """This machine's ceilings at the step's own shapes, measured now (see the module docstring)."""
+    import torch
+
+    dtype = torch.float32
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    points: dict[tuple, GemmPoint] = {}
+    for op in ops:
+        if op.kind != GEMM or op.name.startswith("attention") or (op.batch, op.m, op.n, op.k) in points:
+            continue
+        conv1d = arch.model_type == "gpt2" and op.name in ("c_attn", "attn.c_proj", "c_fc", "mlp.c_proj",
+                                                           "c_attn dX", "attn.c_proj dX", "c_fc dX", "mlp.c_proj dX")
+        fn = _gemm_call(torch, op, dtype, conv1d)
+        fn()
+        seconds = _median_seconds(fn, GEMM_REPEATS)
+        points[(op.batch, op.m, op.n, op.k)] = GemmPoint(op.m, op.n, op.k, op.flops / seconds, op.batch)
+    attention = [op for op in ops if op.name.startswith("attention")]
+    heads, kv = arch.num_heads, max(1, arch.num_kv_heads)
+    if attention:
+        q = torch.randn(request.batch, heads, queries, arch.head_dim, requires_grad=training)
+        k = torch.randn(request.batch, kv, context, arch.head_dim, requires_grad=training)
+        v = torch.randn(request.batch, kv, context, arch.head_dim, requires_grad=training)
+
+        def forward():
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=queries > 1,
+                                                                    enable_gqa=heads != kv)
+
+        with torch.no_grad():
+            forward()
+            fwd = _median_seconds(forward, GEMM_REPEATS)
+        flops_fwd = sum(op.flops for op in attention if op.phase == "forward")
+        for op in attention:
+            if op.phase == "forward":
+                points[(op.batch, op.m, op.n, op.k)] = GemmPoint(op.m, op.n, op.k, flops_fwd / fwd, op.batch)
+        if training:
+            grad = torch.randn(request.batch, heads, queries, arch.head_dim)
+
+            def both():
+                forward().backward(grad)
+
+            both()
+            bwd = max(_median_seconds(both, GEMM_REPEATS) - fwd, 0.5 * fwd)
+            flops_bwd = sum(op.flops for op in attention if op.phase == "backward")
+            for op in attention:
+                if op.phase == "backward":  # same shapes as the forward: kept under a negative batch key
+                    points[(-op.batch, op.m, op.n, op.k)] = GemmPoint(op.m, op.n, op.k, flops_bwd / bwd, -op.batch)
+    named = _named_rates(torch, ops, arch, _Shape(request.batch, queries, context))
+    for op in ops:
+        if op.phase == "optimizer":
+            named.append(_optimizer_rate(torch, op, arch))
+    big = torch.randn(ROTATE_BYTES // 4)
+    out = torch.empty_like(big)
+    stream = 8 * big.numel() / _median_seconds(lambda: torch.add(big, 1.0, out=out), 5)
+    tiny = torch.randn(1)
+    overhead = _median_seconds(lambda: torch.add(tiny, tiny), 200)
+    framework = framework_seconds(torch, config, mode) if config is not None else []
+    return Ceilings(
+        device="cpu", dtype="fp32", gemm_points=tuple(points.values()),
+        gemm_source=f"measured now ({stamp}): torch fp32 GEMMs at the step's {len(points)} shapes (operands rotated "
+                    "past the caches) and SDPA at its shape, median of 5, one thread's CPU time",
+        bandwidth_points=(BandwidthPoint(ROTATE_BYTES * 2, stream),),
+        bandwidth_source=f"measured now ({stamp}): {len(named)} memory-bound ops of the step run at their own sizes; "
+                         f"torch.add of {ROTATE_BYTES >> 20} MiB arrays ({stream / 1e9:.3g} GB/s) for the rest",
+        kernel_overhead=Sourced(overhead, "s", f"measured now ({stamp}): one tiny torch op, median of 200"),
+        devices_per_node=1, named_bandwidth=tuple(named), named_seconds=tuple(framework),
+        framework_source=(f"measured now ({stamp}): the same model family with 1 and 2 layers of width 64 on 8 tokens "
+                          f"({mode}), per layer the difference" if framework else "not measured"),
+    )
+
+
+@dataclass(frozen=True)
+class _Shape:
+    batch: int
+    queries: int
+    context: int
+
+
+def _with_backward_attention(ops):
+    """The backward attention GEMMs keyed by the negative batch their measured rate is stored under."""
+    return [replace(op, batch=-op.batch) if op.phase == "backward" and op.name.startswith("attention") else op
+            for op in ops]
+
+
+def _seconds(ceilings: Ceilings, ops) -> dict[str, float]:
+    phases: dict[str, float] = {}
+    for op in ops:
+        phases[op.phase] = phases.get(op.phase, 0.0) + operation_seconds(ceilings, op)
+    return phases
+
+
+@dataclass(frozen=True)
+class VerifySetup:
+    config: dict
+    arch: Any
+    request: FitRequest
+    size: str
+
+
+def verify_setup(config: dict, size: str = "medium") -> VerifySetup:
+    scaled = scaled_config(config, size)
+    arch = architecture_from_config(scaled, name=f"{config.get('model_type')} scaled ({size})")
+    _layers, _hidden, _heads, seq, batch, _vocab = SIZES[size]
+    request = FitRequest(mode="train", recipe="fp32", optimizer="adamw", batch=batch, seq_len=seq, attention="sdpa",
+                         gpu=False)
+    return VerifySetup(scaled, arch, request, size)
+
+
+def run_verification(config: dict, size: str = "medium", *, decode: bool = True) -> dict:
+    """Predict, then measure, one scaled-down model's training step, prefill and decode (module docstring)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(torch, AutoConfig, AutoModelForCausalLM, config, size, decode)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _median_phases(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {name: statistics.median(r.get(name, 0.0) for r in rounds) for name in rounds[0]}
+
+
+def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decode: bool) -> dict:
+    setup = verify_setup(config, size)
+    arch, request = setup.arch, setup.request
+    hf_config = AutoConfig.for_model(**{k: v for k, v in setup.config.items() if k not in ("architectures",)})
+    hf_config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).float()
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    ops = training_operations(arch, request, params_on_device=count_parameters(arch).total).operations
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, arch.vocab_size, (request.batch, request.seq_len))
+    phases: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
+    walls: list[float] = []
+    predictions: list[dict[str, float]] = []
+    ceilings: Ceilings | None = None
+    for round_index in range(ROUNDS):
+        # Ceilings and steps alternate, so a change in the machine's load reaches both alike.
+        ceilings = measure_ceilings(ops, arch, request, queries=request.seq_len, context=request.seq_len,
+                                    training=True, config=setup.config, mode="train")
+        predictions.append(_seconds(ceilings, _with_backward_attention(ops)))
+        warmup = WARMUP_STEPS if round_index == 0 else 0
+        for index in range(warmup + STEPS_PER_ROUND):
+            wall = time.perf_counter()
+            t0 = CLOCK()
+            loss = model(input_ids=ids, labels=ids).loss
+            t1 = CLOCK()
+            loss.backward()
+            t2 = CLOCK()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            t3 = CLOCK()
+            if index >= warmup:
+                phases["forward"].append(t1 - t0)
+                phases["backward"].append(t2 - t1)
+                phases["optimizer"].append(t3 - t2)
+                walls.append(time.perf_counter() - wall)
+    predicted = _median_phases(predictions)
+    measured = {name: statistics.median(values) for name, values in phases.items()}
+    steps = [sum(values) for values in zip(*phases.values())]
+    timed = ROUNDS * STEPS_PER_ROUND
+    result = {
+        "model": arch.name, "size": size,
+        "scaled": f"{arch.num_layers} layers, hidden {arch.hidden_size}, {arch.num_heads} heads, vocab "
+                  f"{arch.vocab_size:,}, batch {request.batch} x {request.seq_len} tokens, fp32, {params:,} params",
+        "predicted_s": statistics.median(sum(r.values()) for r in predictions), "measured_s": statistics.median(steps),
+        "measured_wall_s": statistics.median(walls),
+        "phases": {name: {"predicted_s": predicted.get(name, 0.0), "measured_s": measured[name]}
+                   for name in ("forward", "backward", "optimizer")},
+        "clock": "this thread's CPU time (torch on 1 thread); wall-clock beside it",
+        "sources": ceilings.sources() if ceilings is not None else {},
+        "notes": [f"median of {timed} steps after {WARMUP_STEPS} warm-up, in {ROUNDS} rounds each after its own "
+                  "measurement of the ceilings (the prediction is the median of the rounds'), on one clock: this "
+                  "thread's CPU time with torch on one thread, since the machine is shared; measured_wall_s is the "
+                  "wall-clock step"],
+    }
+    if decode:
+        result.update(_verify_inference(torch, model, arch, request, setup.config))
+    return result
+
+
+def _verify_inference(torch, model, arch, request: FitRequest, config: dict) -> dict:
+    infer = replace(request, mode="inference", dtype="fp32")
+    prefill_ops = inference_operations(arch, infer, queries=infer.seq_len, context=infer.seq_len,
+                                       logits_tokens=infer.batch)
+    decode_ops = inference_operations(arch, infer, queries=1, context=infer.seq_len)
+    model.eval()
+    ids = torch.randint(0, arch.vocab_size, (infer.batch, infer.seq_len))
+    prefills, decodes, predicted_prefill, predicted_decode = [], [], [], []
+    with torch.no_grad():
+        for round_index in range(ROUNDS):
+            prefill_ceilings = measure_ceilings(prefill_ops, arch, infer, queries=infer.seq_len,
+                                                context=infer.seq_len, training=False, config=config, mode="prefill")
+            predicted_prefill.append(prefill_seconds(arch, infer, prefill_ceilings))
+            warmup = WARMUP_STEPS if round_index == 0 else 0
+            for index in range(warmup + STEPS_PER_ROUND):
+                start = CLOCK()
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                if index >= warmup:
+                    prefills.append(CLOCK() - start)
+            # Decode is memory-bound, the figure most moved by other programs' memory traffic: its ceilings
+            # are measured right before its own steps.
+            decode_ceilings = measure_ceilings(decode_ops, arch, infer, queries=1, context=infer.seq_len,
+                                               training=False, config=config, mode="decode")
+            predicted_decode.append(decode_step(arch, infer, decode_ceilings, batch=infer.batch,
+                                                context=infer.seq_len).seconds)
+            cache = out.past_key_values
+            token = out.logits[:, -1:].argmax(-1)
+            for index in range(DECODE_STEPS):
+                start = CLOCK()
+                out = model(input_ids=token, past_key_values=cache, use_cache=True)
+                if index >= 2:  # the first steps after a prefill pay the cache's first growth
+                    decodes.append(CLOCK() - start)
+                cache = out.past_key_values
+                token = out.logits[:, -1:].argmax(-1)
+    measured_prefill = statistics.median(prefills)
+    measured_decode = statistics.median(decodes)
+    decode_predicted = statistics.median(predicted_decode)
+    return {
+        "prefill": {"predicted_s": statistics.median(predicted_prefill), "measured_s": measured_prefill},
+        "decode": {"predicted_s": decode_predicted, "measured_s": measured_decode,
+                   "predicted_tokens_per_second": infer.batch / decode_predicted,
+                   "measured_tokens_per_second": infer.batch / measured_decode, "batch": infer.batch,
+                   "context": infer.seq_len},
+    }

@@ -1,0 +1,456 @@
+"""The operations of one training step (or one inference pass), counted one by one: every GEMM by its
+shape, every memory-bound op (norms, activations, residual adds, loss, optimizer) by its bytes.
+
+What is counted follows the code people run, transformers' modelling code as written (one GEMM per
+nn.Linear, fused only where the module is: GPT-2's c_attn, Phi-3's qkv_proj and gate_up_proj,
+transformers 5's stacked experts), and torch's kernels under it:
+
+- GEMM FLOPs: 2·m·n·k per GEMM (one multiply-add = 2 FLOPs; Kaplan et al. arXiv 2001.08361 §2.1).
+  The backward of y = x·Wᵀ is two GEMMs of the same size, dX = dY·W and dW = dYᵀ·x, so it costs 2×
+  the forward (Kaplan §2.1: "backward twice the forward"; Narayanan et al. arXiv 2104.04473 §5.1).
+- Attention: QKᵀ and P·V as batched GEMMs over (batch × heads). SDPA's flash kernels (CUDA
+  FlashAttention, torch's CPU flash kernel) skip the tiles above the diagonal when causal, so they do
+  about half the work; FlashAttention's own benchmark counts forward 4·b·s²·a·d / 2 when causal and
+  backward 2.5× forward, because the backward recomputes the scores (Dao-AILab/flash-attention
+  benchmarks/benchmark_flash_attention.py). Eager attention multiplies the full s×s (the mask is
+  added after) and its backward is 2×, plus the fp32 softmax as memory-bound work.
+- Memory-bound ops: bytes = elements read + written × bytes per element, counted per kernel as the
+  code issues them (RMSNorm's fp32 upcast, pow, mean, rsqrt, two multiplies; SwiGLU's silu and
+  multiply; GPT-2's tanh GELU written out as eight kernels; RoPE's rotate_half, two multiplies and an
+  add). An elementwise backward reads the output gradient and the saved inputs and writes the input
+  gradients: counted as twice the forward traffic (a unary op reads 2 and writes 1 where its forward
+  read 1 and wrote 1; the stated approximation for the others).
+- Optimizer: torch.optim.AdamW as torch runs it by default, one tensor at a time or foreach
+  (torch/optim/adam.py `_single_tensor_adam` / `_multi_tensor_adam`): mul_ (weight decay), lerp_,
+  mul_, addcmul_, sqrt, div_, add_, addcdiv_: 20 element reads and writes per parameter in the state
+  dtype; fused=True does one pass, 7.
+
+Everything here is per device (one tensor-parallel rank of the most loaded pipeline stage) and
+pure standard library.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from tutor.errors import UserError
+from tutor.theory.checks import positive_int
+from tutor.theory.fit import FitRequest
+from tutor.theory.models import Architecture
+from tutor.theory.parallel import layers_per_pipeline_stage
+
+PHASES = ("forward", "backward", "optimizer")
+GEMM, MEMORY = "gemm", "memory"
+FP32 = 4
+# AdamW element accesses per parameter (see the module docstring).
+ADAMW_ACCESSES_UNFUSED = 20
+ADAMW_ACCESSES_FUSED = 7
+SGD_ACCESSES = 3  # param.add_(grad, alpha=-lr): read param, read grad, write param
+MOMENTUM_ACCESSES = 6  # buf.mul_(m).add_(grad); param.add_(buf, alpha=-lr)
+# FlashAttention's backward FLOPs over its forward (benchmark_flash_attention.py: 2.5x).
+FLASH_BACKWARD_RATIO = 2.5
+BACKWARD_MEMORY_RATIO = 2
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One kind of operation of a step: `calls` identical calls, each of `flops` FLOPs and `bytes`
+    of memory traffic. A GEMM is (batch ×) m×n×k; a memory-bound op has m = n = k = 0."""
+
+    name: str
+    phase: str
+    kind: str
+    calls: int
+    flops: int
+    bytes: int
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    formula: str = ""
+    kernels: int = 1  # kernel launches per call (a memory op written as several torch ops)
+
+    @property
+    def total_flops(self) -> int:
+        return self.calls * self.flops
+
+    @property
+    def total_bytes(self) -> int:
+        return self.calls * self.bytes
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.m, self.n, self.k)
+
+
+def gemm(name: str, phase: str, m: int, n: int, k: int, *, calls: int, element_bytes: int, batch: int = 1,
+         fraction: float = 1.0, formula: str = "") -> Operation:
+    """A (batched) GEMM C[m,n] = A[m,k]·B[k,n]: 2·m·n·k FLOPs per matrix (× `fraction` for a kernel that
+    skips masked tiles), and its minimum traffic b·(mk + kn + mn) per matrix (Williams et al., Roofline,
+    CACM 2009)."""
+    for value, what in ((m, "m"), (n, "n"), (k, "k"), (batch, "batch"), (calls, "calls")):
+        positive_int(value, f"GEMM {what}")
+    flops = round(2 * m * n * k * batch * fraction)
+    traffic = element_bytes * batch * (m * k + k * n + m * n)
+    return Operation(name, phase, GEMM, calls, flops, traffic, m, n, k, batch,
+                     formula or f"2·{m}·{n}·{k}" + (f" x {batch}" if batch > 1 else ""))
+
+
+LAYER_CODE = "decoder layer code (Python, dispatch)"
+MODEL_CODE = "model code (inputs, mask, rotary, outputs)"
+FRAMEWORK = "framework"
+
+
+def framework_op(name: str, phase: str, calls: int) -> Operation:
+    """The cost of running a module's code itself (Python, dispatch, views; no FLOPs, no bytes): eager
+    frameworks pay it per call whatever the sizes, which is why small models and decode steps are slower
+    than their FLOPs and bytes say. Its time comes from a measured per-call figure (Ceilings.named_seconds),
+    else it is not counted."""
+    return Operation(name, phase, FRAMEWORK, calls, 0, 0, kernels=0, formula="per call, measured at near-zero work")
+
+
+def memory_op(name: str, phase: str, elements: int, accesses: float, element_bytes: float, *, calls: int,
+              kernels: int = 1, formula: str = "") -> Operation:
+    """A memory-bound op over `elements` values, each read or written `accesses` times in total."""
+    traffic = math.ceil(elements * accesses * element_bytes)
+    return Operation(name, phase, MEMORY, calls, 0, traffic, kernels=kernels,
+                     formula=formula or f"{elements:,} x {accesses:g} accesses x {element_bytes:g} B")
+
+
+def activation_bytes(request: FitRequest) -> int:
+    """Bytes of one activation element: 4 for fp32 training or fp32 inference, else 2 (bf16/fp16; quantized
+    weights compute in 16 bits)."""
+    if request.mode == "train":
+        return FP32 if request.recipe == "fp32" else 2
+    return FP32 if request.dtype in ("fp32", "tf32") else 2
+
+
+def causal_attention_fraction(kernel: str, causal: bool = True) -> float:
+    """Share of the s×s score tiles a kernel computes: 1/2 for flash-style kernels on a causal mask
+    (FlashAttention's benchmark divides by 2 when causal), 1 for eager (mask added after a full matmul)."""
+    return 0.5 if causal and kernel in ("sdpa", "flash") else 1.0
+
+
+def norm_accesses(arch: Architecture, e: int) -> tuple[float, int]:
+    """(element accesses x bytes, kernels) per normalised element, as transformers writes the norm.
+
+    RMSNorm (LlamaRMSNorm and its copies): x.to(fp32) [skipped when x is fp32], pow(2), mean(-1),
+    x * rsqrt(var + eps), .to(dtype) [skipped in fp32], weight * x. LayerNorm (GPT-2, OLMo's
+    non-parametric one): one fused native_layer_norm kernel reading x and writing y.
+    Returned as bytes per element (the accesses already weighted by their dtypes)."""
+    if arch.norm == "layernorm" or arch.norm == "nonparametric":
+        return float(2 * e), 1
+    up = 0 if e == FP32 else e + FP32
+    return float(up + 2 * FP32 + FP32 + 2 * FP32 + up + 2 * e), 4 + (2 if up else 0)
+
+
+def _activation_accesses(arch: Architecture) -> tuple[float, float, int, str]:
+    """(accesses per element on the MLP's inner width f for act + gating, accesses on what, kernels, name).
+
+    SwiGLU (gated): silu(gate) [r1 w1] then * up [r2 w1] = 5 accesses of f elements, 2 kernels.
+    GPT-2's gelu_new (transformers NewGELUActivation): 0.5*x*(1+tanh(√(2/π)(x+0.044715·x³))) is eight
+    elementwise kernels: pow, mul, add, mul, tanh, add, mul, mul = 18 accesses of f elements."""
+    if arch.gated_mlp:
+        return 5.0, 0.0, 2, "silu(gate) * up"
+    return 18.0, 0.0, 8, "gelu_new (8 kernels)"
+
+
+def attention_projections(arch: Architecture, tp: int) -> list[tuple[str, int, int]]:
+    """(name, output width, input width) of each attention GEMM on one tensor-parallel rank, before
+    the score/context GEMMs (in) and after them (the output projection, last).
+
+    Llama family: q, k, v, o (transformers LlamaAttention); GPT-2: fused c_attn (h -> 3h) and c_proj
+    (GPT2Attention, Conv1D); Phi-3: fused qkv_proj; MLA (DeepSeek-V3): q_a, q_b (or q), kv_a, kv_b, o
+    (DeepseekV3Attention). KV heads on a rank: max(1, kv_heads / tp)."""
+    h = arch.hidden_size
+    a = arch.num_heads // tp
+    g = max(1, arch.num_kv_heads // tp)
+    d = arch.head_dim
+    if arch.uses_mla:
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+        shapes = []
+        if arch.q_lora_rank is None:
+            shapes.append(("q_proj", a * qk, h))
+        else:
+            shapes += [("q_a_proj", arch.q_lora_rank, h), ("q_b_proj", a * qk, arch.q_lora_rank)]
+        shapes += [("kv_a_proj", arch.kv_lora_rank + arch.qk_rope_head_dim, h),
+                   ("kv_b_proj", a * (arch.qk_nope_head_dim + arch.v_head_dim), arch.kv_lora_rank),
+                   ("o_proj", h, a * arch.v_head_dim)]
+        return shapes
+    if arch.model_type == "gpt2":
+        return [("c_attn", 3 * a * d, h), ("attn.c_proj", h, a * d)]
+    if arch.model_type == "phi3":
+        return [("qkv_proj", (a + 2 * g) * d, h), ("o_proj", h, a * d)]
+    return [("q_proj", a * d, h), ("k_proj", g * d, h), ("v_proj", g * d, h), ("o_proj", h, a * d)]
+
+
+def mlp_projections(arch: Architecture, width: int, tp: int) -> list[tuple[str, int, int]]:
+    """(name, out, in) of a dense MLP's GEMMs on one rank: gate, up, down (LlamaMLP); Phi-3's fused
+    gate_up_proj; GPT-2's c_fc and c_proj."""
+    h, f = arch.hidden_size, width // tp
+    if not arch.gated_mlp:
+        return [("c_fc", f, h), ("mlp.c_proj", h, f)]
+    if arch.model_type == "phi3":
+        return [("gate_up_proj", 2 * f, h), ("down_proj", h, f)]
+    return [("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f)]
+
+
+@dataclass(frozen=True)
+class PassShape:
+    """What one forward pass multiplies: micro-batch, query tokens per sequence, keys attended to."""
+
+    batch: int
+    queries: int   # tokens computed per sequence (s in training and prefill, 1 in decode)
+    context: int   # keys each query attends to at most (s in training, the cache length in decode)
+    causal: bool = True
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.queries
+
+
+def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: int, ep: int, e: int,
+                  attention: str, calls: int, training: bool, cache_copy: bool = True) -> list[Operation]:
+    """Forward operations of one decoder layer for one micro-batch, on one tensor-parallel rank.
+    cache_copy: a decode step appends to the KV cache by copying it (transformers' DynamicCache, --impl hf);
+    False for a paged or static cache that writes only the new token (vLLM, --impl fused)."""
+    T, h = shape.tokens, arch.hidden_size
+    a = arch.num_heads // tp
+    g = max(1, arch.num_kv_heads // tp)
+    d = arch.head_dim
+    dv = arch.v_head_dim if arch.uses_mla else d
+    ops: list[Operation] = [framework_op(LAYER_CODE, "forward", calls)]
+    norm_bytes, norm_kernels = norm_accesses(arch, e)
+    ops.append(memory_op("input norm", "forward", T * h, norm_bytes, 1, calls=calls, kernels=norm_kernels,
+                         formula=f"{arch.norm} over {T:,} x {h:,}: {norm_bytes:g} B per element"))
+    projections = attention_projections(arch, tp)
+    for name, out, inp in projections[:-1]:
+        ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
+    if arch.qk_norm:
+        ops.append(memory_op("q/k norm", "forward", T * (a + g) * d, norm_bytes, 1, calls=calls,
+                             kernels=2 * norm_kernels))
+    if arch.model_type != "gpt2":
+        rope_width = (a + (1 if arch.uses_mla else g)) * (arch.qk_rope_head_dim if arch.uses_mla else d)
+        ops.append(memory_op("rope", "forward", T * rope_width, 10, e, calls=calls, kernels=10,
+                             formula="q·cos + rotate_half(q)·sin for q and k: 10 accesses per element"))
+    fraction = causal_attention_fraction(attention, shape.causal) if shape.queries > 1 else 1.0
+    heads = shape.batch * a
+    if cache_copy and shape.queries < shape.context and not training:
+        # transformers' DynamicCache appends the new keys and values with torch.cat: each decode step
+        # reads the cached K and V and writes them again, one token longer (cache_utils.DynamicLayer.update).
+        cached = shape.batch * g * shape.context * (d + dv)
+        ops.append(memory_op("KV cache append (torch.cat)", "forward", cached, 2, e, calls=calls, kernels=2))
+    # Grouped-query kernels read each key/value head once for the a/g query heads that share it.
+    kv_read = e * shape.batch * g * shape.context * d
+    scores = gemm("attention scores q·kᵀ", "forward", shape.queries, shape.context, d, calls=calls,
+                  element_bytes=e, batch=heads, fraction=fraction)
+    ops.append(replace(scores, bytes=e * heads * (shape.queries * d + shape.queries * shape.context) + kv_read))
+    if attention == "eager" and shape.queries > 1:
+        score_elements = heads * shape.queries * shape.context
+        # transformers eager_attention_forward: + mask, softmax in fp32, cast back.
+        ops.append(memory_op("eager softmax", "forward", score_elements, 3 * e + 2 * FP32 + FP32 + e, 1, calls=calls,
+                             kernels=3))
+    context = gemm("attention context p·v", "forward", shape.queries, dv, shape.context, calls=calls,
+                   element_bytes=e, batch=heads, fraction=fraction)
+    ops.append(replace(context, bytes=e * heads * (shape.queries * shape.context + shape.queries * dv)
+                       + e * shape.batch * g * shape.context * dv))
+    ops.append(memory_op("heads to rows (contiguous)", "forward", T * a * dv, 2, e, calls=calls))
+    name, out, inp = projections[-1]
+    ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
+    ops.append(memory_op("residual add", "forward", T * h, 3, e, calls=calls))
+    ops.append(memory_op("post-attention norm", "forward", T * h, norm_bytes, 1, calls=calls, kernels=norm_kernels))
+    if moe_layer:
+        ops += _moe_forward(arch, T, tp, ep, e, calls)
+    else:
+        for name, out, inp in mlp_projections(arch, arch.intermediate_size, tp)[:-1]:
+            ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
+        accesses, _, kernels, what = _activation_accesses(arch)
+        ops.append(memory_op(what, "forward", T * arch.intermediate_size // tp, accesses, e, calls=calls,
+                             kernels=kernels))
+        name, out, inp = mlp_projections(arch, arch.intermediate_size, tp)[-1]
+        ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
+    ops.append(memory_op("residual add", "forward", T * h, 3, e, calls=calls))
+    if arch.dropout and training:
+        ops.append(memory_op("dropout", "forward", 2 * T * h, 2 + 1 / e, e, calls=calls, kernels=2,
+                             formula="two residual dropouts: read, write, and a 1-byte mask per element"))
+    return ops
+
+
+def _moe_forward(arch: Architecture, T: int, tp: int, ep: int, e: int, calls: int) -> list[Operation]:
+    """Router, routed experts (uniform routing: T·k rows spread over the rank's E/ep experts) and shared
+    experts. transformers 5 stacks each expert's gate and up into one gate_up_proj (E, 2f, h) and a
+    down_proj (E, h, f) (MixtralExperts, Qwen2MoeExperts)."""
+    h = arch.hidden_size
+    f = arch.moe_intermediate_size // tp
+    k = arch.experts_per_token
+    local = arch.num_experts // ep
+    # Experts a step touches: with uniform top-k routing an expert is missed by one token with probability
+    # 1 - k/E, so the T·ep tokens routed to this rank's group touch local·(1 - (1 - k/E)^(T·ep)) of its experts
+    # in expectation: two at batch 1 in decode (top-2), nearly all in training.
+    touched = min(local, max(1, round(local * (1 - (1 - k / arch.num_experts) ** (T * ep)))))
+    rows = max(1, math.ceil(T * k / touched))  # rows per touched expert on this rank
+    local = touched
+    ops = [gemm("router", "forward", T, arch.num_experts, h, calls=calls, element_bytes=e),
+           memory_op("router softmax + top-k", "forward", T * arch.num_experts, 4, FP32, calls=calls, kernels=3),
+           memory_op("token dispatch (gather) + combine (scatter)", "forward", T * k * h, 4, e, calls=calls, kernels=4),
+           gemm("experts gate_up", "forward", rows, (2 if arch.gated_mlp else 1) * f, h, calls=calls * local,
+                element_bytes=e),
+           memory_op("experts activation", "forward", rows * local * f, 5, e, calls=calls, kernels=2),
+           gemm("experts down", "forward", rows, h, f, calls=calls * local, element_bytes=e)]
+    if arch.shared_expert_intermediate_size:
+        fs = arch.shared_expert_intermediate_size // tp
+        ops += [gemm("shared expert gate", "forward", T, fs, h, calls=calls, element_bytes=e),
+                gemm("shared expert up", "forward", T, fs, h, calls=calls, element_bytes=e),
+                memory_op("shared expert activation", "forward", T * fs, 5, e, calls=calls, kernels=2),
+                gemm("shared expert down", "forward", T, h, fs, calls=calls, element_bytes=e)]
+    return ops
+
+
+def model_ends_forward(arch: Architecture, *, shape: PassShape, tp: int, e: int, calls: int, first: bool,
+                       last: bool, loss: bool, logits_tokens: int | None = None) -> list[Operation]:
+    """The embedding lookup (first stage) and the final norm, LM head and loss (last stage).
+
+    The head multiplies every token in training; in generation transformers keeps only the last
+    position's logits (`logits_to_keep`), so `logits_tokens` = batch there. The loss is transformers'
+    ForCausalLMLoss: logits.float(), then cross_entropy (log_softmax reads the logits twice and writes
+    them once)."""
+    T, h = shape.tokens, arch.hidden_size
+    ops = [framework_op(MODEL_CODE, "forward", calls)]
+    if first:
+        ops.append(memory_op("embedding lookup", "forward", T * h, 2, e, calls=calls))
+        if arch.learned_positions:
+            ops.append(memory_op("position embedding + add", "forward", T * h, 4, e, calls=calls, kernels=2))
+    if last:
+        norm_bytes, norm_kernels = norm_accesses(arch, e)
+        ops.append(memory_op("final norm", "forward", T * h, norm_bytes, 1, calls=calls, kernels=norm_kernels))
+        rows = logits_tokens if logits_tokens is not None else T
+        vocab = math.ceil(arch.vocab_size / tp)
+        ops.append(gemm("lm_head", "forward", rows, vocab, h, calls=calls, element_bytes=e))
+        if loss:
+            upcast = 0 if e == FP32 else e + FP32
+            ops.append(memory_op("cross-entropy (fp32 logits)", "forward", rows * vocab, upcast + 3 * FP32, 1,
+                                 calls=calls, kernels=3))
+    return ops
+
+
+def backward_of(ops: list[Operation], attention: str) -> list[Operation]:
+    """The backward pass of forward operations: each linear GEMM becomes two of the same size
+    (dX: m x k over n; dW: n x k over m), attention GEMMs 2x (eager) or 2.5x with the score
+    recompute (flash kernels), memory-bound ops twice their forward traffic."""
+    out: list[Operation] = []
+    for op in ops:
+        if op.phase != "forward":
+            continue
+        if op.kind == FRAMEWORK:
+            out.append(replace(op, phase="backward"))
+            continue
+        if op.kind == MEMORY:
+            out.append(replace(op, phase="backward", bytes=op.bytes * BACKWARD_MEMORY_RATIO,
+                               formula=f"2 x forward ({op.formula})"))
+            continue
+        if op.name.startswith("attention"):
+            ratio = FLASH_BACKWARD_RATIO if attention in ("sdpa", "flash") else 2
+            out.append(replace(op, phase="backward", flops=round(op.flops * ratio), bytes=op.bytes * 2,
+                               formula=f"{ratio:g} x forward ({op.formula})"))
+            continue
+        e = op.bytes // max(1, op.batch * (op.m * op.k + op.k * op.n + op.m * op.n))
+        out.append(gemm(f"{op.name} dX", "backward", op.m, op.k, op.n, calls=op.calls, element_bytes=e,
+                        batch=op.batch))
+        out.append(gemm(f"{op.name} dW", "backward", op.n, op.k, op.m, calls=op.calls, element_bytes=e,
+                        batch=op.batch))
+    return out
+
+
+def optimizer_accesses(optimizer: str, *, fused: bool = False) -> int:
+    """Element reads + writes per parameter of one optimizer step as torch implements it (module docstring)."""
+    name = optimizer.lower()
+    if name in ("adam", "adamw"):
+        return ADAMW_ACCESSES_FUSED if fused else ADAMW_ACCESSES_UNFUSED
+    if name == "sgd":
+        return SGD_ACCESSES
+    if name == "sgd-momentum":
+        return MOMENTUM_ACCESSES
+    raise UserError(f"time counts the optimizer step of adam, adamw, sgd and sgd-momentum; got {optimizer!r}")
+
+
+def optimizer_operation(params_on_device: int, request: FitRequest, *, fused: bool = False) -> Operation:
+    """The optimizer step on this device's parameters (ZeRO 1+ shards the update over dp), memory-bound.
+
+    State dtype: fp32 for the fp32, mixed, megatron and hf-amp recipes, bf16 for pure bf16; a recipe
+    with an fp32 master also writes the 16-bit weights back (2 B read + 2 B written per parameter)."""
+    params = params_on_device
+    if request.zero >= 1:
+        params = math.ceil(params / request.dp)
+    state = 2 if request.recipe == "bf16" else FP32
+    accesses = optimizer_accesses(request.optimizer, fused=fused)
+    copy_back = 2 * 2 if request.recipe in ("mixed", "megatron") else 0
+    return memory_op(f"{request.optimizer} step", "optimizer", params, accesses + copy_back / state, state, calls=1,
+                     kernels=1 if fused else 8,
+                     formula=f"{params:,} params x {accesses} accesses x {state} B"
+                             + (" + the 16-bit weight copy" if copy_back else ""))
+
+
+@dataclass(frozen=True)
+class StepOperations:
+    """Every operation of one training step on one device, and what they were counted for."""
+
+    operations: tuple[Operation, ...]
+    layers: int              # decoder layers on this device's pipeline stage
+    microbatches: int
+    tokens_per_microbatch: int
+    element_bytes: int
+
+    def phase(self, name: str) -> tuple[Operation, ...]:
+        return tuple(op for op in self.operations if op.phase == name)
+
+    def flops(self, phase: str | None = None) -> int:
+        return sum(op.total_flops for op in self.operations if phase is None or op.phase == phase)
+
+
+def training_operations(arch: Architecture, request: FitRequest, *, params_on_device: int,
+                        fused_optimizer: bool = False) -> StepOperations:
+    """The operations of one training step (all micro-batches of one device, then the optimizer) on the
+    most loaded pipeline stage: forward, backward (with the recompute the request asks for), optimizer."""
+    if request.mode != "train":
+        raise UserError("training_operations needs mode 'train'")
+    microbatches = request.microbatches or request.pp
+    stage_layers = layers_per_pipeline_stage(arch.num_layers, request.pp)
+    stage = 0  # the first stage holds the most layers (and the embedding)
+    layers = stage_layers[stage]
+    e = activation_bytes(request)
+    shape = PassShape(request.batch, request.seq_len, request.seq_len)
+    forward: list[Operation] = []
+    moe_layers = sum(arch.layer_is_moe[: layers])
+    for is_moe, count in ((False, layers - moe_layers), (True, moe_layers)):
+        if count:
+            forward += layer_forward(arch, moe_layer=is_moe, shape=shape, tp=request.tp, ep=request.ep, e=e,
+                                     attention=request.attention, calls=count * microbatches, training=True)
+    forward += model_ends_forward(arch, shape=shape, tp=request.tp, e=e, calls=microbatches, first=True,
+                                  last=request.pp == 1, loss=True)
+    backward = backward_of(forward, request.attention)
+    if request.recompute == "full":
+        backward = [replace(op, phase="backward", name=f"recompute {op.name}") for op in forward] + backward
+    elif request.recompute == "selective":
+        backward = [replace(op, phase="backward", name=f"recompute {op.name}") for op in forward
+                    if op.name.startswith("attention")] + backward
+    optimizer = optimizer_operation(params_on_device, request, fused=fused_optimizer)
+    return StepOperations(tuple(forward + backward + [optimizer]), layers, microbatches, shape.tokens, e)
+
+
+def inference_operations(arch: Architecture, request: FitRequest, *, queries: int, context: int,
+                         logits_tokens: int | None = None) -> tuple[Operation, ...]:
+    """Forward operations of one inference pass on one device: a prefill (queries = context = prompt)
+    or one decode step (queries = 1, context = the cache length)."""
+    e = activation_bytes(request)
+    shape = PassShape(request.batch, queries, context)
+    ops: list[Operation] = []
+    moe_layers = arch.moe_layers
+    for is_moe, count in ((False, arch.num_layers - moe_layers), (True, moe_layers)):
+        if count:
+            ops += layer_forward(arch, moe_layer=is_moe, shape=shape, tp=request.tp, ep=request.ep, e=e,
+                                 attention=request.attention, calls=math.ceil(count / request.pp), training=False,
+                                 cache_copy=request.impl == "hf")
+    ops += model_ends_forward(arch, shape=shape, tp=request.tp, e=e, calls=1, first=True, last=True, loss=False,
+                              logits_tokens=logits_tokens)
+    return tuple(ops)
