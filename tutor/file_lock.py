@@ -8,6 +8,7 @@ one another's update (3 processes x 150 progress updates lost 7). The lock is an
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -27,9 +28,15 @@ def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold the lock of `path` (creating its folder and lock file); OSError when it cannot be taken."""
     target = lock_path(Path(path))
     target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(target, os.O_RDWR | os.O_CREAT, 0o600)
+    # Non-blocking open and a regular-file check: a FIFO or device put in the lock file's place
+    # must give an OSError (the caller keeps working in memory), not a hang or a lock on a tty.
+    descriptor = os.open(target, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o600)
     try:
-        _acquire(descriptor, timeout_s)
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            from tutor.storage import NotAFileError
+
+            raise NotAFileError(target)
+        _acquire(descriptor, timeout_s, target)
         try:
             yield
         finally:
@@ -41,7 +48,7 @@ def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
 if sys.platform == "win32":
     import msvcrt
 
-    def _acquire(descriptor: int, timeout_s: float) -> None:
+    def _acquire(descriptor: int, timeout_s: float, target: Path) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -60,7 +67,7 @@ if sys.platform == "win32":
 else:
     import fcntl
 
-    def _acquire(descriptor: int, timeout_s: float) -> None:
+    def _acquire(descriptor: int, timeout_s: float, target: Path) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -68,7 +75,7 @@ else:
                 return
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"another tensor-tutor holds {descriptor}'s lock") from None
+                    raise TimeoutError(f"another tensor-tutor has held {target.name} for {timeout_s:g} s") from None
                 time.sleep(0.005)
 
     def _release(descriptor: int) -> None:

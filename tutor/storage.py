@@ -9,8 +9,10 @@ progress is bad, refusing to start is worse.
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
+import stat
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +22,111 @@ DATA_DIR_ENV = "TENSOR_TUTOR_DATA_DIR"
 APP_NAME = "tensor-tutor"
 
 T = TypeVar("T")
+
+STATE_FILE_LIMIT_BYTES = 16 << 20
+"""The most progress.json or settings.json may hold: a hand-made giant is set aside, not read."""
+MAX_NESTING = 64
+"""The deepest nesting a state or lesson file may have (progress.json needs 5): deeper is damage."""
+
+
+class NotAFileError(OSError):
+    """A FIFO, device, socket or folder where a regular file belongs (reading it could block forever)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", str(path))
+
+
+class FileTooLargeError(OSError):
+    """A file over the size limit of what it should hold."""
+
+    def __init__(self, path: Path, size: int, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"{size:,} bytes, over the {limit:,}-byte limit", str(path))
+
+
+class TooDeepError(ValueError):
+    """Data nested deeper than MAX_NESTING (JSON or TOML)."""
+
+
+def read_regular_bytes(path: Path, limit: int) -> bytes:
+    """The bytes of `path`, which must be a regular file of at most `limit` bytes.
+
+    FileNotFoundError when absent; NotAFileError for a FIFO, device or socket in its place (checked
+    with os.stat before opening, and again on the open descriptor, which is opened non-blocking so a
+    FIFO swapped in between cannot hang the open); FileTooLargeError over `limit`.
+    """
+    path = Path(path)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise NotAFileError(path)
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFileError(path)
+        if info.st_size > limit:
+            raise FileTooLargeError(path, info.st_size, limit)
+        chunks = []
+        remaining = limit + 1  # a file that grows while read is still cut at the limit
+        while remaining > 0:
+            chunk = os.read(descriptor, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise FileTooLargeError(path, len(data), limit)
+    return data
+
+
+def read_regular_text(path: Path, limit: int) -> str:
+    """read_regular_bytes decoded as UTF-8 with universal newlines (what Path.read_text gives);
+    UnicodeDecodeError when it is not UTF-8."""
+    text = read_regular_bytes(path, limit).decode("utf-8")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply lists and dicts nest in `value` (a scalar is 0, [] is 1), without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:
+            return depth
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def loads_json_bounded(text: str | bytes) -> Any:
+    """json.loads, with nesting deeper than MAX_NESTING refused as TooDeepError (a ValueError,
+    like json.JSONDecodeError) rather than a RecursionError from the parser or from later code."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeepError(f"nested deeper than {MAX_NESTING} levels") from None
+    if nesting_depth(value) > MAX_NESTING:
+        raise TooDeepError(f"nested deeper than {MAX_NESTING} levels")
+    return value
+
+
+def loads_toml_bounded(text: str) -> dict[str, Any]:
+    """tomllib.loads, with nesting deeper than MAX_NESTING refused as TooDeepError (tomllib itself
+    recurses once per level and raises RecursionError). tomllib.TOMLDecodeError as usual."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(text)
+    except RecursionError:
+        raise TooDeepError(f"nested deeper than {MAX_NESTING} levels") from None
+    if nesting_depth(value) > MAX_NESTING:
+        raise TooDeepError(f"nested deeper than {MAX_NESTING} levels")
+    return value
 
 
 def data_dir() -> Path:
@@ -61,26 +168,31 @@ def set_aside(path: Path, why: str) -> str:
 _JSON_KINDS: dict[type, str] = {dict: "an object", list: "a list"}
 
 
-def read_json(path: Path, default: T) -> tuple[T, str | None]:
+def read_json(path: Path, default: T, limit: int = STATE_FILE_LIMIT_BYTES) -> tuple[T, str | None]:
     """The JSON value stored at `path`, or a copy of `default` and a warning.
 
-    A missing file is not a problem (default, None). Invalid JSON, or JSON of another type than
-    `default` (a list where an object belongs), is set aside (see set_aside). An unreadable file
-    (permissions, a folder in its place) is left where it is.
+    A missing file is not a problem (default, None). Invalid JSON, JSON nested deeper than
+    MAX_NESTING, a file over `limit` bytes, or JSON of another type than `default` (a list where an
+    object belongs), is set aside (see set_aside). An unreadable file (permissions, a folder, FIFO
+    or device in its place) is left where it is, and never opened in a way that could block.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_text(path, limit)
     except FileNotFoundError:
         return copy.deepcopy(default), None
-    except (OSError, UnicodeDecodeError) as error:
-        if isinstance(error, UnicodeDecodeError):
-            return copy.deepcopy(default), set_aside(path, "not UTF-8 text")
+    except FileTooLargeError as error:
+        return copy.deepcopy(default), set_aside(path, error.strerror)
+    except UnicodeDecodeError:
+        return copy.deepcopy(default), set_aside(path, "not UTF-8 text")
+    except OSError as error:
         return copy.deepcopy(default), f"cannot read {path} ({error.strerror or error}); using defaults"
     try:
-        value = json.loads(text)
+        value = loads_json_bounded(text)
     except json.JSONDecodeError as error:
         return copy.deepcopy(default), set_aside(path, f"invalid JSON at line {error.lineno}")
+    except TooDeepError as error:
+        return copy.deepcopy(default), set_aside(path, f"JSON {error}")
     if default is not None and not isinstance(value, type(default)):
         expected = _JSON_KINDS.get(type(default), type(default).__name__)
         return copy.deepcopy(default), set_aside(path, f"expected {expected}, found {type(value).__name__}")

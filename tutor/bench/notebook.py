@@ -28,6 +28,8 @@ NOTEBOOK_FILE = "results.jsonl"
 NOTEBOOK_VERSION = 1
 TORN_TAG = "torn"
 _TAIL_BLOCK = 1 << 16
+NOTEBOOK_LIMIT_BYTES = 512 << 20
+"""The largest notebook read (some 50,000 runs): a bigger file is named in a warning, not loaded."""
 
 
 def notebook_path() -> Path:
@@ -63,9 +65,11 @@ def _last_line_start(fd: int, size: int) -> int:
 def _parses(data: bytes) -> bool:
     """Whether a line is whole JSON. Valid JSON that is not a run is left in place (read_notebook
     counts it): only a line cut short by a torn write is moved aside."""
+    from tutor.storage import loads_json_bounded
+
     try:
-        json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        loads_json_bounded(data)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError, too deep
         return False
     return True
 
@@ -161,12 +165,14 @@ def torn_side_files(target: Path) -> tuple[Path, ...]:
 
 def read_notebook(path: Path | None = None) -> Notebook:
     """Every run that parses; lines that do not are counted in `corrupt_lines`."""
+    from tutor.storage import loads_json_bounded, read_regular_bytes
+
     target = path or notebook_path()
     aside = torn_side_files(target)
     aside_note = (f"{len(aside)} torn line(s) were set aside earlier: {', '.join(p.name for p in aside)}"
                   if aside else "")
     try:
-        text = target.read_text(encoding="utf-8", errors="replace")
+        text = read_regular_bytes(target, NOTEBOOK_LIMIT_BYTES).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return Notebook(runs=(), corrupt_lines=0, warning=aside_note, set_aside=aside)
     except OSError as error:
@@ -178,8 +184,8 @@ def read_notebook(path: Path | None = None) -> Notebook:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = loads_json_bounded(line)
+        except ValueError:
             corrupt += 1
             continue
         if not _is_run_record(record):

@@ -85,9 +85,10 @@ def show(lesson_id: str, as_json: bool) -> None:
     curriculum = load_curriculum()
     lesson = curriculum.lesson(lesson_id)
     progress = ProgressStore()
+    learner_id = progress.learner_id  # first: creating it may fail to save, which the warning then says
     if progress.warning:
         click.echo(f"tensor-tutor: warning: {progress.warning}", err=True)
-    blocks = shown_blocks(lesson, learner_id=progress.learner_id, device=detect_machine(), progress=progress)
+    blocks = shown_blocks(lesson, learner_id=learner_id, device=detect_machine(), progress=progress)
     if as_json:
         click.echo(json.dumps({"id": lesson.id, "title": lesson.info.title, "track": lesson.info.track,
                                "minutes": lesson.info.minutes, "blocks": blocks}, indent=2))

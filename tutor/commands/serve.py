@@ -5,13 +5,19 @@ measurements run on this machine's hardware. Bound to localhost unless --host sa
 
 A WebSocket is a session that runs the tutor here, so it is guarded: browsers let any web page open a
 WebSocket to localhost, so one whose Origin is not the served address is refused (403), and at most
-MAX_SESSIONS sessions run at once (503 beyond), since each is a process that can run benchmarks.
+MAX_SESSIONS sessions run at once (503 beyond), since each is a process that can run benchmarks. A tab
+closed gives its slot back as soon as its WebSocket closes (its process is then asked to quit, and
+killed if it has not within QUIT_GRACE_S). A session is refused (503) when the server has fewer than
+SESSION_DESCRIPTORS file descriptors to spare, rather than accepted and then dropped: the server keeps
+serving the tabs it has.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import ipaddress
+import os
 import shlex
 import socket
 import sys
@@ -27,6 +33,35 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 MAX_SESSIONS = 4
 """Browser sessions at once: each runs its own tutor process (and may run benchmarks) on this machine."""
+SESSION_DESCRIPTORS = 12
+"""File descriptors a new session may need: its socket, its process's three pipes (both ends while it
+starts) and the child watcher's, with room for the page requests that come with it."""
+QUIT_GRACE_S = 10.0
+"""How long a closed tab's tutor process has to quit before it is killed (its slot is free already)."""
+
+
+def spare_descriptors() -> tuple[int, int] | None:
+    """(file descriptors this process may still open, its limit), or None where that cannot be known
+    (no /proc/self/fd or no resource module: then no session is refused for it)."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        in_use = len(os.listdir("/proc/self/fd")) - 1  # listdir's own descriptor
+    except (ImportError, OSError):
+        return None
+    if limit == resource.RLIM_INFINITY:
+        return None
+    return limit - in_use, limit
+
+
+def _kill_if_running(app_service: Any) -> None:
+    process = getattr(app_service, "_process", None)  # textual-serve's AppService keeps it here
+    if process is not None and process.returncode is None:
+        try:
+            process.kill()
+        except ProcessLookupError:
+            pass
 
 
 def app_command(lesson_id: str | None = None) -> str:
@@ -129,7 +164,11 @@ def guarded_server_class() -> type:
                      **options: Any) -> None:
             super().__init__(command, host=host, port=port, public_url=public_url(host, port), **options)
             self.max_sessions = max_sessions
-            self.sessions = 0
+            self._open: set[asyncio.Task] = set()  # one task per session, from handshake to socket closed
+
+        @property
+        def sessions(self) -> int:
+            return len(self._open)
 
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
             origin = request.headers.get("Origin")
@@ -141,11 +180,27 @@ def guarded_server_class() -> type:
                 raise web.HTTPServiceUnavailable(
                     text=f"tensor-tutor: {self.max_sessions} sessions are open already (the most at once); "
                          "close one and reload")
-            self.sessions += 1  # one event loop: no lock needed
+            spare = spare_descriptors()
+            if spare is not None and spare[0] < SESSION_DESCRIPTORS:
+                click.echo(f"tensor-tutor: refused a session: {spare[0]} of {spare[1]} file descriptors left", err=True)
+                raise web.HTTPServiceUnavailable(
+                    text=f"tensor-tutor: the server is out of file descriptors ({spare[0]} of {spare[1]} left); "
+                         "close a tab, or restart it after raising `ulimit -n`")
+            task = asyncio.current_task()
+            self._open.add(task)  # one event loop: no lock needed
             try:
                 return await super().handle_websocket(request)
             finally:
-                self.sessions -= 1
+                self._open.discard(task)
+
+        async def _process_messages(self, websocket: web.WebSocketResponse, app_service: Any) -> None:
+            # Runs in the session's own task until the tab's WebSocket closes; textual-serve then waits
+            # for the process to quit, which need not hold the slot (a closed tab frees it at once).
+            try:
+                await super()._process_messages(websocket, app_service)
+            finally:
+                self._open.discard(asyncio.current_task())
+                asyncio.get_running_loop().call_later(QUIT_GRACE_S, _kill_if_running, app_service)
 
     return GuardedServer
 

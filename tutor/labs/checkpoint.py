@@ -3,8 +3,9 @@
 A mixed-precision Adam checkpoint holds, per parameter, the 16-bit weights and the optimizer:
 the fp32 master copy and Adam's m and v (tutor.theory.memory.model_state_bytes_per_param minus
 the gradients, which are not saved): 2 + 12 = 14 bytes. The probe builds such a state_dict of
-about size_mb, writes it with torch.save + fsync into a temporary directory (removed after),
-reads it back with torch.load, and times both with tutor.bench's timing core.
+about size_mb, writes it with torch.save + fsync into a temporary file in dir= (or the temp dir),
+reads it back with torch.load, and times both with tutor.bench's timing core. The file has no
+name (tempfile.TemporaryFile), so nothing is left behind whatever stops the lab.
 """
 
 from __future__ import annotations
@@ -130,28 +131,31 @@ def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Even
     writing = reading = None
     file_bytes = 0
     try:
-        with tempfile.TemporaryDirectory(prefix="tensor-tutor-ckpt-", dir=target) as folder:
-            path = os.path.join(folder, "checkpoint.pt")
-            fstype = _filesystem(folder)
+        # A file without a name (O_TMPFILE on Linux; created and unlinked at once elsewhere), so no
+        # signal, cancel or crash at any point can leave a checkpoint behind (issue 21).
+        with tempfile.TemporaryFile(prefix="tensor-tutor-ckpt-", dir=target) as handle:
+            fstype = _filesystem(target)
 
             def write() -> None:
                 try:
-                    with open(path, "wb") as handle:
-                        torch.save(state, handle)
-                        handle.flush()
-                        os.fsync(handle.fileno())
+                    handle.seek(0)
+                    handle.truncate()
+                    torch.save(state, handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())
                 except (OSError, RuntimeError) as error:
                     raise _write_failed(named, target, error) from None
 
             def read() -> None:
-                torch.load(path, weights_only=True)
+                handle.seek(0)
+                torch.load(handle, weights_only=True)
 
             remaining = params["budget_s"] - (time.perf_counter() - start)
             try:
                 progress(0.2, "writing (torch.save + fsync)")
                 writing = time_case(write, budget_s=max(remaining / 2, 0.05), min_iters=1, max_iters=MAX_ITERS,
                                     cancel=cancel)
-                file_bytes = os.path.getsize(path)
+                file_bytes = os.fstat(handle.fileno()).st_size
                 if cancel.is_set():
                     raise BenchCancelled("cancelled after writing")
                 progress(0.6, "reading back (torch.load)")
@@ -159,7 +163,7 @@ def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Even
                 reading = time_case(read, budget_s=max(remaining, 0.05), min_iters=1, max_iters=MAX_ITERS, cancel=cancel)
             except BenchCancelled:
                 cancelled = True
-                file_bytes = os.path.getsize(path) if os.path.exists(path) else 0
+                file_bytes = os.fstat(handle.fileno()).st_size
     except OSError as error:  # the folder removed or made read-only since the check
         raise _write_failed(named, target, error) from None
     where = f"{params['dir'] or tempfile.gettempdir()} ({fstype or 'filesystem unknown'})"

@@ -28,6 +28,8 @@ from tutor.lessons.model import (
     Prose,
     Quiz,
 )
+from tutor.safe_text import strings_without_controls
+from tutor.storage import TooDeepError, loads_toml_bounded
 
 _OPENING = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
@@ -403,7 +405,10 @@ _PARSERS: dict[str, Callable[[_Fields, str], Block]] = {
 
 def _load_toml(raw: RawBlock, source: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(raw.body)
+        # Escaped controls ("\u001b" in a TOML string) are escaped again, like the page around them.
+        return strings_without_controls(loads_toml_bounded(raw.body))
+    except TooDeepError as error:
+        raise UserError(f"{source}:{raw.line}: ```{raw.directive} block is not valid TOML: {error}") from None
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         position = _TOML_POSITION.search(message)

@@ -19,6 +19,8 @@ import tutor
 from tutor.errors import UserError
 from tutor.lessons.directives import parse_blocks
 from tutor.lessons.model import Lesson, LessonInfo, Track
+from tutor.safe_text import strings_without_controls, without_controls
+from tutor.storage import TooDeepError, loads_toml_bounded, read_regular_text
 
 LESSONS_DIR_ENV = "TENSOR_TUTOR_LESSONS_DIR"
 CURRICULUM_FILE = "curriculum.toml"
@@ -27,6 +29,10 @@ LESSON_MD = "lesson.md"
 _TRACK_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _LESSON_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*/[a-z0-9]+(?:-[a-z0-9]+)*")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
+TOML_LIMIT_BYTES = 1 << 20
+"""The largest curriculum.toml or lesson.toml read (today's are under 2 KiB)."""
+PAGE_LIMIT_BYTES = 4 << 20
+"""The largest lesson.md read (today's are under 40 KiB)."""
 
 
 def lessons_root() -> Path:
@@ -50,16 +56,26 @@ def _shown_path(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _read_toml(path: Path, root: Path) -> tuple[dict[str, Any], str]:
-    shown = _shown_path(path, root)
+def _read_lesson_file(path: Path, shown: str, limit: int) -> str:
+    """A curriculum file's text: a regular file (a FIFO or device would block the read) of at most
+    `limit` bytes, UTF-8; a UserError naming the file otherwise."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return read_regular_text(path, limit)
     except FileNotFoundError:
         raise UserError(f"{shown}: file not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{shown}: cannot read ({error})") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{shown}: cannot read (not UTF-8: {error.reason} at byte {error.start})") from None
+    except OSError as error:
+        raise UserError(f"{shown}: cannot read ({error.strerror or error})") from None
+
+
+def _read_toml(path: Path, root: Path) -> tuple[dict[str, Any], str]:
+    shown = _shown_path(path, root)
+    text = _read_lesson_file(path, shown, TOML_LIMIT_BYTES)
     try:
-        return tomllib.loads(text), text
+        return strings_without_controls(loads_toml_bounded(text)), text
+    except TooDeepError as error:
+        raise UserError(f"{shown}: not valid TOML: {error}") from None
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         position = _TOML_POSITION.search(message)
@@ -232,12 +248,7 @@ class Curriculum:
                 raise UserError(f"lesson {lesson_id!r} has no folder to read (curriculum built in memory)")
             path = self.root / lesson_id / LESSON_MD
             shown = _shown_path(path, self.root)
-            try:
-                text = path.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                raise UserError(f"{shown}: file not found") from None
-            except (OSError, UnicodeDecodeError) as error:
-                raise UserError(f"{shown}: cannot read ({error})") from None
+            text = without_controls(_read_lesson_file(path, shown, PAGE_LIMIT_BYTES))
             page = Lesson(info=self.infos[lesson_id], blocks=parse_blocks(text, shown), path=path)
             self._pages[lesson_id] = page
         return page

@@ -14,6 +14,7 @@ be written the store keeps working in memory and says so in `warning`.
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from tutor.storage import data_dir, read_json, write_json_atomic
 
 PROGRESS_FILE = "progress.json"
 FORMAT_VERSION = 1
+LEARNER_ID_NOT_SAVED = ("your learner id could not be saved: quiz values and choice order are drawn "
+                        "afresh each time until progress can be written")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,52 @@ def lesson_complete(lesson: Lesson, state: LessonProgress) -> bool:
     return required_blocks(lesson) <= set(state.done_blocks)
 
 
+_MAX_COUNT = 10**9
+"""More attempts or reveals than this is a damaged (or hand-made) file, not a learner."""
+
+
+def _count(value: Any) -> int | None:
+    """A count of attempts or reveals as stored: a whole number from 1 to _MAX_COUNT, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= _MAX_COUNT:
+        return value
+    return None
+
+
+def _finite(value: Any) -> float | None:
+    """A stored number (a guess, a measurement) as a finite float; None for text, NaN, infinity or
+    an integer too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _clean_answer(value: Any) -> dict[str, Any] | None:
+    """A quiz answer record with a str answer, a bool verdict and whole attempts (a bad count becomes 1:
+    the answer was given at least once); None when the answer itself is unusable."""
+    if not (isinstance(value, dict) and isinstance(value.get("answer"), str) and isinstance(value.get("correct"), bool)):
+        return None
+    clean = dict(value)
+    clean["attempts"] = _count(value.get("attempts")) or 1
+    if not isinstance(value.get("at"), str):
+        clean["at"] = ""
+    return clean
+
+
+def _clean_prediction(value: Any) -> dict[str, Any] | None:
+    """A prediction record with a finite guess; a measurement that is not a finite number is dropped."""
+    if not isinstance(value, dict) or _finite(value.get("predicted")) is None:
+        return None
+    clean = dict(value)
+    clean["measured"] = _finite(value.get("measured"))
+    if not isinstance(value.get("at"), str):
+        clean["at"] = ""
+    return clean
+
+
 def _clean_lesson(entry: object) -> dict[str, Any] | None:
     """A lesson's record with only well-formed parts, None when nothing in it is usable."""
     return _clean_record(entry) if isinstance(entry, dict) else None
@@ -103,14 +152,13 @@ def _clean_record(entry: dict[str, Any]) -> dict[str, Any]:
         **unknown,
         "done_blocks": sorted({item for item in done if isinstance(item, str)}) if isinstance(done, list) else [],
         "completed": entry.get("completed") is True,
-        "seen_blocks": {key: value for key, value in seen.items() if isinstance(key, str) and isinstance(value, int)
-                        and not isinstance(value, bool) and value > 0} if isinstance(seen, dict) else {},
-        "answers": {key: value for key, value in answers.items()
-                    if isinstance(value, dict) and isinstance(value.get("answer"), str)
-                    and isinstance(value.get("correct"), bool)} if isinstance(answers, dict) else {},
-        "predictions": {key: value for key, value in predictions.items()
-                        if isinstance(value, dict) and isinstance(value.get("predicted"), (int, float))
-                        and not isinstance(value.get("predicted"), bool)} if isinstance(predictions, dict) else {},
+        "seen_blocks": {key: value for key, value in seen.items() if isinstance(key, str) and _count(value)}
+                       if isinstance(seen, dict) else {},
+        "answers": {key: clean for key, clean in ((key, _clean_answer(value)) for key, value in answers.items())
+                    if clean is not None} if isinstance(answers, dict) else {},
+        "predictions": {key: clean for key, clean in ((key, _clean_prediction(value))
+                                                      for key, value in predictions.items())
+                        if clean is not None} if isinstance(predictions, dict) else {},
     }
 
 
@@ -184,6 +232,8 @@ class ProgressStore:
         if not self._data.get("learner_id"):
             new_id = secrets.token_hex(8)
             self._change(None, lambda data: data.__setitem__("learner_id", data.get("learner_id") or new_id))
+            if not self.persistent:  # said once: the id is only created once per store
+                self.warning = "; ".join(filter(None, (self.warning, LEARNER_ID_NOT_SAVED)))
         return self._data["learner_id"]
 
     def round_of(self, lesson_id: str, block_id: str) -> int:

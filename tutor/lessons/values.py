@@ -456,6 +456,25 @@ _COMPARE = {
 }
 
 
+def _call_by(deadline: float, function: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """function(*args, **kwargs), stopped with _Refused once `deadline` passes: a per-thread line trace
+    checks the clock inside the callee (a theory loop the arguments did not bound). Under a debugger or
+    coverage tracer (sys.gettrace() set) the call runs untraced, rather than replacing that tracer."""
+    if sys.gettrace() is not None:
+        return function(*args, **kwargs)
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        if time.monotonic() > deadline:
+            raise _Refused(f"took longer than {MAX_SECONDS:g} s (lesson values must be quick to compute)")
+        return trace
+
+    sys.settrace(trace)
+    try:
+        return function(*args, **kwargs)
+    finally:
+        sys.settrace(None)
+
+
 class _Interpreter:
     """Evaluates one checked expression tree against a scope, within MAX_STEPS and MAX_SECONDS."""
 
@@ -508,7 +527,7 @@ class _Interpreter:
         for value in (*args, *kwargs.values()):
             if callable(value):  # max(..., key=f) would call f outside these checks
                 raise _Refused("passing a function as an argument is not allowed in lesson values")
-        return function(*args, **kwargs)
+        return _call_by(self.deadline, function, args, kwargs)
 
     def _may_call(self, function: Any) -> bool:
         if id(function) in self.callables:

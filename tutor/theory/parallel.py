@@ -22,7 +22,7 @@ from fractions import Fraction
 from numbers import Rational
 
 from tutor.errors import UserError
-from tutor.theory.checks import positive_int
+from tutor.theory.checks import MAX_DIMENSION, MAX_LAYERS, bounded_int, positive_int
 
 Number = int | float | Fraction
 
@@ -162,7 +162,7 @@ def tensor_parallel_split(size: int, tp: int, *, what: str = "dimension") -> int
     Megatron-LM splits attention heads and MLP columns evenly and requires tp to divide them
     (megatron/core/utils.py `divide` asserts divisibility); so does vLLM.
     """
-    size = _positive_int(size, what)
+    size = bounded_int(_positive_int(size, what), what, MAX_DIMENSION)  # the divisor search is O(sqrt(size))
     tp = _positive_int(tp, "tensor-parallel size (tp)")
     if size % tp:
         small = [d for d in range(1, math.isqrt(size) + 1) if size % d == 0]
@@ -236,8 +236,8 @@ def layers_per_pipeline_stage(
     `partition_uniform` (deepspeed/runtime/utils.py): the remainder goes one layer each to the
     earliest stages, which also hold the input embedding, so stage 0 is the most loaded.
     """
-    num_layers = _positive_int(num_layers, "number of layers")
-    pp = _positive_int(pp, "pipeline-parallel size (pp)")
+    num_layers = bounded_int(_positive_int(num_layers, "number of layers"), "number of layers", MAX_LAYERS)
+    pp = _positive_int(pp, "pipeline-parallel size (pp)")  # <= num_layers below: one list entry per stage
     if pp > num_layers:
         raise UserError(f"pipeline-parallel size {pp} exceeds the {num_layers} layers (use pp <= {num_layers})")
     if first_stage_layers is None and last_stage_layers is None:
