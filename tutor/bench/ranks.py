@@ -96,9 +96,23 @@ def under_torchrun() -> bool:
     return all(name in os.environ for name in _TORCHRUN_VARS)
 
 
+def torchrun_variable(name: str) -> int:
+    """One of torchrun's RANK, WORLD_SIZE, LOCAL_RANK as a whole number; a UserError naming it when a
+    value left in the environment is not one (e.g. `RANK=x`), instead of a ValueError traceback."""
+    text = os.environ.get(name, "")
+    try:
+        value = int(text)
+    except ValueError:
+        raise UserError(f"{name}={text!r} in the environment is not a whole number: under torchrun it is set for "
+                        f"you; outside it, unset {' '.join(_TORCHRUN_VARS)}") from None
+    if value < 0:
+        raise UserError(f"{name}={value} in the environment is negative: unset {' '.join(_TORCHRUN_VARS)}")
+    return value
+
+
 def torchrun_rank() -> int | None:
     """This process's global rank under torchrun, None outside it."""
-    return int(os.environ["RANK"]) if under_torchrun() else None
+    return torchrun_variable("RANK") if under_torchrun() else None
 
 
 def local_rank_cap(backend: str = "gloo") -> tuple[int, str]:

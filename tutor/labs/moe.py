@@ -467,9 +467,9 @@ def expert_parallel_ranks(params: dict) -> int:
     (tutor.bench.ranks runs the function on the job's ranks then), else the `ranks` parameter."""
     import os
 
-    from tutor.bench.ranks import under_torchrun
+    from tutor.bench.ranks import torchrun_variable, under_torchrun
 
-    return int(os.environ["WORLD_SIZE"]) if under_torchrun() else params["ranks"]
+    return torchrun_variable("WORLD_SIZE") if under_torchrun() else params["ranks"]
 
 
 def _check(params: dict) -> None:
