@@ -43,6 +43,7 @@ def test_every_category_is_compared(report) -> None:
     assert all(row["measured"] > 0 for row in report["rows"])
 
 
+@pytest.mark.slow
 def test_fit_matches_transformers_within_ten_percent(report) -> None:
     off = [f"{row['arch']}/{row['config']} {row['category']}: measured {row['measured']:,}, fit {row['theory']:,}"
            for row in report["rows"] if not row["within"]]

@@ -49,6 +49,7 @@ def test_bandwidth_reports_gb_per_s_with_the_stream_byte_count() -> None:
     assert set(result.metrics) == set(get_probe("bandwidth").metrics_for({"ops": ["copy"]}))
 
 
+@pytest.mark.slow
 def test_collective_busbw_is_algbw_times_the_nccl_tests_factor() -> None:
     result = run_probe("collective", {"ranks": 2, "sizes": ["64KiB"], "ops": ["all_reduce", "all_gather"],
                                       "backend": "gloo", "budget_s": 0.5})

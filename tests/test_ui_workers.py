@@ -50,6 +50,7 @@ def test_the_fakes_satisfy_the_services_protocols():
     assert not isinstance(object(), SamplerLike)  # the Protocols check something
 
 
+@pytest.mark.slow
 def test_the_app_starts_its_worker_shows_a_crash_as_a_state_and_stops_it_on_exit():
     from ui_fakes import fake_services
     from worker_probes import PROBES

@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 SCRIPT = textwrap.dedent("""
@@ -41,6 +43,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_probes_run_in_the_worker_while_the_app_runs_and_the_app_never_imports_torch():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -103,6 +106,7 @@ LAB_BLOCK_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_two_rank_lab_block_runs_from_its_lesson_through_the_real_worker():
     done = subprocess.run([sys.executable, "-c", LAB_BLOCK_SCRIPT], capture_output=True, text=True, cwd=ROOT,
                           timeout=240)
