@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
+import time
 
 import pytest
 
@@ -59,3 +61,35 @@ def torch_threads_put_back():
         wanted = before if before is not None else _torch_default_threads()
         if torch.get_num_threads() != wanted:
             torch.set_num_threads(wanted)
+
+
+SLEEP_LIMIT_S = 0.25
+"""The longest time.sleep test code may ask for: a test waits for the event it checks (a message, a
+result, a process gone), never for a time that a busy machine can outlast."""
+TESTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+
+
+@pytest.fixture(autouse=True)
+def no_long_sleeps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Fail a test whose own code (a file under tests/) calls time.sleep for over SLEEP_LIMIT_S.
+    Product code may sleep; so may a test marked `sleeps` (one that measures over a window)."""
+    if request.node.get_closest_marker("sleeps"):
+        yield
+        return
+    real_sleep = time.sleep
+    long_sleeps: list[str] = []
+
+    def guarded_sleep(seconds: float) -> None:
+        caller = sys._getframe(1)
+        if seconds > SLEEP_LIMIT_S and caller.f_code.co_filename.startswith(TESTS_DIR):
+            where = f"time.sleep({seconds:g}) at {os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+            if threading.current_thread() is not threading.main_thread():
+                long_sleeps.append(where)  # a thread may catch the error: the test fails at teardown
+            raise AssertionError(f"{where}: wait for the event instead (tests/ui_fakes.until), "
+                                 "or mark the test `sleeps` if it measures over a window")
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", guarded_sleep)
+    yield
+    if long_sleeps:
+        pytest.fail("; ".join(long_sleeps))

@@ -73,11 +73,11 @@ def test_two_gloo_ranks_return_their_results_in_rank_order() -> None:
 
 @pytest.mark.slow
 def test_a_rank_that_dies_stops_every_rank_and_is_named() -> None:
-    start = time.monotonic()
+    # The survivor waits in an all-reduce for the dead rank: had the death not ended the run, it would
+    # end at the timeout with reason "timeout" (the hang test below), however long start-up took.
     with pytest.raises(RankFailure, match=r"^lab: rank 1 exited \(killed by signal 9, SIGKILL\)$") as caught:
-        run_ranks(misbehaving_rank, {"victim": 1, "how": "sigkill"}, ranks=2, timeout_s=60, name="lab")
+        run_ranks(misbehaving_rank, {"victim": 1, "how": "sigkill"}, ranks=2, timeout_s=600, name="lab")
     assert caught.value.rank == 1 and caught.value.reason == "exited"
-    assert time.monotonic() - start < 30  # start-up included; the death itself ends the run at once
     assert not rank_processes()
 
 
@@ -104,10 +104,10 @@ def test_cancel_reaches_the_ranks_and_stops_them() -> None:
     def progress(fraction: float, message: str) -> None:
         cancel.set()  # the ranks are running: ask them to stop
 
-    start = time.monotonic()
+    # The ranks loop until cancelled: without the cancel the run would end at the timeout, a RankFailure.
     with pytest.raises(RanksCancelled):
-        run_ranks(misbehaving_rank, {"how": "loop"}, ranks=2, timeout_s=60, progress=progress, cancel=cancel)
-    assert cancel.is_set() and time.monotonic() - start < 30
+        run_ranks(misbehaving_rank, {"how": "loop"}, ranks=2, timeout_s=600, progress=progress, cancel=cancel)
+    assert cancel.is_set()
     assert not rank_processes()
 
 

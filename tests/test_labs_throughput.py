@@ -83,6 +83,7 @@ def test_matmul_speedup_compares_rates_at_the_same_size(monkeypatch: pytest.Monk
     assert metrics["speedup_bf16_over_fp32"] == pytest.approx(0.5)
 
 
+@pytest.mark.sleeps
 def test_matmul_budget_starts_after_torch_is_warm(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading and warming torch must not eat the lesson's budget (issue 9: at 3 s, the import left
     only tiny sizes): the sweep gets the whole budget however long the warm-up took."""

@@ -31,7 +31,7 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def wait_until(predicate, timeout_s: float = 10.0) -> bool:
+def wait_until(predicate, timeout_s: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -111,7 +111,7 @@ def test_a_probe_that_ignores_cancel_is_killed_with_its_children_and_the_worker_
     first = client.pid
     result = probes["stubborn"].run({}, progress, cancel)
     assert result.cancelled and result.rows == ()
-    assert child and wait_until(lambda: not pid_alive(child[0]), 5.0), "the probe's child outlived the cancel"
+    assert child and wait_until(lambda: not pid_alive(child[0])), "the probe's child outlived the cancel"
     assert "restarting" in [state.phase for state in client.states]
     again = probes["quick"].run({}, lambda *a: None, threading.Event())
     assert again.details["pid"] not in (first, None)
@@ -184,7 +184,7 @@ def test_the_worker_and_its_children_die_with_the_app(tmp_path):
         assert pid_alive(worker_pid) and pid_alive(child_pid)
         app.kill()
         app.wait()
-        assert wait_until(lambda: not pid_alive(worker_pid) and not pid_alive(child_pid), 10.0)
+        assert wait_until(lambda: not pid_alive(worker_pid) and not pid_alive(child_pid))
     finally:
         app.kill()
         app.wait()
@@ -195,7 +195,7 @@ def test_stop_ends_the_worker_and_later_jobs_fail_clearly(client, probes):
     probes["quick"].run({}, lambda *a: None, threading.Event())
     pid = client.pid
     client.stop()
-    assert wait_until(lambda: not pid_alive(pid), 5.0)
+    assert wait_until(lambda: not pid_alive(pid))
     assert client.state.phase == "stopped"
     with pytest.raises(UserError, match="stopped"):
         probes["quick"].run({}, lambda *a: None, threading.Event())
@@ -234,9 +234,10 @@ def test_progress_is_throttled_to_ten_a_second_and_the_last_held_report_still_ar
                                   threading.Event())
     assert result.metrics["reports"] > 1000, "the probe did not flood"
     worker_reports = [entry for entry in seen if entry[2].startswith("report") or entry[2] == "the last step"]
+    # Over 1,000 reports in 0.6 s of the worker's clock, at most ten a second of them sent. (How far
+    # apart they arrive here is the machine's scheduling: the throttle's spacing is checked on a fake
+    # clock below.)
     assert 3 <= len(worker_reports) <= 0.6 * 10 + 3, len(worker_reports)
-    gaps = [later[0] - earlier[0] for earlier, later in zip(worker_reports, worker_reports[1:])]
-    assert min(gaps) >= 0.06  # 0.1 s apart at the worker; the socket may bunch two a little
     assert worker_reports[-1][2] == "the last step"  # held, then sent by the timer: never a stale step
 
 
@@ -261,7 +262,7 @@ def test_the_throttle_holds_reports_sends_done_at_once_and_nothing_after_close()
     live = ProgressThrottle(lambda fraction, text: sent.append((fraction, text)), 0.05)
     live(0.1, "x")
     live(0.2, "y")
-    assert wait_until(lambda: sent[-1] == (0.2, "y"), 2.0)
+    assert wait_until(lambda: sent[-1] == (0.2, "y"))
 
 
 @pytest.mark.slow

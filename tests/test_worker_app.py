@@ -55,7 +55,7 @@ def test_probes_run_in_the_worker_while_the_app_runs_and_the_app_never_imports_t
     assert report["stored"]["bf16"] == float.fromhex("0x1.9a00000000000p-4")  # 0.1 rounded to bf16
     assert "ready" in report["phases"] and "busy" in report["phases"]
     assert report["after_exit"] == "stopped"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a limit for a hang only: the loop ends when the process is gone
     while Path(f"/proc/{report['pid']}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{report['pid']}").exists(), "the worker outlived the app"
