@@ -203,7 +203,8 @@ KV_CACHE = make_probe(
 )
 
 
-def _median_times_in_turns(fns, sync, budget_s: float, cancel: threading.Event) -> list[float]:
+def _median_times_in_turns(fns, sync, budget_s: float, cancel: threading.Event,
+                           on_round=lambda share_of_budget: None) -> list[float]:
     """The median time of each of `fns`, timed in turns (one run of each per round) rather than one
     after the other: a load that comes and goes on a busy machine then slows each of them alike,
     so their ratios (decode against the read that bounds it) stay a property of the kernels."""
@@ -220,6 +221,7 @@ def _median_times_in_turns(fns, sync, budget_s: float, cancel: threading.Event) 
             fn()
             sync()
             kept.append(time.perf_counter() - start)
+        on_round(min(1.0, 1.0 - (deadline - time.perf_counter()) / budget_s))
         if len(times[0]) >= 200:
             break
     return [statistics.median(kept) for kept in times]
@@ -300,12 +302,13 @@ def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event)
 
     one = torch.randn(1, hidden, generator=generator).to(device, dtype)
     many = torch.randn(prompt, hidden, generator=generator).to(device, dtype)
-    progress(0.1, f"in turns: decode (one token per step), prefill ({prompt} tokens in one pass) and a read "
-                  "of the weights (this machine's bandwidth)")
+    turns = (f"in turns: decode (one token per step), prefill ({prompt} tokens in one pass) and a read of the "
+             "weights (this machine's bandwidth)")
+    progress(0.1, turns)
     # The bandwidth that bounds decode: a pass that reads every weight once and does nothing else.
     decode_s, prefill_s, read_s = _median_times_in_turns(
         [lambda: forward(one), lambda: forward(many), lambda: [float(a.sum()) + float(b.sum()) for a, b in weights]],
-        sync, params["budget_s"], cancel)
+        sync, params["budget_s"], cancel, on_round=lambda share: progress(0.1 + 0.85 * share, turns))
     bandwidth = weight_bytes / read_s
     flops_per_token = layers * 2 * matmul_flops(1, ffn, hidden)
     decode_tps = 1 / decode_s
