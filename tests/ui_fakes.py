@@ -301,5 +301,7 @@ async def until(pilot: Any, condition: Callable[[], object], what: str, *, limit
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {limit_s:g} s for {what}")
-        await pilot.pause(0.02)
+        # The app handles its messages meanwhile; pilot.pause() here would post a callback to every
+        # widget on the screen at each look, which costs more than the wait on a long lesson.
+        await asyncio.sleep(0.02)
     await pilot.pause()
