@@ -70,6 +70,7 @@ def _measure_with(hog: psutil.Process) -> tuple[BusyShare, float]:
     return share, _hog_cpu_s(hog) - before
 
 
+@pytest.mark.sleeps
 def test_a_cpu_hog_elsewhere_on_the_machine_is_reported_as_other_processes() -> None:
     hog = _hog_outside_this_tree()
     try:
@@ -84,6 +85,7 @@ def test_a_cpu_hog_elsewhere_on_the_machine_is_reported_as_other_processes() -> 
     assert share.own_cpu_s < 0.5 * hog_s
 
 
+@pytest.mark.sleeps
 def test_a_cpu_hog_inside_this_process_tree_is_not_another_process() -> None:
     hog_process = subprocess.Popen([sys.executable, "-c", HOG])
     try:
@@ -112,6 +114,7 @@ def test_the_app_interface_is_counted_apart_from_other_processes() -> None:
     assert cli.interface_share is None and "interface" not in cli.describe()
 
 
+@pytest.mark.sleeps
 def test_a_hog_named_as_the_interface_is_not_other_processes(monkeypatch) -> None:
     from tutor.bench.busy import INTERFACE_PID_ENV, interface_process
 

@@ -105,6 +105,7 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str], message: str, data_dir:
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_within_seconds_prints_what_finished_and_exits_130(tmp_path: Path) -> None:
     # Rich draws its progress bar into a pipe only when told the pipe is a terminal. The sweep stops
     # at a plateau within seconds, so the signal goes in as soon as bf16 starts: fp32 has finished

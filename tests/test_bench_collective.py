@@ -12,6 +12,7 @@ from tutor.errors import UserError
 COLLECTIVE_KEYS = {"kind", "op", "backend", "ranks", "bytes", "algbw_gbps", "busbw_gbps"}
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_report_algbw_and_busbw() -> None:
     results = collective_bandwidth(ranks=2, budget_s=1.0, sizes=(64 * 1024,))
     assert [r.op for r in results] == ["all_reduce", "all_gather", "reduce_scatter"]

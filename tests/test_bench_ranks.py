@@ -61,6 +61,7 @@ def misbehaving_rank(ctx, params: dict) -> dict:
     return {}
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_return_their_results_in_rank_order() -> None:
     seen: list[str] = []
     results = run_ranks(summed_ranks, {}, ranks=2, timeout_s=60, progress=lambda f, m: seen.append(m))
@@ -70,15 +71,17 @@ def test_two_gloo_ranks_return_their_results_in_rank_order() -> None:
     assert not rank_processes()
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_stops_every_rank_and_is_named() -> None:
-    start = time.monotonic()
+    # The survivor waits in an all-reduce for the dead rank: had the death not ended the run, it would
+    # end at the timeout with reason "timeout" (the hang test below), however long start-up took.
     with pytest.raises(RankFailure, match=r"^lab: rank 1 exited \(killed by signal 9, SIGKILL\)$") as caught:
-        run_ranks(misbehaving_rank, {"victim": 1, "how": "sigkill"}, ranks=2, timeout_s=60, name="lab")
+        run_ranks(misbehaving_rank, {"victim": 1, "how": "sigkill"}, ranks=2, timeout_s=600, name="lab")
     assert caught.value.rank == 1 and caught.value.reason == "exited"
-    assert time.monotonic() - start < 30  # start-up included; the death itself ends the run at once
     assert not rank_processes()
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_is_one_line_naming_it() -> None:
     # One rank is enough for the path (and cheaper: each rank imports torch).
     with pytest.raises(RankFailure, match=r"^rank 0 failed: ValueError: the lab broke$"):
@@ -86,6 +89,7 @@ def test_a_rank_that_raises_is_one_line_naming_it() -> None:
     assert not rank_processes()
 
 
+@pytest.mark.slow
 def test_a_hang_is_a_timeout_naming_the_unfinished_ranks() -> None:
     with pytest.raises(RankFailure, match=r"rank 0 did not finish within 5 s \(ranks 0, 1 still running\)") as caught:
         run_ranks(misbehaving_rank, {"how": "hang"}, ranks=2, timeout_s=5)
@@ -93,16 +97,17 @@ def test_a_hang_is_a_timeout_naming_the_unfinished_ranks() -> None:
     assert not rank_processes()
 
 
+@pytest.mark.slow
 def test_cancel_reaches_the_ranks_and_stops_them() -> None:
     cancel = threading.Event()
 
     def progress(fraction: float, message: str) -> None:
         cancel.set()  # the ranks are running: ask them to stop
 
-    start = time.monotonic()
+    # The ranks loop until cancelled: without the cancel the run would end at the timeout, a RankFailure.
     with pytest.raises(RanksCancelled):
-        run_ranks(misbehaving_rank, {"how": "loop"}, ranks=2, timeout_s=60, progress=progress, cancel=cancel)
-    assert cancel.is_set() and time.monotonic() - start < 30
+        run_ranks(misbehaving_rank, {"how": "loop"}, ranks=2, timeout_s=600, progress=progress, cancel=cancel)
+    assert cancel.is_set()
     assert not rank_processes()
 
 

@@ -37,6 +37,7 @@ def test_models_default_output_is_a_table_of_presets_in_human_units(data_dir: Pa
     assert not SCIENTIFIC.search(out) and "{" not in out  # a table, not JSON or reprs
 
 
+@pytest.mark.slow
 def test_lab_default_output_draws_the_probe_render(data_dir: Path) -> None:
     from tutor.labs import PROBES
 
@@ -66,6 +67,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_collective_main_under_torchrun_with_two_ranks(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TENSOR_TUTOR_DATA_DIR": str(tmp_path)}
     env.pop("CUDA_VISIBLE_DEVICES", None)

@@ -34,6 +34,7 @@ def report() -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_every_category_is_compared(report) -> None:
     compared = {(row["arch"], row["config"], row["category"]) for row in report["rows"]}
     expected = {(arch, config, category) for arch in ("llama", "mixtral")
@@ -43,12 +44,14 @@ def test_every_category_is_compared(report) -> None:
     assert all(row["measured"] > 0 for row in report["rows"])
 
 
+@pytest.mark.slow
 def test_fit_matches_transformers_within_ten_percent(report) -> None:
     off = [f"{row['arch']}/{row['config']} {row['category']}: measured {row['measured']:,}, fit {row['theory']:,}"
            for row in report["rows"] if not row["within"]]
     assert not off, "\n".join(off)
 
 
+@pytest.mark.slow
 def test_training_peak_is_a_moment_not_the_sum_of_categories(report) -> None:
     # The measured peak of a bf16 step comes in backward, below every category at its own maximum.
     for run in (r for r in report["runs"] if r["config"] == "bf16"):

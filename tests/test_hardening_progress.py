@@ -68,7 +68,7 @@ def test_settings_that_cannot_be_saved_return_one_line(tmp_path: Path) -> None:
 
 def test_app_shows_warnings_from_after_start_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from ui_fakes import FakeSettings, fake_services
+    from ui_fakes import FakeSettings, fake_services, until
 
     import tutor.ui.app as app_module
 
@@ -89,7 +89,13 @@ def test_app_shows_warnings_from_after_start_up(tmp_path: Path, monkeypatch: pyt
             folder.write_text("the data folder became a file")
             progress.mark_block(LESSON, "q1")
             app.theme = "gruvbox"
-            await pilot.pause(0.3)
+
+            def said(start: str) -> bool:
+                return any(str(note.message).startswith(start) for note in app._notifications)
+
+            # The progress warning comes with the app's next look for one (every 0.05 s here).
+            await until(pilot, lambda: said("cannot save progress") and said("could not save settings"),
+                        "both warnings", limit_s=60)
             return [notification.message for notification in app._notifications]
 
     messages = asyncio.run(scenario())

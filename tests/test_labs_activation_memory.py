@@ -92,6 +92,7 @@ def test_layers_scale_linearly() -> None:
        heads=st.sampled_from([1, 2, 4, 8]), head_dim=st.sampled_from([8, 16, 24]), seq=st.integers(1, 40),
        batch=st.integers(1, 3), dtype=st.sampled_from(["fp32", "bf16", "fp16"]), group=st.sampled_from([1, 2, 4]),
        dropout=st.sampled_from([None, 0.0, 0.2]), layers=st.integers(1, 2))
+@pytest.mark.slow
 def test_every_saved_byte_is_theory_or_an_itemised_pytorch_extra(style, attention, heads, head_dim, seq, batch,
                                                                  dtype, group, dropout, layers) -> None:
     kv_heads = heads // group if heads % group == 0 else heads

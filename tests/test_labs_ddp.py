@@ -13,6 +13,7 @@ from tutor.labs import get_probe, run_probe
 from tutor.labs.ddp import overlap_fraction
 
 
+@pytest.mark.slow
 def test_two_ranks_train_identical_replicas_and_all_reduce_every_gradient() -> None:
     result = run_probe("ddp", {"steps": 2, "hidden": 32, "layers": 1, "batch": 2, "seq": 16, "bucket_cap_mb": 0.05})
     data = result.to_json()

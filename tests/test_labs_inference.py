@@ -17,6 +17,7 @@ from tutor.theory.kv_cache import kv_cache_bytes_per_token
 pytest.importorskip("transformers")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("dtype", "element"), [("fp32", 4), ("bf16", 2)])
 def test_a_real_cache_grows_by_the_formula_per_token(dtype: str, element: int) -> None:
     metrics = run_probe("kv-cache", {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "prompt": 8,
@@ -29,6 +30,7 @@ def test_a_real_cache_grows_by_the_formula_per_token(dtype: str, element: int) -
     assert metrics["kv_bytes_final"] == metrics["theory_kv_bytes_final"] == 14 * per_token
 
 
+@pytest.mark.slow
 def test_grouped_query_attention_shrinks_the_measured_cache() -> None:
     full = run_probe("kv-cache", {"hidden": 64, "heads": 4, "kv_heads": 4, "tokens": 3}).metrics
     grouped = run_probe("kv-cache", {"hidden": 64, "heads": 4, "kv_heads": 1, "tokens": 3}).metrics
@@ -40,6 +42,7 @@ def test_heads_that_do_not_divide_are_a_user_error() -> None:
         run_probe("kv-cache", {"hidden": 64, "heads": 4, "kv_heads": 3})
 
 
+@pytest.mark.slow
 def test_decode_is_bandwidth_bound_and_prefill_is_faster_per_token() -> None:
     # 64 MiB of fp32 weights: above this machine's 32 MiB L3, so decode streams them from DRAM.
     metrics = run_probe("prefill-decode", {"hidden": 1024, "layers": 2, "prompt": 64, "budget_s": 1.5}).metrics
@@ -50,3 +53,21 @@ def test_decode_is_bandwidth_bound_and_prefill_is_faster_per_token() -> None:
     # margin for timing noise between the two medians).
     assert metrics["decode_over_bound"] < 1.3
     assert metrics["prefill_over_decode"] > 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", ["prefill-decode", "kv-cache"])
+def test_a_one_core_lab_gives_torch_its_threads_back(lab: str) -> None:
+    """Labs run in the app's long-lived measurement process: a benchmark after one must not run on
+    the single thread the lab measured with."""
+    import torch
+
+    params = {"prefill-decode": {"hidden": 64, "layers": 1, "prompt": 4, "budget_s": 0.1},
+              "kv-cache": {"layers": 1, "hidden": 64, "heads": 4, "kv_heads": 2, "prompt": 4, "tokens": 2}}[lab]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_probe(lab, params)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

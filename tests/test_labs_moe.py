@@ -27,6 +27,7 @@ def default_run():
     return run_probe("moe")
 
 
+@pytest.mark.slow
 def test_the_auxiliary_loss_and_the_bias_even_out_a_lopsided_router(default_run) -> None:
     metrics = default_run.metrics
     assert metrics["max_over_mean_start"] > 2.0  # the skewed router starts lopsided
@@ -37,12 +38,14 @@ def test_the_auxiliary_loss_and_the_bias_even_out_a_lopsided_router(default_run)
         assert metrics[f"drop_fraction_{run}"] < metrics["drop_fraction_none"]
 
 
+@pytest.mark.slow
 def test_torch_auxiliary_loss_equals_the_theory_formula(default_run) -> None:
     metrics = default_run.metrics
     assert metrics["aux_loss_torch"] == pytest.approx(metrics["aux_loss_theory"], rel=1e-5)
     assert metrics["aux_loss_torch"] != pytest.approx(0.0)
 
 
+@pytest.mark.slow
 def test_flop_counter_agrees_with_the_matmul_formula_and_k_over_e(default_run) -> None:
     flops = default_run.details["flops"]
     for key in ("router", "active", "total", "dense_same_active"):
@@ -52,6 +55,7 @@ def test_flop_counter_agrees_with_the_matmul_formula_and_k_over_e(default_run) -
     assert isinstance(flops["total"], int) and isinstance(flops["active"], int)
 
 
+@pytest.mark.slow
 def test_json_holds_the_loads_of_every_run(default_run) -> None:
     data = json.loads(json.dumps(default_run.to_json()))
     assert data["expert_load_run"] == "aux_loss"
@@ -65,6 +69,7 @@ def test_json_holds_the_loads_of_every_run(default_run) -> None:
     assert set(PROBES["moe"].metrics_for({})) <= set(data["metrics"])
 
 
+@pytest.mark.slow
 def test_rendering_draws_every_run_without_torch(default_run) -> None:
     details = json.dumps(default_run.details)
     code = (
@@ -137,6 +142,7 @@ def test_routed_experts_compute_the_same_output_as_every_expert() -> None:
                           atol=1e-5)
 
 
+@pytest.mark.slow
 def test_expert_parallel_all_to_all_matches_one_process_and_counts_bytes() -> None:
     result = run_probe("moe", {"ranks": 2, "runs": ["aux_loss"], "steps": 100})
     alltoall = result.details["alltoall_bytes"]

@@ -250,6 +250,7 @@ def test_the_timeline_draws_one_row_per_stage_scaled_to_the_width() -> None:
         assert rows[1].split()[2].startswith("·")
 
 
+@pytest.mark.slow
 def test_labs_json_and_render_of_a_real_1f1b_run() -> None:
     result = get_probe("pipeline").run({"stages": 2, "microbatches": 4, "schedule": "1f1b", "microbatch_tokens": 64,
                                         "hidden": 64, "steps": 2}, lambda fraction, message: None,
@@ -286,6 +287,7 @@ def test_labs_json_and_render_of_a_real_1f1b_run() -> None:
     assert "stage 1" in "\n".join(_drawn(result, 100))
 
 
+@pytest.mark.slow
 def test_the_hand_written_schedule_trains_exactly_as_torchs_schedule() -> None:
     from tutor.labs.pipeline import pipeline_rank
     from tutor.bench.ranks import run_ranks

@@ -26,6 +26,7 @@ def real_run() -> ProbeResult:
     return get_probe("tensor").run(dict(PARAMS), lambda fraction, message: None, threading.Event())
 
 
+@pytest.mark.slow
 def test_split_blocks_match_one_rank_forward_and_backward(real_run: ProbeResult) -> None:
     data = json.loads(json.dumps(real_run.to_json()))
     assert set(data["blocks"]) == {"column-parallel linear", "row-parallel linear", "mlp", "attention"}
@@ -33,6 +34,7 @@ def test_split_blocks_match_one_rank_forward_and_backward(real_run: ProbeResult)
     assert data["max_abs_error"] == max(max(b["forward_error"], b["backward_error"]) for b in data["blocks"].values())
 
 
+@pytest.mark.slow
 def test_collectives_are_megatrons_f_and_g(real_run: ProbeResult) -> None:
     blocks = real_run.details["blocks"]
     # Column-parallel: nothing forward, the input gradient all-reduced backward (Megatron's f).
@@ -47,6 +49,7 @@ def test_collectives_are_megatrons_f_and_g(real_run: ProbeResult) -> None:
     assert blocks["mlp"]["forward"]["buffer_bytes"] == b * s * h * 4
 
 
+@pytest.mark.slow
 def test_bytes_per_layer_equal_the_theory(real_run: ProbeResult) -> None:
     layer = real_run.details["layer"]
     assert layer["allreduces"] == {"forward": 2, "backward": 2}
@@ -56,6 +59,7 @@ def test_bytes_per_layer_equal_the_theory(real_run: ProbeResult) -> None:
     assert real_run.metrics["comm_bytes_over_theory"] == 1.0
 
 
+@pytest.mark.slow
 def test_render_lists_each_block_and_the_layer_beside_megatron(real_run: ProbeResult) -> None:
     console = Console(width=120, record=True, color_system=None)
     console.print(render_tensor(real_run))
@@ -66,6 +70,7 @@ def test_render_lists_each_block_and_the_layer_beside_megatron(real_run: ProbeRe
     assert "e-0" not in text and "tensor_parallel" not in text
 
 
+@pytest.mark.slow
 def test_separate_qkv_projections_each_all_reduce_their_input_gradient() -> None:
     """Three column-parallel q, k, v modules: DTensor reduces each one's input gradient on its own
     (3 backward all-reduces where a fused projection needs 1); counted as the parent summarises them."""

@@ -49,6 +49,7 @@ def test_bandwidth_reports_gb_per_s_with_the_stream_byte_count() -> None:
     assert set(result.metrics) == set(get_probe("bandwidth").metrics_for({"ops": ["copy"]}))
 
 
+@pytest.mark.slow
 def test_collective_busbw_is_algbw_times_the_nccl_tests_factor() -> None:
     result = run_probe("collective", {"ranks": 2, "sizes": ["64KiB"], "ops": ["all_reduce", "all_gather"],
                                       "backend": "gloo", "budget_s": 0.5})
@@ -82,6 +83,7 @@ def test_matmul_speedup_compares_rates_at_the_same_size(monkeypatch: pytest.Monk
     assert metrics["speedup_bf16_over_fp32"] == pytest.approx(0.5)
 
 
+@pytest.mark.sleeps
 def test_matmul_budget_starts_after_torch_is_warm(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading and warming torch must not eat the lesson's budget (issue 9: at 3 s, the import left
     only tiny sizes): the sweep gets the whole budget however long the warm-up took."""

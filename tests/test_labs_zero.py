@@ -14,6 +14,7 @@ from tutor.labs.zero import wire_bytes
 SMALL = {"hidden": 32, "layers": 1, "batch": 2, "seq": 16}
 
 
+@pytest.mark.slow
 def test_stage1_shards_the_optimizer_states_by_the_world_size() -> None:
     data = run_probe("zero", {"stage": 1, **SMALL}).to_json()
     optimizer = data["optimizer_bytes_per_rank"]
@@ -27,6 +28,7 @@ def test_stage1_shards_the_optimizer_states_by_the_world_size() -> None:
     assert set(data["communication_bytes_per_step"]["calls"]) == {"all_reduce", "broadcast"}
 
 
+@pytest.mark.slow
 def test_stage3_shards_parameters_gradients_and_optimizer_and_sends_3_psi() -> None:
     result = run_probe("zero", {"stage": 3, **SMALL})
     data = result.to_json()

@@ -198,11 +198,13 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> N
         assert word in lines[0]
 
 
+@pytest.mark.slow
 def test_missing_extra_says_what_to_install() -> None:
     result = cli("fit", "llama-3.2-1b", "--trace", env_code="import sys; sys.modules['transformers'] = None")
     assert_one_line_error(result, "tensor-tutor[trace]")
 
 
+@pytest.mark.slow
 def test_a_config_transformers_rejects_is_one_line_and_exit_2(tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**LLAMA, "rope_scaling": {"rope_type": "no-such-rope", "factor": 2.0}}))

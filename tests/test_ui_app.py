@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import FakeProgress, fake_services, slow_bench  # noqa: E402
+from ui_fakes import FakeProgress, fake_services, slow_bench, until  # noqa: E402
 
 from tutor.ui.app import TutorApp  # noqa: E402
 from tutor.ui.screens.bench import BenchScreen  # noqa: E402
@@ -26,6 +26,7 @@ from tutor.ui.widgets.live_pane import LivePane, Trace  # noqa: E402
 from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
 from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
 from tutor.ui.widgets.quiz import QuizBlock, attempts_before_reveal  # noqa: E402
+from textual.command import CommandList  # noqa: E402
 from textual.widgets import RadioButton, Static  # noqa: E402
 
 WIDE, SMALL = (120, 40), (80, 24)
@@ -198,7 +199,9 @@ def test_bits_block_redraws_and_confirms_with_a_cast():
             await pilot.press("enter")
             await pilot.pause()
             bits.query_one("#torch").press()
-            await settle(pilot, app)
+            # The cast runs in a worker that starts once the press is handled; the first one imports torch.
+            await until(pilot, lambda: "torch stored" in text_of(bits.query_one("#status"))
+                        or bits.query_one("#status").has_class("error"), "the torch cast's answer")
             assert casts == [("65504", ("fp32", "bf16", "fp16", "fp8-e4m3"))]
             assert "torch stored 4 of 4 castable formats exactly" in text_of(bits.query_one("#status"))
             bits.query_one("#value").value = "not a number"
@@ -234,7 +237,7 @@ def test_measure_runs_the_probe_and_shows_measured_against_theory():
             await pilot.pause()
             measure = app.screen.query_one(MeasureBlock)
             measure.query_one("#run").press()
-            await settle(pilot, app)
+            await until(pilot, lambda: services.probes["matmul"].calls and not measure.running, "the probe's result")
             table = text_of(measure.query_one("#table"))
             assert "matmul fp32" in table and "44.6 %" in table and "bf16 emulated" in table
             assert services.probes["matmul"].calls == [{"dtypes": ["fp32", "bf16"], "budget_s": 2}]
@@ -253,7 +256,7 @@ def test_predict_commits_first_then_measures_and_compares():
             predict.query_one("#guess").focus()
             predict.query_one("#guess").value = "2x"
             await pilot.press("enter")
-            await settle(pilot, app)
+            await until(pilot, lambda: "measured" in text_of(predict.query_one("#verdict")), "the verdict")
             verdict = text_of(predict.query_one("#verdict"))
             # the fake measures speedup_bf16_over_fp32 = 0.25
             assert "you predicted 2x, measured 0.25x: 8x too high" in verdict
@@ -275,7 +278,7 @@ def test_predict_rejects_a_guess_that_is_not_a_number_without_measuring():
             predict.query_one("#guess").focus()
             predict.query_one("#guess").value = "fast"
             await pilot.press("enter")
-            await settle(pilot, app)
+            await until(pilot, lambda: "could not read 'fast' as a number" in text_of(predict.query_one("#status")), "the refusal")
             assert "could not read 'fast' as a number" in text_of(predict.query_one("#status"))
             assert services.probes["matmul"].calls == []
             assert not predict.query_one("#guess").disabled
@@ -310,7 +313,7 @@ def test_escape_cancels_a_running_measure_and_the_ui_keeps_answering():
             measure.query_one("#run").focus()
             await pilot.pause()  # focus scrolls the Run button into view; Enter on an unseen one only reveals it
             await pilot.press("enter")
-            await pilot.pause(0.1)
+            await until(pilot, lambda: services.probes["slow"].calls, "the probe to start")
             assert measure.running and app.active_runner is measure
             # While the probe works, a key still changes the screen at once.
             await pilot.press("f1")
@@ -334,7 +337,7 @@ def test_leaving_or_quitting_cancels_a_running_measure():
             await pilot.pause()
             measure = app.screen.query_one(MeasureBlock)
             measure.start_probe()
-            await pilot.pause(0.1)
+            await until(pilot, lambda: app.services.probes["slow"].calls, "the probe to start")
             event = measure._cancel
             assert measure.running and not event.is_set()
             await pilot.press("ctrl+q")
@@ -351,7 +354,7 @@ def test_one_probe_at_a_time():
             await pilot.pause()
             slow = app.screen.query_one(MeasureBlock)
             slow.start_probe()
-            await pilot.pause(0.05)
+            await until(pilot, lambda: app.services.probes["slow"].calls, "the probe to start")
             first = slow._cancel
             app.action_bench()
             await pilot.pause()
@@ -384,9 +387,11 @@ def test_palette_goes_to_a_lesson():
             await pilot.pause()
             for key in "training needs":
                 await pilot.press("space" if key == " " else key)
-            await pilot.pause(0.3)
+            # The palette searches its providers in a worker: wait for the hit, not for a time.
+            await until(pilot, lambda: app.screen.query(CommandList) and app.screen.query_one(CommandList).option_count,
+                        "the palette's first hit")
             await pilot.press("enter")
-            await pilot.pause(0.2)
+            await until(pilot, lambda: isinstance(app.screen, LessonScreen), "the lesson to open")
             assert isinstance(app.screen, LessonScreen) and app.screen.lesson_id == "memory/train"
     run(scenario())
 
@@ -473,7 +478,7 @@ def test_bench_screen_runs_and_cancels():
             await pilot.pause()
             assert isinstance(app.screen, BenchScreen)
             await pilot.press("r")
-            await settle(pilot, app)
+            await until(pilot, lambda: not app.screen.running and app.screen.query("PeakGauge"), "the bench's gauges")
             gauges = [text_of(gauge) for gauge in app.screen.query("PeakGauge")]
             assert "45.0 % of peak" in gauges[0]
             # 0.3 measured against a 0.2688 peak computed at 2.1 GHz: the clock was >= 2.34 GHz.
@@ -482,7 +487,7 @@ def test_bench_screen_runs_and_cancels():
             app.services = dataclasses.replace(app.services, run_bench=slow_bench)
             app.screen.services = app.services
             await pilot.press("r")
-            await pilot.pause(0.1)
+            await until(pilot, lambda: app.screen.running, "the slow bench to start")
             assert app.screen.running
             await pilot.press("h")  # still answering keys: nothing bound to h on Bench but home
             await pilot.pause()
@@ -496,7 +501,7 @@ def test_bench_escape_cancels_before_going_home():
         app = TutorApp(fake_services(run_bench=slow_bench))
         async with app.run_test(size=WIDE) as pilot:
             app.action_bench(run=True)
-            await pilot.pause(0.1)
+            await until(pilot, lambda: isinstance(app.screen, BenchScreen) and app.screen.running, "the bench to start")
             assert app.screen.running
             await pilot.press("escape")
             await settle(pilot, app)

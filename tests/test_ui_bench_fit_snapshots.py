@@ -52,6 +52,7 @@ async def fit_70b_training_on_h100(pilot) -> None:
     await fit_screen(pilot, model="llama-3.1-70b", mode="train", device="h100", seq="8k")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [SMALL, WIDE], ids=["small", "wide"])
 def test_fit_screen(snap_compare, size):
     assert snap_compare(TutorApp(fake_services()), terminal_size=size, run_before=fit_70b_training_on_h100)

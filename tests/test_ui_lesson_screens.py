@@ -3,7 +3,6 @@ keep every row, a header that keeps its place, results kept per lesson, labelled
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import sys
 import threading
@@ -16,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rich.console import Console  # noqa: E402
 from rich.text import Text  # noqa: E402
 from textual.widgets import Button, OptionList, ProgressBar, Static  # noqa: E402
-from ui_fakes import LESSONS, TRACKS, FakeCurriculum, FakeProbe, fake_machine, fake_services, sync  # noqa: E402
+from ui_fakes import LESSONS, TRACKS, FakeCurriculum, FakeProbe, fake_machine, fake_services, sync, until  # noqa: E402
 
 from tutor.hardware.sampler import Sample  # noqa: E402
 from tutor.labs import Measurement, ProbeResult  # noqa: E402
@@ -166,8 +165,7 @@ async def test_a_lesson_whose_first_run_is_on_screen_opens_on_it_and_enter_measu
         assert app.screen.query_one("#lesson").scroll_y == 0
         calls = len(probe.calls)
         await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await until(pilot, lambda: len(probe.calls) > calls, "the probe to run")
         assert len(probe.calls) == calls + 1
 
 
@@ -197,10 +195,10 @@ async def test_enter_on_an_unseen_run_scrolls_to_it_and_a_second_enter_runs():
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert len(probe.calls) == calls and measure_visible(app, run)
-        await asyncio.sleep(run.active_effect_duration + 0.05)  # a Button ignores a press while it animates
+        # A Button ignores a press while it animates: wait for the animation's end, not for its length.
+        await until(pilot, lambda: not run.has_class("-active"), "the Run button's press effect to end")
         await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await until(pilot, lambda: len(probe.calls) > calls, "the probe to run")
         assert len(probe.calls) == calls + 1
 
 
@@ -219,10 +217,9 @@ async def test_committing_a_prediction_keeps_focus_and_shows_the_verdict():
         block.query_one("#guess").focus()
         await pilot.press("3", "enter")
         assert app.focused is app.screen.query_one("#lesson")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        await pilot.pause()
         verdict = block.query_one("#verdict", Static)
+        await until(pilot, lambda: "you predicted" in str(verdict.render()), "the verdict")
+        await pilot.pause()
         assert "you predicted" in str(verdict.render()) and measure_visible(app, verdict)
         scroll = app.screen.query_one("#lesson")
         before = scroll.scroll_y
@@ -265,7 +262,7 @@ async def test_a_cancelled_run_does_not_read_100_percent():
         await pilot.pause()
         block = app.screen.query_one(MeasureBlock)
         block.start_probe()
-        await asyncio.sleep(0.3)
+        await until(pilot, lambda: block.query_one(ProgressBar).progress, "the probe's first progress report")
         await pilot.press("escape")
         await app.workers.wait_for_complete()
         await pilot.pause()

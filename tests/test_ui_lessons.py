@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import FakeProbe, FakeSampler, FakeSettings, ProbeResult, fake_machine  # noqa: E402
+from ui_fakes import FakeProbe, FakeSampler, FakeSettings, ProbeResult, fake_machine, until  # noqa: E402
 
 lessons = pytest.importorskip("tutor.lessons")
 labs = pytest.importorskip("tutor.labs")
@@ -84,6 +84,7 @@ async def answer(quiz: QuizBlock, services: Services, pilot) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 def test_every_lesson_opens_and_every_block_works(tmp_path):
     async def scenario():
         services = real_services(tmp_path)
@@ -115,32 +116,33 @@ def test_every_lesson_opens_and_every_block_works(tmp_path):
                 for runner in screen.query(MeasureBlock):
                     seen.add("measure")
                     runner.start_probe()
-                    await app.workers.wait_for_complete()
-                    await pilot.pause()
+                    await until(pilot, lambda: not runner.running, f"{lesson_id}'s probe to finish")
                     assert runner.result is not None, (lesson_id, text_of(runner.query_one("#status")))
                 for predict in screen.query(PredictBlock):
                     seen.add("predict")
                     predict.query_one("#guess").value = "1"
                     predict.query_one("#commit").press()
-                    await app.workers.wait_for_complete()
-                    await pilot.pause()
+                    # The press is a message: the probe starts once it is handled, then posts its result.
+                    await until(pilot, lambda: "measured" in text_of(predict.query_one("#verdict")),
+                                f"{lesson_id}'s verdict", limit_s=60)
                     assert "measured 2" in text_of(predict.query_one("#verdict")), lesson_id
                 for exercise in screen.query(ExerciseBlock):
                     seen.add("exercise")
                     exercise.start_probe()
-                    await app.workers.wait_for_complete()
-                    await pilot.pause()
-                    assert "✓" in text_of(exercise.query_one("#status")), lesson_id
+                    await until(pilot, lambda: "✓" in text_of(exercise.query_one("#status")),
+                                f"{lesson_id}'s exercise to be checked")
                 if not screen.graded_ids():
                     screen.action_next()
-                    await pilot.pause()
-                assert services.progress.lesson_state(lesson_id).completed, lesson_id
+                # The last block's result reaches the lesson as a message: wait for the completion it saves.
+                await until(pilot, lambda: services.progress.lesson_state(lesson_id).completed,
+                            f"{lesson_id} to be completed", limit_s=60)
         assert seen == {"bits", "calc", "quiz", "measure", "predict", "exercise"}
         done, total = services.progress.track_progress(services.curriculum.tracks[0])
         assert done == total
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_a_lesson_fits_an_80x24_terminal(tmp_path):
     async def scenario():
         services = real_services(tmp_path)
@@ -157,6 +159,7 @@ def test_a_lesson_fits_an_80x24_terminal(tmp_path):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_a_real_probe_runs_in_its_lesson(tmp_path):
     """moe-routing needs no torch: the real lab runs in the worker and its rows reach the table."""
     async def scenario():
@@ -172,14 +175,14 @@ def test_a_real_probe_runs_in_its_lesson(tmp_path):
             await pilot.pause()
             runner = next(r for r in app.screen.query(MeasureBlock) if r.probe_name == "moe-routing")
             runner.start_probe()
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await until(pilot, lambda: not runner.running, "the moe-routing lab to finish")
             assert runner.result is not None and runner.result.probe == "moe-routing" and runner.result.rows
             table = text_of(runner.query_one("#table"))
             assert runner.result.rows[0].label[:20] in table and "% of theory" in table
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_switching_impl_in_the_activations_calculator_changes_the_activations(tmp_path):
     """The learner picks `fused` in the calculator's impl list: Llama-3.1-8B's training activations drop
     below what a transformers training loop (`hf`, the block's start) keeps, and the result says so."""

@@ -103,8 +103,11 @@ def test_bench_result_wide(snap_compare, monkeypatch, tmp_path):
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))  # no saved runs: the screen shows this run only
 
     async def run_bench(pilot):
+        from ui_fakes import until
+
         await pilot.press("b", "r")
-        await settle(pilot)
+        await until(pilot, lambda: pilot.app.screen.query("PeakGauge") and not pilot.app.screen.running,
+                    "the bench's result")
 
     assert snap_compare(app(), run_before=run_bench, terminal_size=WIDE)
 

@@ -4,7 +4,6 @@ toasts when the data folder cannot be written, and the collector's full passes k
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import gc
@@ -16,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from rich.text import Text  # noqa: E402
 from textual.widgets import Static  # noqa: E402
-from ui_fakes import FakeProbe, fake_services, sync  # noqa: E402
+from ui_fakes import FakeProbe, fake_services, sync, until  # noqa: E402
 
 from tutor.lessons.progress import ProgressStore  # noqa: E402
 from tutor.settings import load_settings, save_settings  # noqa: E402
@@ -139,6 +138,26 @@ def unwritable(path: Path) -> None:
     (path / "blocker").mkdir(parents=True)
 
 
+def progress_checks(app) -> list[int]:
+    """Counts the app's looks for a new progress warning (it looks every PROGRESS_WARNING_CHECK_S)."""
+    checks: list[int] = []
+    look = app.show_progress_warning
+
+    def counted(*args, **kwargs):
+        result = look(*args, **kwargs)
+        checks.append(1)
+        return result
+
+    app.show_progress_warning = counted
+    return checks
+
+
+async def next_check(pilot, checks: list[int]) -> None:
+    """Wait for the app's next look for a progress warning: the event a toast follows, not a time."""
+    seen = len(checks)
+    await until(pilot, lambda: len(checks) > seen, "the app's next look for a progress warning")
+
+
 @sync
 async def test_progress_and_settings_that_cannot_be_saved_are_toasts(tmp_path):
     data = tmp_path / "data"
@@ -156,6 +175,7 @@ async def test_progress_and_settings_that_cannot_be_saved_are_toasts(tmp_path):
         real_notify(message, severity=severity, **kwargs)
 
     app.notify = notify
+    checks = progress_checks(app)
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
         assert toasts == []  # a writable folder: nothing to say
@@ -163,15 +183,14 @@ async def test_progress_and_settings_that_cannot_be_saved_are_toasts(tmp_path):
         unwritable(data / "settings.json")
         app.open_lesson("precision/speed")  # saves the last lesson: the write fails
         await pilot.pause()
-        await asyncio.sleep(app_module.PROGRESS_WARNING_CHECK_S + 0.3)
-        await pilot.pause()
+        await next_check(pilot, checks)
         assert any("cannot save progress" in text and severity == "warning" for text, severity in toasts), toasts
         shown = len(toasts)
         app.theme = "nord" if app.theme != "nord" else "gruvbox"
         await pilot.pause()
         assert any("could not save settings" in text and severity == "warning" for text, severity in toasts[shown:])
         shown = len(toasts)
-        await asyncio.sleep(app_module.PROGRESS_WARNING_CHECK_S + 0.3)
+        await next_check(pilot, checks)
         assert not any("cannot save progress" in text for text, _ in toasts[shown:])  # said once
 
 
@@ -186,9 +205,10 @@ async def test_a_data_folder_unwritable_at_start_is_a_toast_at_start(tmp_path):
     app = TutorApp(services)
     toasts: list[str] = []
     app.notify = lambda message, **kwargs: toasts.append(str(message))
+    checks = progress_checks(app)
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        await asyncio.sleep(app_module.PROGRESS_WARNING_CHECK_S + 0.3)
+        await next_check(pilot, checks)
         assert sum("cannot save progress" in text for text in toasts) == 1, toasts
 
 

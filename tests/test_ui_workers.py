@@ -50,8 +50,9 @@ def test_the_fakes_satisfy_the_services_protocols():
     assert not isinstance(object(), SamplerLike)  # the Protocols check something
 
 
+@pytest.mark.slow
 def test_the_app_starts_its_worker_shows_a_crash_as_a_state_and_stops_it_on_exit():
-    from ui_fakes import fake_services
+    from ui_fakes import fake_services, until
     from worker_probes import PROBES
 
     from tutor.errors import UserError
@@ -64,15 +65,13 @@ def test_the_app_starts_its_worker_shows_a_crash_as_a_state_and_stops_it_on_exit
         services = fake_services(worker=worker, probes=worker_probes(worker, PROBES))
         app = TutorApp(services)
         async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(200):  # started after the first paint, without any job asking
-                await pilot.pause(0.05)
-                if app.worker_state.phase == "ready":
-                    break
-            assert app.worker_state.phase == "ready" and worker.pid is not None
+            # started after the first paint, without any job asking
+            await until(pilot, lambda: app.worker_state.phase == "ready", "the worker to be ready")
+            assert worker.pid is not None
             with pytest.raises(UserError) as failure:
                 await asyncio.to_thread(services.probes["oom"].run, {}, lambda *a: None, threading.Event())
-            await pilot.pause(0.2)
-            assert app.worker_state.phase == "failed" and app.is_running
+            await until(pilot, lambda: app.worker_state.phase == "failed", "the crash to reach the app")
+            assert app.is_running
             assert any(failure.value.args[0] == note.message for note in app._notifications)
             result = await asyncio.to_thread(services.probes["quick"].run, {}, lambda *a: None, threading.Event())
             assert result.summary == "done"
@@ -81,7 +80,7 @@ def test_the_app_starts_its_worker_shows_a_crash_as_a_state_and_stops_it_on_exit
 
     phase, pid = asyncio.run(scenario())
     assert phase == "stopped"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a limit for a hang only: the loop ends when the process is gone
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{pid}")

@@ -31,7 +31,7 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def wait_until(predicate, timeout_s: float = 10.0) -> bool:
+def wait_until(predicate, timeout_s: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -61,6 +61,7 @@ def probes(client):
 sys.path.insert(0, str(TESTS))
 
 
+@pytest.mark.slow
 def test_a_probe_runs_in_the_worker_and_its_progress_and_result_come_back(client, probes):
     seen = []
     result = probes["quick"].run({"value": 3.25}, lambda fraction, text: seen.append((fraction, text)),
@@ -82,6 +83,7 @@ def test_the_proxy_keeps_the_probes_description():
     assert proxy.check_params({"value": 2}) == {"value": 2} and proxy.run is not PROBES["quick"].run
 
 
+@pytest.mark.slow
 def test_a_cooperative_probe_stops_on_cancel_and_the_worker_lives_on(client, probes):
     cancel = threading.Event()
 
@@ -96,6 +98,7 @@ def test_a_cooperative_probe_stops_on_cancel_and_the_worker_lives_on(client, pro
     assert probes["quick"].run({}, lambda *a: None, threading.Event()).details["pid"] == pid
 
 
+@pytest.mark.slow
 def test_a_probe_that_ignores_cancel_is_killed_with_its_children_and_the_worker_restarts(client, probes):
     cancel = threading.Event()
     child = []
@@ -108,12 +111,13 @@ def test_a_probe_that_ignores_cancel_is_killed_with_its_children_and_the_worker_
     first = client.pid
     result = probes["stubborn"].run({}, progress, cancel)
     assert result.cancelled and result.rows == ()
-    assert child and wait_until(lambda: not pid_alive(child[0]), 5.0), "the probe's child outlived the cancel"
+    assert child and wait_until(lambda: not pid_alive(child[0])), "the probe's child outlived the cancel"
     assert "restarting" in [state.phase for state in client.states]
     again = probes["quick"].run({}, lambda *a: None, threading.Event())
     assert again.details["pid"] not in (first, None)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_by_sigkill_is_reported_as_out_of_memory_and_the_next_run_restarts_it(client, probes):
     with pytest.raises(UserError) as failure:
         probes["oom"].run({}, lambda *a: None, threading.Event())
@@ -124,6 +128,7 @@ def test_a_worker_killed_by_sigkill_is_reported_as_out_of_memory_and_the_next_ru
     assert probes["quick"].run({}, lambda *a: None, threading.Event()).metrics["value"] == 1.5
 
 
+@pytest.mark.slow
 def test_a_probe_failure_is_one_line_and_the_worker_survives_it(client, probes):
     probes["quick"].run({}, lambda *a: None, threading.Event())
     pid = client.pid
@@ -136,6 +141,7 @@ def test_a_probe_failure_is_one_line_and_the_worker_survives_it(client, probes):
     assert client.pid == pid and client.state.phase == "ready"
 
 
+@pytest.mark.slow
 def test_a_job_cancelled_while_the_worker_starts_returns_without_running(client):
     cancel = threading.Event()
     cancel.set()
@@ -143,6 +149,7 @@ def test_a_job_cancelled_while_the_worker_starts_returns_without_running(client)
                           cancel) is CANCELLED
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_start_is_a_failed_state_with_its_reason():
     broken = WorkerClient(probes_module="no_such_probe_module", warm=False)
     try:
@@ -154,6 +161,7 @@ def test_a_worker_that_cannot_start_is_a_failed_state_with_its_reason():
         broken.stop()
 
 
+@pytest.mark.slow
 def test_the_worker_and_its_children_die_with_the_app(tmp_path):
     """The app killed with SIGKILL (no clean-up runs): the parent-death signal ends the worker."""
     script = textwrap.dedent(f"""
@@ -176,22 +184,24 @@ def test_the_worker_and_its_children_die_with_the_app(tmp_path):
         assert pid_alive(worker_pid) and pid_alive(child_pid)
         app.kill()
         app.wait()
-        assert wait_until(lambda: not pid_alive(worker_pid) and not pid_alive(child_pid), 10.0)
+        assert wait_until(lambda: not pid_alive(worker_pid) and not pid_alive(child_pid))
     finally:
         app.kill()
         app.wait()
 
 
+@pytest.mark.slow
 def test_stop_ends_the_worker_and_later_jobs_fail_clearly(client, probes):
     probes["quick"].run({}, lambda *a: None, threading.Event())
     pid = client.pid
     client.stop()
-    assert wait_until(lambda: not pid_alive(pid), 5.0)
+    assert wait_until(lambda: not pid_alive(pid))
     assert client.state.phase == "stopped"
     with pytest.raises(UserError, match="stopped"):
         probes["quick"].run({}, lambda *a: None, threading.Event())
 
 
+@pytest.mark.slow
 def test_the_worker_runs_niced_and_under_the_memory_limit_it_is_given():
     from worker_probes import PROBES
 
@@ -207,6 +217,7 @@ def test_the_worker_runs_niced_and_under_the_memory_limit_it_is_given():
     assert result.metrics["nice"] >= MEASUREMENT_NICENESS
 
 
+@pytest.mark.slow
 def test_the_app_side_of_the_worker_imports_neither_torch_nor_textual():
     code = ("import sys, tutor.worker.client, tutor.worker.proxies, tutor.worker.jobs, tutor.worker.protocol; "
             "print(sorted({'torch', 'textual', 'numpy'} & set(sys.modules)))")
@@ -216,15 +227,17 @@ def test_the_app_side_of_the_worker_imports_neither_torch_nor_textual():
 
 # ---- progress throttle, and the app's interface in busy readings (issue 9) --------------------------
 
+@pytest.mark.slow
 def test_progress_is_throttled_to_ten_a_second_and_the_last_held_report_still_arrives(client, probes):
     seen: list[tuple[float, float, str]] = []
     result = probes["chatty"].run({"seconds": 0.6}, lambda fraction, text: seen.append((time.monotonic(), fraction, text)),
                                   threading.Event())
     assert result.metrics["reports"] > 1000, "the probe did not flood"
     worker_reports = [entry for entry in seen if entry[2].startswith("report") or entry[2] == "the last step"]
+    # Over 1,000 reports in 0.6 s of the worker's clock, at most ten a second of them sent. (How far
+    # apart they arrive here is the machine's scheduling: the throttle's spacing is checked on a fake
+    # clock below.)
     assert 3 <= len(worker_reports) <= 0.6 * 10 + 3, len(worker_reports)
-    gaps = [later[0] - earlier[0] for earlier, later in zip(worker_reports, worker_reports[1:])]
-    assert min(gaps) >= 0.06  # 0.1 s apart at the worker; the socket may bunch two a little
     assert worker_reports[-1][2] == "the last step"  # held, then sent by the timer: never a stale step
 
 
@@ -249,9 +262,10 @@ def test_the_throttle_holds_reports_sends_done_at_once_and_nothing_after_close()
     live = ProgressThrottle(lambda fraction, text: sent.append((fraction, text)), 0.05)
     live(0.1, "x")
     live(0.2, "y")
-    assert wait_until(lambda: sent[-1] == (0.2, "y"), 2.0)
+    assert wait_until(lambda: sent[-1] == (0.2, "y"))
 
 
+@pytest.mark.slow
 def test_busy_readings_in_the_worker_count_the_app_interface_apart(client, probes):
     """The test process plays the app: it is the worker's parent, and it burns a core meanwhile."""
     import psutil

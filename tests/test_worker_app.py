@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 SCRIPT = textwrap.dedent("""
@@ -41,6 +43,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_probes_run_in_the_worker_while_the_app_runs_and_the_app_never_imports_torch():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -52,7 +55,7 @@ def test_probes_run_in_the_worker_while_the_app_runs_and_the_app_never_imports_t
     assert report["stored"]["bf16"] == float.fromhex("0x1.9a00000000000p-4")  # 0.1 rounded to bf16
     assert "ready" in report["phases"] and "busy" in report["phases"]
     assert report["after_exit"] == "stopped"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a limit for a hang only: the loop ends when the process is gone
     while Path(f"/proc/{report['pid']}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{report['pid']}").exists(), "the worker outlived the app"
@@ -103,6 +106,7 @@ LAB_BLOCK_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_two_rank_lab_block_runs_from_its_lesson_through_the_real_worker():
     done = subprocess.run([sys.executable, "-c", LAB_BLOCK_SCRIPT], capture_output=True, text=True, cwd=ROOT,
                           timeout=240)

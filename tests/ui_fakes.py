@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,3 +300,20 @@ def sync(test):
         return asyncio.run(test(*args, **kwargs))
 
     return run
+
+
+async def until(pilot: Any, condition: Callable[[], object], what: str, *, limit_s: float = 300.0) -> None:
+    """Let the app run until `condition()` holds: the event the test checks (a status line, a
+    result, a worker that has started), never a fixed time, so a busy machine only makes it later.
+    A button press posts a message, and the worker it starts begins after that message is handled,
+    so `app.workers.wait_for_complete()` right after a press can return before any worker exists.
+    `limit_s` only turns a hang into a failure that names `what`."""
+    deadline = time.monotonic() + limit_s
+    await pilot.pause()
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {limit_s:g} s for {what}")
+        # The app handles its messages meanwhile; pilot.pause() here would post a callback to every
+        # widget on the screen at each look, which costs more than the wait on a long lesson.
+        await asyncio.sleep(0.02)
+    await pilot.pause()

@@ -14,6 +14,7 @@ step does (a pass over the same weights), and the intensity of each against the 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import threading
 import time
@@ -25,6 +26,26 @@ from tutor.formatting import format_bytes, format_quantity, format_rate
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MIN_REPEATS = 3
+
+
+def _keeping_torch_threads(body):
+    """`body` may run torch on one thread (a one-core measurement); its thread count is put back
+    after, because labs run in the app's long-lived measurement process and the next benchmark there
+    must get every core again."""
+    @functools.wraps(body)
+    def run(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+        if cancel.is_set():
+            return body(params, progress, cancel)
+        progress(0.0, "loading torch")
+        import torch
+
+        threads = torch.get_num_threads()
+        try:
+            return body(params, progress, cancel)
+        finally:
+            torch.set_num_threads(threads)
+
+    return run
 
 
 def _torch_dtype(name: str):
@@ -77,6 +98,7 @@ def _check_kv_cache_fits(params: dict, device: str) -> None:
                    device=device, flops=flops, dtype=params["dtype"], fix="lower layers, hidden, prompt or tokens")
 
 
+@_keeping_torch_threads
 def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     if cancel.is_set():
         return ProbeResult("kv-cache", (), {}, "cancelled before the model was built", True, "cpu")
@@ -182,21 +204,28 @@ KV_CACHE = make_probe(
 )
 
 
-def _median_time(fn, sync, repeats_budget_s: float, cancel: threading.Event) -> float:
-    fn()  # warm-up
-    sync()
-    times: list[float] = []
-    deadline = time.perf_counter() + repeats_budget_s
-    while len(times) < MIN_REPEATS or time.perf_counter() < deadline:
-        if cancel.is_set() and times:
-            break
-        start = time.perf_counter()
-        fn()
+def _median_times_in_turns(fns, sync, budget_s: float, cancel: threading.Event,
+                           on_round=lambda share_of_budget: None) -> list[float]:
+    """The median time of each of `fns`, timed in turns (one run of each per round) rather than one
+    after the other: a load that comes and goes on a busy machine then slows each of them alike,
+    so their ratios (decode against the read that bounds it) stay a property of the kernels."""
+    for fn in fns:
+        fn()  # warm-up
         sync()
-        times.append(time.perf_counter() - start)
-        if len(times) >= 200:
+    times: list[list[float]] = [[] for _ in fns]
+    deadline = time.perf_counter() + budget_s
+    while len(times[0]) < MIN_REPEATS or time.perf_counter() < deadline:
+        if cancel.is_set() and times[0]:
             break
-    return statistics.median(times)
+        for fn, kept in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            sync()
+            kept.append(time.perf_counter() - start)
+        on_round(min(1.0, 1.0 - (deadline - time.perf_counter()) / budget_s))
+        if len(times[0]) >= 200:
+            break
+    return [statistics.median(kept) for kept in times]
 
 
 def _check_prefill_decode_fits(params: dict, device: str) -> None:
@@ -236,10 +265,10 @@ def _one_core_rate(device: str, dtype: str):
     return replace(rate, flops_per_s=rate.flops_per_s / cores, source=f"one core's share of {rate.source}")
 
 
+@_keeping_torch_threads
 def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     if cancel.is_set():
         return ProbeResult("prefill-decode", (), {}, "cancelled before the weights were made", True, "cpu")
-    progress(0.0, "loading torch")
     import torch
 
     from tutor.hardware import detect_machine
@@ -274,14 +303,13 @@ def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event)
 
     one = torch.randn(1, hidden, generator=generator).to(device, dtype)
     many = torch.randn(prompt, hidden, generator=generator).to(device, dtype)
-    share = params["budget_s"] / 3
-    progress(0.1, "decode: one token per step")
-    decode_s = _median_time(lambda: forward(one), sync, share, cancel)
-    progress(0.4, f"prefill: {prompt} tokens in one pass")
-    prefill_s = _median_time(lambda: forward(many), sync, share, cancel)
-    progress(0.7, "reading the weights once (this machine's bandwidth)")
+    turns = (f"in turns: decode (one token per step), prefill ({prompt} tokens in one pass) and a read of the "
+             "weights (this machine's bandwidth)")
+    progress(0.1, turns)
     # The bandwidth that bounds decode: a pass that reads every weight once and does nothing else.
-    read_s = _median_time(lambda: [float(a.sum()) + float(b.sum()) for a, b in weights], sync, share, cancel)
+    decode_s, prefill_s, read_s = _median_times_in_turns(
+        [lambda: forward(one), lambda: forward(many), lambda: [float(a.sum()) + float(b.sum()) for a, b in weights]],
+        sync, params["budget_s"], cancel, on_round=lambda share: progress(0.1 + 0.85 * share, turns))
     bandwidth = weight_bytes / read_s
     flops_per_token = layers * 2 * matmul_flops(1, ffn, hidden)
     decode_tps = 1 / decode_s
