@@ -131,6 +131,7 @@ def _registry() -> dict[str, Probe]:
     from tutor.labs.checkpoint_interval import CHECKPOINT_INTERVAL
     from tutor.labs.collective import COLLECTIVE
     from tutor.labs.ddp import DDP
+    from tutor.labs.evaluation import EVALUATION
     from tutor.labs.exercise import EXERCISE
     from tutor.labs.expert_parallel import MOE_ALLTOALL
     from tutor.labs.fit_probe import FIT
@@ -151,7 +152,7 @@ def _registry() -> dict[str, Probe]:
     probes = (MATMUL, BANDWIDTH, CAST_ERROR, ACTIVATION_MEMORY, TRAINING_STEP, MOE_ROUTING, COLLECTIVE,
               CHECKPOINT_WRITE, FIT, KV_CACHE, PREFILL_DECODE, MOE_ALLTOALL,
               QUANT_ERROR, LOSS_SCALING, GRAD_ACCUMULATION, FP64_COST, CHECKPOINT_INTERVAL,
-              MOE, DDP, ZERO, PIPELINE, TENSOR, EXERCISE)
+              MOE, DDP, ZERO, PIPELINE, TENSOR, EXERCISE, EVALUATION)
     return {probe.name: probe for probe in probes}
 
 
