@@ -16,7 +16,7 @@ from tutor.labs import Measurement, ProbeResult, get_probe
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
             "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "moe-alltoall",
             "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
-            "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time")
+            "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time", "evaluation")
 
 
 def test_registry_holds_exactly_the_agreed_probe_names() -> None:
@@ -159,6 +159,8 @@ TINY_PARAMS = {
     "tensor": {"hidden": 8, "heads": 2, "seq": 2, "batch": 1},
     "ddp": {"hidden": 8, "layers": 1, "batch": 1, "seq": 4, "steps": 1},
     "zero": {"hidden": 8, "layers": 1, "batch": 1, "seq": 4},
+    "evaluation": {"steps": 4, "eval_every": 2, "eval_batches": 2, "train_batches": 2, "batch": 4, "hidden": 8,
+                   "layers": 1},
     "exercise": {"check": "expert-placement", "answer": "rank 0: 0 7\nrank 1: 1 6\nrank 2: 2 5\nrank 3: 3 4"},
     "step-time": {"model": "llama-3.2-1b", "size": "tiny"},
 }

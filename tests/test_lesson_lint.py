@@ -354,5 +354,7 @@ def test_predict_and_measure_rule_flags_a_lesson_without_them(broken: Path) -> N
     problems = lint.lint_curriculum(broken, FAKE_PROBES)
     missing_blocks = [problem for problem in problems if "no predict" in problem]
     assert missing_blocks and any("experts/routing" in problem for problem in missing_blocks)
-    # The same full-curriculum rules ask every track for an exercise; the fixture has none.
-    assert all("has no ```exercise block" in problem for problem in problems if problem not in missing_blocks)
+    # The same full-curriculum rules ask every track for an exercise and every lesson for an
+    # application choice quiz; the fixture has neither.
+    assert all("has no ```exercise block" in problem or "no choice quiz asks for application" in problem
+               for problem in problems if problem not in missing_blocks)

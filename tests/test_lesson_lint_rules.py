@@ -129,3 +129,69 @@ def test_the_shipped_lessons_pass_the_new_rules() -> None:
         lesson = curriculum.lesson(lesson_id)
         problems += lint.check_chains(lesson) + lint.check_non_finite(lesson) + lint.check_leaked_answers(lesson)
     assert problems == []
+
+
+PROSE = "\nA router sends each token to the experts with the highest scores, and the busiest expert sets the step time.\n"
+CHOICE = '''
+```quiz
+id = "pick"
+question = "A new case: 64 experts, top-8, one expert gets a third of the tokens. What sets the step time?"
+kind = "choice"
+choices = ["RIGHT", "The average expert", "The router's softmax"]
+answer = 0
+feedback = ["", "The others wait for the busiest one.", "The softmax is a few FLOPs per token."]
+```
+'''
+
+
+def choice_lesson(tmp_path: Path, right: str):
+    return lesson_with(tmp_path, PROSE + CHOICE.replace("RIGHT", right))[1]
+
+
+def test_shared_run_counts_consecutive_words_ignoring_case_and_punctuation() -> None:
+    assert lint.shared_run("The KV-cache grows, linearly!", "so the kv cache grows linearly with context") == 5
+    assert lint.shared_run("grows the cache", "the cache grows") == 2
+    assert lint.shared_run("nothing alike", "entirely different words") == 0
+
+
+def test_a_right_answer_copied_from_the_prose_is_recall(tmp_path: Path) -> None:
+    lesson = choice_lesson(tmp_path, "Each token goes to the experts with the highest scores, and the busiest expert")
+    [problem] = lint.check_recall_choices(lesson)
+    assert "quiz pick" in problem and "repeats 11 consecutive words" in problem
+    assert len(lint.check_application_choice(lesson)) == 1
+
+
+def test_a_short_answer_copied_whole_is_recall(tmp_path: Path) -> None:
+    lesson = choice_lesson(tmp_path, "The busiest expert")
+    [problem] = lint.check_recall_choices(lesson)
+    assert "repeats 3 consecutive words" in problem
+
+
+def test_seven_shared_words_of_a_long_answer_are_not_recall(tmp_path: Path) -> None:
+    lesson = choice_lesson(tmp_path, "With top-8 of 64, the experts with the highest scores, and one busy expert, "
+                                     "it is the overloaded one")
+    assert lint.shared_run("the experts with the highest scores and one", PROSE) == 7
+    assert lint.check_recall_choices(lesson) == []
+    assert lint.check_application_choice(lesson) == []
+
+
+def test_an_applied_answer_passes_both_rules(tmp_path: Path) -> None:
+    lesson = choice_lesson(tmp_path, "The expert holding a third of the tokens")
+    assert lint.check_recall_choices(lesson) == []
+    assert lint.check_application_choice(lesson) == []
+
+
+def test_a_lesson_whose_only_choice_answers_are_one_word_has_no_application_quiz(tmp_path: Path) -> None:
+    lesson = choice_lesson(tmp_path, "FP16")
+    assert lint.check_recall_choices(lesson) == []
+    [problem] = lint.check_application_choice(lesson)
+    assert "no choice quiz asks for application" in problem
+
+
+def test_the_shipped_lessons_ask_for_application() -> None:
+    curriculum = load_curriculum(Path(__file__).parent.parent / "lessons")
+    problems = []
+    for lesson_id in curriculum.lesson_ids:
+        lesson = curriculum.lesson(lesson_id)
+        problems += lint.check_recall_choices(lesson) + lint.check_application_choice(lesson)
+    assert problems == []

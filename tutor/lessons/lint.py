@@ -415,9 +415,9 @@ def lint_curriculum(root: Path, probes: Mapping[str, LintedProbe] | None = None,
         problems += check_values(lesson) + check_quizzes(lesson) + check_calculators(lesson)
         problems += check_hand_typed_numbers(lesson, allow)
         problems += check_chains(lesson) + check_non_finite(lesson) + check_leaked_answers(lesson)
-        problems += check_predict_units(lesson) + check_exercises(lesson)
+        problems += check_predict_units(lesson) + check_exercises(lesson) + check_recall_choices(lesson)
         if require_predict_and_measure:
-            problems += check_predict_and_measure(lesson)
+            problems += check_predict_and_measure(lesson) + check_application_choice(lesson)
         if probes is not None:
             problems += check_probes(lesson, probes)
     if require_predict_and_measure:
@@ -625,3 +625,83 @@ def check_exercises(lesson: Lesson, *, run_torch: bool = True) -> list[str]:
         if not solution.passed:
             problems.append(f"{where}: its solution fails its own check: {solution.message}")
     return problems
+
+
+# ---- choice quizzes that ask for application, not recall ----------------------------------------
+
+RECALL_RUN = 8
+"""Consecutive words a choice quiz's right answer may share with the prose above it before it is a
+sentence read back rather than an idea applied to a new case."""
+RECALL_MIN_WORDS = 3
+"""Answers shorter than this ("FP16", "It doubles") are not judged: a name or a number is no sentence."""
+
+
+def _words(text: str) -> list[str]:
+    """Lowercased words of `text` with punctuation removed ("KV-cache, grows!" -> kv cache grows)."""
+    return re.sub(r"[^\w\s]|_", " ", text.lower()).split()
+
+
+def shared_run(answer: str, prose: str) -> int:
+    """The longest run of consecutive words of `answer` that also appears, in order, in `prose`."""
+    words, above = _words(answer), _words(prose)
+    runs = [0] * (len(above) + 1)
+    best = 0
+    for word in words:
+        previous, runs = runs, [0] * (len(above) + 1)
+        for index, other in enumerate(above, start=1):
+            if word == other:
+                runs[index] = previous[index - 1] + 1
+                best = max(best, runs[index])
+    return best
+
+
+def _choice_verdicts(lesson: Lesson) -> list[tuple[Quiz, str, int, int]]:
+    """(quiz, right answer as rendered, its words, the longest run it shares with the prose above)
+    for each choice quiz, in order; a quiz that does not render is left to check_values."""
+    verdicts = []
+    above: list[str] = []
+    for block in lesson.blocks:
+        try:
+            rendered = render_block(block)
+        except UserError:
+            continue
+        if isinstance(block, Prose):
+            above.append(rendered.text)
+            continue
+        if not isinstance(block, Quiz) or block.kind != "choice":
+            continue
+        try:
+            answer = rendered.choices[int(rendered.answer)]
+        except (IndexError, TypeError, ValueError):
+            continue  # check_quizzes reports it
+        verdicts.append((block, answer, len(_words(answer)), shared_run(answer, "\n".join(above))))
+    return verdicts
+
+
+def recall_run_limit(answer_words: int) -> int:
+    """The shared run that makes an answer recall: RECALL_RUN words, or the whole of a shorter answer."""
+    return min(RECALL_RUN, answer_words)
+
+
+def check_recall_choices(lesson: Lesson) -> list[str]:
+    """No choice quiz's right answer repeats the prose above it: a run of RECALL_RUN consecutive
+    words (or the whole of a shorter answer of RECALL_MIN_WORDS+ words), after lowercasing and
+    dropping punctuation, is a sentence the learner just read, not a new case worked out."""
+    problems = []
+    for quiz, answer, count, run in _choice_verdicts(lesson):
+        if count >= RECALL_MIN_WORDS and run >= recall_run_limit(count):
+            shown = answer if len(answer) <= 60 else answer[:57] + "..."
+            problems.append(f"{_where(lesson, quiz.line)}: quiz {quiz.id}: its right answer {shown!r} repeats "
+                            f"{run} consecutive words of the prose above: ask for a case the prose does not state")
+    return problems
+
+
+def check_application_choice(lesson: Lesson) -> list[str]:
+    """A lesson holds at least one choice quiz that asks for application: a right answer of
+    RECALL_MIN_WORDS+ words that shares no recall run with the prose above it."""
+    applied = [quiz for quiz, _, count, run in _choice_verdicts(lesson)
+               if count >= RECALL_MIN_WORDS and run < recall_run_limit(count)]
+    if applied:
+        return []
+    return [f"{_where(lesson, 1)}: no choice quiz asks for application: give one a new case (another model, "
+            f"machine or layout) whose right answer, of {RECALL_MIN_WORDS}+ words, the prose above does not state"]
