@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 pytest.importorskip("textual")
 
 from test_ui_lessons import real_services, text_of  # noqa: E402
+from ui_fakes import until  # noqa: E402
 from textual.widgets import TextArea  # noqa: E402
 
 from tutor.labs.exercise import EXERCISE  # noqa: E402
@@ -28,11 +29,8 @@ async def _checked(block: ExerciseBlock, pilot, text: str) -> str:
     block.query_one("#answer", TextArea).text = text
     before = block.result
     block.query_one("#check").press()
-    for _ in range(2000):
-        await pilot.pause()
-        if block.result is not before and not block.running:
-            return text_of(block.query_one("#status"))
-    raise AssertionError("the check never finished")
+    await until(pilot, lambda: block.result is not before and not block.running, "the check's verdict")
+    return text_of(block.query_one("#status"))
 
 
 def test_an_exercise_fails_with_a_hint_then_passes_when_fixed(tmp_path: Path) -> None:
