@@ -173,19 +173,19 @@ def chart_text(chart: Chart, *, width: int = CLI_WIDTH, height: int = CLI_HEIGHT
 
 
 def chart_rows(chart: Chart) -> tuple[list[str], list[list[str]]]:
-    """The table behind a chart: a header and one row per x (in order), one column per series."""
-    x_values: dict[float, str] = {}
-    for series in chart.series:
-        for point in series.points:
-            x_values.setdefault(point.x, _x_text(chart, point))
-    header = [chart.x_label] + [f"{s.label}" for s in chart.series]
+    """The table behind a chart: a header and its rows. When every series has the same x values,
+    one row per x and one column per series; else one row per point (series, x, y)."""
+    x_sets = [tuple(p.x for p in s.points) for s in chart.series]
+    y_name = f"{chart.y_label}"
+    if len(set(map(frozenset, x_sets))) > 1:
+        header = ["series", chart.x_label, y_name]
+        return header, [[s.label, _x_text(chart, p), format_quantity(p.y, chart.y_unit)]
+                        for s in chart.series for p in s.points]
+    header = [chart.x_label] + [s.label for s in chart.series]
     rows = []
-    for x in sorted(x_values) if chart.x_log or chart.x_unit else list(x_values):
-        row = [x_values[x]]
-        for series in chart.series:
-            match = [p.y for p in series.points if p.x == x]
-            row.append(format_quantity(match[0], chart.y_unit) if match else "-")
-        rows.append(row)
+    for index, point in enumerate(chart.series[0].points):
+        rows.append([_x_text(chart, point)] + [format_quantity(s.points[index].y, chart.y_unit)
+                                               if index < len(s.points) else "-" for s in chart.series])
     return header, rows
 
 
@@ -235,3 +235,24 @@ def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100) -> 
 
         raise UserError(f"cannot write {target}: {error.strerror or error}") from None
     return target
+
+
+def caches_from_machine_json(machine: dict[str, Any] | None) -> list[tuple[str, int]]:
+    """[("L1", bytes), ...]: the data and unified caches of a stored machine record (`env --json`'s
+    cpu.caches, kept in every bench run's header), smallest first."""
+    levels: dict[int, int] = {}
+    cpu = (machine or {}).get("cpu") or {}
+    for cache in cpu.get("caches") or ():
+        if isinstance(cache, dict) and cache.get("kind") in ("Data", "Unified") and isinstance(
+                cache.get("size_bytes"), int) and isinstance(cache.get("level"), int):
+            levels[cache["level"]] = max(levels.get(cache["level"], 0), cache["size_bytes"])
+    return [(f"L{level}", size) for level, size in sorted(levels.items())]
+
+
+def bench_charts(results: Sequence[dict[str, Any]], header: dict[str, Any] | None = None) -> list[Chart]:
+    """The pictures of one bench run (its results' JSON and header): the matmul sweep, the bandwidth sweep."""
+    header = header or {}
+    caches = caches_from_machine_json(header.get("machine")) if str(
+        header.get("device_under_test") or "cpu").startswith("cpu") else []
+    charts = [matmul_sweep_chart(results), bandwidth_sweep_chart(results, caches)]
+    return [chart for chart in charts if chart is not None]
