@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
-from textual_plot import HiResMode, PlotWidget
+from textual_plot import HiResMode, LegendLocation, PlotWidget
 from textual_plot.axis_formatter import AxisFormatter, NumericAxisFormatter
 
 from tutor.formatting import format_bytes, format_number
@@ -28,20 +28,25 @@ MARK_STYLES = ("red", "bright_white", "bright_magenta")
 
 
 class _LogAxis(AxisFormatter):
-    """Ticks at whole powers of ten of x (the axis holds log10 x), labelled in the chart's units."""
+    """Ticks at powers of two of x (the axis holds log10 x), as many as fit, labelled in the chart's
+    units: 1 KiB, 32 KiB, 1 MiB, ... line up with cache sizes; 128, 256, 512, ... with matrix sides."""
 
     def __init__(self, unit: str) -> None:
         self.unit = unit
 
     def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
-        ticks = [float(t) for t in range(math.ceil(min_), math.floor(max_) + 1)]
-        step = max(1, math.ceil(len(ticks) / max(max_ticks, 1)))
-        return ticks[::step] or [min_]
+        low, high = math.ceil(min_ / math.log10(2)), math.floor(max_ / math.log10(2))
+        step = 1
+        while (high - low) // step + 1 > max(max_ticks, 1):
+            step += 1
+        first = -(-low // step) * step
+        return [k * math.log10(2) for k in range(first, high + 1, step)] or [min_]
 
     def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        values = [round(10 ** t) for t in ticks]
         if self.unit == "B":
-            return [format_bytes(10 ** t) for t in ticks]
-        return [format_number(10 ** t) for t in ticks]
+            return [format_bytes(value) for value in values]
+        return [format_number(value) for value in values]
 
 
 class ChartView(Vertical):
@@ -71,7 +76,8 @@ class ChartView(Vertical):
             self.chart = self._initial
 
     def watch_chart(self, chart: Chart | None) -> None:
-        self.draw(chart)
+        # After the next refresh: the plot's canvas has its final size only once laid out.
+        self.call_after_refresh(self.draw, chart)
 
     def action_toggle_picture(self) -> None:
         self.toggle_class("table-only")
@@ -114,8 +120,15 @@ class ChartView(Vertical):
             plot.set_x_formatter(_LogAxis(chart.x_unit))
         else:
             plot.set_x_formatter(NumericAxisFormatter())
-        plot.show_legend()
+        plot.show_legend(self._legend_corner(chart))
         table.update(chart_table(chart))
+
+    @staticmethod
+    def _legend_corner(chart: Chart) -> LegendLocation:
+        """The top corner the curves leave free: top left when they rise to the right (throughput
+        grows with size), top right when they fall (bandwidth past each cache)."""
+        rising = sum(1 if s.points[-1].y >= s.points[0].y else -1 for s in chart.series if s.points)
+        return LegendLocation.TOPLEFT if rising > 0 else LegendLocation.TOPRIGHT
 
     @staticmethod
     def _x(chart: Chart, x: float) -> float:
