@@ -83,10 +83,16 @@ def test_svg_to_a_missing_folder_is_one_clear_error(tmp_path):
 
 
 def test_timeline_chart_marks_the_peak_moment():
-    chart = timeline_chart([{"phase": "forward L0", "bytes": 100}, {"phase": "loss", "bytes": 300},
-                            {"phase": "optimizer", "bytes": 200}])
-    assert chart.notes == ("peak 300 B at loss",)
+    chart = timeline_chart([
+        {"phase": "forward", "moment": "after layer 0", "bytes": 100, "per_category_bytes": {"weights": 60, "activations": 40, "kv_cache": 0}},
+        {"phase": "backward", "moment": "loss head", "bytes": 300, "per_category_bytes": {"weights": 60, "activations": 240, "kv_cache": 0}},
+        {"phase": "optimizer", "moment": "step", "bytes": 200, "per_category_bytes": {"weights": 60, "activations": 0, "kv_cache": 0}}])
+    assert chart.notes == ("peak 300 B at loss head (backward)",)
+    assert [s.label for s in chart.series] == ["alive", "weights", "activations"]  # kv cache never holds bytes
     assert not chart.x_log
+    header, rows = chart_rows(chart)
+    assert header == ["moment", "alive", "weights", "activations"]
+    assert rows[1] == ["loss head", "300 B", "60 B", "240 B"]
 
 
 @pytest.mark.parametrize(("largest", "unit", "expected"), [

@@ -121,20 +121,30 @@ def bandwidth_sweep_chart(results: Iterable[dict[str, Any]], caches: Sequence[tu
 
 
 def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str, Any]] = ()) -> Chart | None:
-    """Bytes alive over one training step, per moment (`phase`) in order: the prediction, and the
-    traced curve over it when given ([{"phase", "bytes"}] at the same moments). x is the moment's index."""
+    """Bytes alive over one training step, moment by moment in order (the `timeline` JSON of
+    `fit --timeline`): the total and each category that holds bytes at some moment, and the traced
+    total over it when given ([{"bytes"}] at the same moments). x is the moment's index."""
     if not timeline:
         return None
-    predicted = Series("predicted", tuple(Point(float(i), float(entry["bytes"]), str(entry["phase"]))
-                                          for i, entry in enumerate(timeline)))
-    series = [predicted]
+
+    def name(entry: dict[str, Any]) -> str:
+        return str(entry.get("moment") or entry.get("phase"))
+
+    series = [Series("alive", tuple(Point(float(i), float(entry["bytes"]), name(entry))
+                                    for i, entry in enumerate(timeline)))]
+    categories = [c for c in (timeline[0].get("per_category_bytes") or {})
+                  if any((entry.get("per_category_bytes") or {}).get(c) for entry in timeline)]
+    for category in categories:
+        series.append(Series(category.replace("_", " "), tuple(
+            Point(float(i), float(entry["per_category_bytes"].get(category, 0)), name(entry))
+            for i, entry in enumerate(timeline))))
     if traced:
-        series.append(Series("traced", tuple(Point(float(i), float(entry["bytes"]), str(entry["phase"]))
-                                             for i, entry in enumerate(traced))))
+        series.append(Series("traced", tuple(Point(float(i), float(entry["bytes"]), name(timeline[i]))
+                                             for i, entry in enumerate(traced[:len(timeline)]))))
     peak = max(timeline, key=lambda entry: entry["bytes"])
     return Chart(title="memory alive over one training step", x_label="moment", x_unit="", y_label="alive",
                  y_unit="B", series=tuple(series), x_log=False,
-                 notes=(f"peak {format_bytes(peak['bytes'])} at {peak['phase']}",))
+                 notes=(f"peak {format_bytes(peak['bytes'])} at {name(peak)} ({peak['phase']})",))
 
 
 # ---- text: the picture (uniplot) and its table ---------------------------------------------------
