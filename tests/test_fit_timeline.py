@@ -24,7 +24,8 @@ TOLERANCE = 0.10
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b", "gpt2", "gemma-2-2b", "mixtral-8x7b", "deepseek-v3"])
 @pytest.mark.parametrize("fields", [{}, {"impl": "hf", "gpu": False}, {"impl": "hf", "recompute": "full"},
-                                    {"pp": 4}, {"impl": "hf", "recipe": "hf-amp"}])
+                                    {"pp": 4}, {"impl": "hf", "pp": 4}, {"impl": "hf", "recipe": "hf-amp"},
+                                    {"impl": "hf", "batch": 8, "seq_len": 8192}])
 def test_the_timeline_peaks_at_the_estimate_peak(name, fields):
     arch = resolve_model(name)[0]
     request = fitting.FitRequest(mode="train", **fields)

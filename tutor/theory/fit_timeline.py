@@ -109,11 +109,17 @@ def training_timeline(arch: Architecture, request: FitRequest) -> tuple[Timeline
     made = head_grads
     # Tied embedding: lm_head's weight gradient waits, as a free tensor, for the embedding's.
     tied = _tied_gradient_bytes(arch, request, stage) // 2
-    moments.append(moment("backward", "after the loss head", None, alive + tied, made))
+    # Between two layers' backward, the gradient of the hidden state (b x s x h at the residual
+    # stream's precision) is alive: the output of one layer's backward, the input of the next.
+    # Counted for --impl hf on the stage with the loss head, whose start-of-backward moment (the
+    # loss's fp32 gradients, far larger) the estimate's peak already takes; elsewhere the estimate has no
+    # moment for it, and the timeline keeps to the estimate's terms so that its maximum is the peak.
+    hidden_grad = _hidden_gradient_bytes(arch, request) if request.impl == Impl.HF and timeline.loss_backward else 0
+    moments.append(moment("backward", "after the loss head", None, alive + tied + hidden_grad, made))
     for i in reversed(stage_layers):
         alive -= per_layer[i]
         made += grad_of[i]
-        moments.append(moment("backward", f"after layer {i}", i, alive + tied, made))
+        moments.append(moment("backward", f"after layer {i}", i, alive + tied + hidden_grad, made))
     for rerun in timeline.reruns:
         rerun_grads = math.ceil(Fraction(grads * rerun.gradient_params, max(resident.total, 1)))
         moments.append(moment("backward", rerun.formula, None, rerun.activations, rerun_grads))
@@ -141,6 +147,14 @@ def _per_layer_activation_bytes(arch: Architecture, request: FitRequest, stage, 
         return {i: math.ceil(shapes[arch.layer_is_moe[i]] * in_flight) for i in stage_layers}
     share = layers_part // len(stage_layers)
     return {i: share for i in stage_layers}
+
+
+def _hidden_gradient_bytes(arch: Architecture, request: FitRequest) -> int:
+    """Bytes of the gradient of one hidden state, b x s x h at the residual stream's precision (4 bytes
+    for fp32 and autocast, whose residual stream stays fp32; else 2), split over tp with sequence parallelism."""
+    width = 4 if activation_precision(request) in ("fp32", "amp") else 2
+    elements = request.batch * request.seq_len * arch.hidden_size
+    return math.ceil(Fraction(elements * width, request.tp if request.sequence_parallel else 1))
 
 
 def _embedding_grad_bytes(arch: Architecture, request: FitRequest, stage, grads: int, resident) -> int:
