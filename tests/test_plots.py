@@ -43,12 +43,13 @@ def test_no_chart_without_a_sweep_of_two_sizes():
 
 def test_table_is_wide_when_series_share_sizes_and_long_otherwise():
     header, rows = chart_rows(matmul_sweep_chart(RESULTS))
-    assert header == ["series", "matrix side", "FLOP/s"]  # bf16 stopped at 1024²: not the same sizes
-    assert rows[0] == ["fp32 torch/mkl+onednn", "128²", "50 GFLOP/s"]
-    same = matmul_sweep_chart([RESULTS[0], dict(RESULTS[0], dtype="fp16")])
-    header, rows = chart_rows(same)
-    assert header == ["matrix side", "fp32 torch/mkl+onednn", "fp16 torch/mkl+onednn"]
-    assert rows[-1] == ["2048²", "145 GFLOP/s", "145 GFLOP/s"]
+    assert header == ["matrix side", "fp32 torch/mkl+onednn", "bf16 torch/mkl+onednn"]
+    assert rows[0] == ["128²", "50 GFLOP/s", "10 GFLOP/s"]
+    assert rows[-1] == ["2048²", "145 GFLOP/s", "-"]  # bf16 stopped at 1024²
+    header, rows = chart_rows(bandwidth_sweep_chart(RESULTS))  # copy and triad touch 2 and 3 arrays: other sizes
+    assert header == ["series", "working set", "bandwidth"]
+    assert rows[0] == ["copy", "8 KiB", "150 GB/s"]
+    assert rows[-1] == ["triad", "384 MiB", "12 GB/s"]
 
 
 def test_text_picture_has_title_legend_and_no_colour_unless_asked():

@@ -1,5 +1,6 @@
 """SVG snapshots of every app picture (tutor/ui/widgets/plot.py) at 80x24 and 120x40: the matmul sweep,
-the bandwidth sweep across the caches, and the Bench screen showing a stored run's sweeps.
+the bandwidth sweep across the caches, the training step's memory timeline (for the Fit screen), and
+the Bench screen showing a stored run's sweeps.
 
 Regenerate after an intended change of the look: pytest tests/test_ui_plot_snapshots.py --snapshot-update
 """
@@ -30,10 +31,21 @@ SMALL, WIDE = (80, 24), (120, 40)
 SIZES = pytest.mark.parametrize("size", [SMALL, WIDE], ids=["small", "wide"])
 
 
+def timeline():
+    """The Fit screen's picture: gpt2's predicted training step (transformers' modules, CPU rules)."""
+    from tutor.model_files import resolve_model
+    from tutor.plots import timeline_chart
+    from tutor.theory.fit import FitRequest
+    from tutor.theory.fit_timeline import training_timeline
+
+    moments = training_timeline(resolve_model("gpt2")[0], FitRequest(mode="train", impl="hf", gpu=False, seq_len=1024))
+    return timeline_chart([moment.to_json() for moment in moments])
+
+
 class ChartApp(App[None]):
     def __init__(self, index: int) -> None:
         super().__init__()
-        self.chart = bench_charts(RESULTS, HEADER)[index]
+        self.chart = timeline() if index == 2 else bench_charts(RESULTS, HEADER)[index]
 
     def compose(self):
         with VerticalScroll():
@@ -48,6 +60,11 @@ def test_matmul_sweep(snap_compare, size):
 @SIZES
 def test_bandwidth_sweep(snap_compare, size):
     assert snap_compare(ChartApp(1), terminal_size=size)
+
+
+@SIZES
+def test_step_timeline(snap_compare, size):
+    assert snap_compare(ChartApp(2), terminal_size=size)
 
 
 async def toggle_to_table(pilot) -> None:

@@ -120,10 +120,12 @@ def bandwidth_sweep_chart(results: Iterable[dict[str, Any]], caches: Sequence[tu
                  x_marks=tuple(Mark(name, float(size)) for name, size in caches), notes=tuple(notes))
 
 
-def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str, Any]] = ()) -> Chart | None:
+def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str, Any]] = (),
+                   traced_peak: int | None = None) -> Chart | None:
     """Bytes alive over one training step, moment by moment in order (the `timeline` JSON of
-    `fit --timeline`): the total and each category that holds bytes at some moment, and the traced
-    total over it when given ([{"bytes"}] at the same moments). x is the moment's index."""
+    `fit --timeline`): the total and each category that holds bytes at some moment; with `traced`
+    (the measured moments, [{"phase", "moment", "bytes"}]) the traced total at the moments both
+    have, and the traced peak as a line. x is the moment's index."""
     if not timeline:
         return None
 
@@ -138,13 +140,19 @@ def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str
         series.append(Series(category.replace("_", " "), tuple(
             Point(float(i), float(entry["per_category_bytes"].get(category, 0)), name(entry))
             for i, entry in enumerate(timeline))))
-    if traced:
-        series.append(Series("traced", tuple(Point(float(i), float(entry["bytes"]), name(timeline[i]))
-                                             for i, entry in enumerate(traced[:len(timeline)]))))
+    index = {(entry.get("phase"), name(entry)): i for i, entry in enumerate(timeline)}
+    matched = [(index[(entry.get("phase"), name(entry))], entry) for entry in traced
+               if (entry.get("phase"), name(entry)) in index]
+    if matched:
+        series.append(Series("traced", tuple(Point(float(i), float(entry["bytes"]), name(entry))
+                                             for i, entry in sorted(matched, key=lambda item: item[0]))))
     peak = max(timeline, key=lambda entry: entry["bytes"])
+    notes = [f"peak {format_bytes(peak['bytes'])} at {name(peak)} ({peak['phase']})"]
+    if traced_peak is not None:
+        notes.append(f"traced peak {format_bytes(traced_peak)}")
     return Chart(title="memory alive over one training step", x_label="moment", x_unit="", y_label="alive",
-                 y_unit="B", series=tuple(series), x_log=False,
-                 notes=(f"peak {format_bytes(peak['bytes'])} at {name(peak)} ({peak['phase']})",))
+                 y_unit="B", series=tuple(series), x_log=False, notes=tuple(notes),
+                 y_marks=(Mark("traced peak", float(traced_peak)),) if traced_peak is not None else ())
 
 
 # ---- text: the picture (uniplot) and its table ---------------------------------------------------
@@ -183,19 +191,19 @@ def chart_text(chart: Chart, *, width: int = CLI_WIDTH, height: int = CLI_HEIGHT
 
 
 def chart_rows(chart: Chart) -> tuple[list[str], list[list[str]]]:
-    """The table behind a chart: a header and its rows. When every series has the same x values,
-    one row per x and one column per series; else one row per point (series, x, y)."""
-    x_sets = [tuple(p.x for p in s.points) for s in chart.series]
-    y_name = f"{chart.y_label}"
-    if len(set(map(frozenset, x_sets))) > 1:
-        header = ["series", chart.x_label, y_name]
+    """The table behind a chart: a header and its rows. When every series' x values are among the
+    first series', one row per x of the first series and one column per series ("-" where a series
+    has no point); else one row per point (series, x, y)."""
+    first = chart.series[0]
+    xs = {p.x for p in first.points}
+    if any(p.x not in xs for s in chart.series[1:] for p in s.points):
+        header = ["series", chart.x_label, chart.y_label]
         return header, [[s.label, _x_text(chart, p), format_quantity(p.y, chart.y_unit)]
                         for s in chart.series for p in s.points]
     header = [chart.x_label] + [s.label for s in chart.series]
-    rows = []
-    for index, point in enumerate(chart.series[0].points):
-        rows.append([_x_text(chart, point)] + [format_quantity(s.points[index].y, chart.y_unit)
-                                               if index < len(s.points) else "-" for s in chart.series])
+    by_series = [{p.x: p.y for p in s.points} for s in chart.series]
+    rows = [[_x_text(chart, point)] + [format_quantity(values[point.x], chart.y_unit) if point.x in values else "-"
+                                       for values in by_series] for point in first.points]
     return header, rows
 
 

@@ -122,6 +122,9 @@ class MemoryTrace:
     transformers_version: str
     torch_version: str
     notes: tuple[str, ...] = field(default=())
+    # Training: the bytes alive per category at every decoder layer's boundary (tutor.bench.memory_timeline),
+    # as {"phase", "moment", "layer", "bytes", "per_category_bytes"}; `fit --timeline --trace` draws it.
+    timeline: tuple[dict, ...] = field(default=())
 
     def to_json(self) -> dict:
         s = self.setup
@@ -640,7 +643,7 @@ def trace_step(config: dict, setup: TraceSetup) -> MemoryTrace:
         with FakeTensorMode() if setup.fake else nullcontext():
             model, optimizer = _model_and_optimizer(torch, config, setup)
             built = time.perf_counter()
-            measured = _measured_step(model, optimizer, setup, transformers.__version__)
+            measured, timeline = _measured_step(model, optimizer, setup, transformers.__version__)
         stepped = time.perf_counter()
     return MemoryTrace(
         model_type=model.config.model_type, model_class=type(model).__name__,
@@ -652,7 +655,7 @@ def trace_step(config: dict, setup: TraceSetup) -> MemoryTrace:
         seconds={"import": round(imported - started, 3), "build": round(built - imported, 3),
                  "step": round(stepped - built, 3)},
         transformers_version=transformers.__version__, torch_version=torch.__version__,
-        notes=((note,) if note else ()) + measured.notes)
+        notes=((note,) if note else ()) + measured.notes, timeline=timeline)
 
 
 def _model_and_optimizer(torch, config: dict, setup: TraceSetup):
@@ -669,18 +672,22 @@ def _model_and_optimizer(torch, config: dict, setup: TraceSetup):
     return model, optimizer
 
 
-def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: str) -> StepMeasurement:
-    """The setup's step, measured; a failure inside transformers becomes one UserError line."""
+def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: str) -> tuple[StepMeasurement, tuple]:
+    """The setup's step, measured, and (training) its timeline at the layer boundaries; a failure
+    inside transformers becomes one UserError line."""
     torch = _torch()
     vocab = model.config.get_text_config().vocab_size
     ids = token_ids(vocab, setup.batch, setup.seq_len, seed=None if setup.fake else setup.seed + 1)
     try:
         with _fake_tensor_workarounds(setup.fake):
             if setup.mode == "inference":
-                return measure_prefill(model, ids)
+                return measure_prefill(model, ids), ()
+            from tutor.bench.memory_timeline import measure_training_timeline
+
             labels = ids.clone()  # as transformers' language-modelling data collator makes them
-            return measure_training_step(model, optimizer, ids, labels,
-                                         autocast_dtype=torch.bfloat16 if setup.autocast else None)
+            moments, measured = measure_training_timeline(
+                model, optimizer, ids, labels, autocast_dtype=torch.bfloat16 if setup.autocast else None)
+            return measured, tuple(moment.to_json() for moment in moments)
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - guards `fit --trace`: the model's own forward/backward on the

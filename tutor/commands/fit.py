@@ -54,19 +54,21 @@ def fit(model, params, device, as_json, trace, timeline, svg, **request) -> None
         data = answer.to_json()
         if moments is not None:
             data["timeline"] = [moment.to_json() for moment in moments]
+            if answer.traced is not None:
+                data["traced_timeline"] = list(answer.traced.trace.timeline)
         click.echo(json.dumps(data, indent=2))
         if svg is not None:
-            _save_timeline(moments, svg)
+            _save_timeline(moments, svg, answer.traced)
         return
     _render(answer)
     if moments is not None:
         from rich.console import Console
 
-        from tutor.plots import print_chart, timeline_chart
+        from tutor.plots import print_chart
 
-        print_chart(timeline_chart([moment.to_json() for moment in moments]), Console())
+        print_chart(_timeline_chart(moments, answer.traced), Console())
         if svg is not None:
-            _save_timeline(moments, svg)
+            _save_timeline(moments, svg, answer.traced)
     if answer.checkpoint is not None:  # dtype names come from the file
         click.echo(plain(_checkpoint_line(answer.checkpoint, answer.estimate.total_params)))
     if answer.traced is not None:
@@ -87,10 +89,19 @@ def _timeline(answer: FitAnswer):
     return training_timeline(estimate.arch, estimate.request)
 
 
-def _save_timeline(moments, svg: str) -> None:
-    from tutor.plots import save_svg, timeline_chart
+def _timeline_chart(moments, traced):
+    """The predicted timeline, with the traced one (and its peak) over it under --trace."""
+    from tutor.plots import timeline_chart
 
-    path = save_svg([timeline_chart([moment.to_json() for moment in moments])], svg)
+    trace = traced.trace if traced is not None else None
+    return timeline_chart([moment.to_json() for moment in moments], trace.timeline if trace is not None else (),
+                          trace.peak.bytes if trace is not None else None)
+
+
+def _save_timeline(moments, svg: str, traced=None) -> None:
+    from tutor.plots import save_svg
+
+    path = save_svg([_timeline_chart(moments, traced)], svg)
     click.echo(f"tensor-tutor: saved the picture to {path}", err=True)
 
 
