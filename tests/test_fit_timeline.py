@@ -1,6 +1,6 @@
 """The memory timeline of one training step (tutor.theory.fit_timeline) and `fit --timeline`: its
 maximum is the estimate's peak, and it matches a real transformers step, tracked storage by storage
-(tutor.bench.memory_timeline, the method of benchmarks/fit_vs_transformers.py), within 10% at every
+(tutor.bench.memory_trace.measure_training_timeline, the method of benchmarks/fit_vs_transformers.py), within 10% at every
 layer boundary and at the peak."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_predicted_timeline_matches_a_real_step(model_type):
 
     from benchmarks.fit_vs_transformers import BATCH, CONFIGS, SEQ_LEN, architecture_for, build_model, fit_request
     from tutor.bench.memory_trace import token_ids, training_step
-    from tutor.bench.memory_timeline import measure_training_timeline
+    from tutor.bench.memory_trace import measure_training_timeline
 
     run_config = CONFIGS["bf16"]
     hf_config, model = build_model(model_type, run_config)
