@@ -72,10 +72,12 @@ class ChartView(Vertical):
         yield Static(classes="chart-table")
 
     def on_mount(self) -> None:
+        self.display = self._initial is not None  # no chart, no room taken
         if self._initial is not None:
             self.chart = self._initial
 
     def watch_chart(self, chart: Chart | None) -> None:
+        self.display = chart is not None and bool(chart.series)
         # After the next refresh: the plot's canvas has its final size only once laid out.
         self.call_after_refresh(self.draw, chart)
 
