@@ -102,3 +102,23 @@ def test_timeline_chart_marks_the_peak_moment():
 def test_axis_unit_picks_the_prefix_the_largest_value_reads_with(largest, unit, expected):
     factor, name = axis_unit(largest, unit)
     assert name == expected[1] and factor == pytest.approx(expected[0])
+
+
+@pytest.mark.slow
+def test_the_svg_opens_in_headless_chromium(tmp_path):
+    """The --svg file is a picture a browser draws: headless Chromium renders it to a PNG."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    from xml.etree import ElementTree
+
+    svg = save_svg(bench_charts(RESULTS, HEADER), tmp_path / "run.svg")
+    assert ElementTree.parse(svg).getroot().tag.endswith("svg")  # well-formed: no XML error page in the browser
+    png = tmp_path / "run.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
+                    "--window-size=1000,800", svg.as_uri()], capture_output=True, timeout=120, check=True)
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 10_000  # a drawn page, not an error page's few bytes
