@@ -47,3 +47,21 @@ def test_plateaus_and_steps_of_a_stepped_sweep():
     assert steps["L1"] is None
     assert 512 * 2**10 <= steps["L2"] <= 2 * 512 * 2**10  # the data step after 512 KiB working set
     assert 16 * 2**20 <= steps["L3"] <= 2 * 16 * 2**20
+
+
+def test_bandwidth_results_keep_every_size_they_timed():
+    from tests.machines import recorded_machine
+    from tutor.bench.bandwidth import FILL_BLOCK_ELEMENTS, memory_bandwidth
+
+    machine = recorded_machine(llc_bytes=2**18)  # a 256 KiB "last-level cache": the sweep ends at 1 MiB arrays
+    results = memory_bandwidth("cpu", budget_s=2.0, machine=machine, ops=("copy", "triad", "read"),
+                               array_elements=FILL_BLOCK_ELEMENTS, sweep=True)
+    by_op = {r.op: r.to_json() for r in results}
+    copy_sizes = [p["array_bytes"] for p in by_op["copy"]["sweep"]]
+    assert copy_sizes == list(sweep_array_bytes(2**18))
+    assert all(p["size_bytes"] == 2 * p["array_bytes"] and p["gbps"] > 0 for p in by_op["copy"]["sweep"])
+    assert all(p["size_bytes"] == 3 * p["array_bytes"] for p in by_op["triad"]["sweep"])
+    # Not swept (the C reference times copy and triad only): the one size it was timed at.
+    assert by_op["read"]["sweep"] == [{"op": "read", "size_bytes": by_op["read"]["bytes"],
+                                       "array_bytes": by_op["read"]["array_bytes"], "gbps": by_op["read"]["gbps_best"],
+                                       "gbps_median": by_op["read"]["gbps_median"]}]
