@@ -12,9 +12,13 @@ from tutor.theory import activations, fit as fitting
 from tutor.theory.memory import TRAINING_RECIPES
 
 
+# fit's own display flags: how the answer is shown, not fields of the question (tutor/commands/fit.py).
+DISPLAY_FLAGS = ("as_json", "trace", "timeline", "svg")
+
+
 def test_the_fit_commands_options_are_the_declared_fields_in_order() -> None:
     declared = [f.option for f in fit_fields.FIT_FIELDS if f.option and f.name != "model"]
-    options = [p.opts[0] for p in fit.params if isinstance(p, click.Option) and p.name not in ("as_json", "trace")]
+    options = [p.opts[0] for p in fit.params if isinstance(p, click.Option) and p.name not in DISPLAY_FLAGS]
     assert options == declared
     by_name = {p.name: p for p in fit.params}
     assert isinstance(by_name["model"], click.Argument)

@@ -273,3 +273,28 @@ def _parameter_value(key: str, value: object) -> tuple[str, str]:
 def format_params(params: Mapping[str, object]) -> str:
     """A lab's parameters on one line, no reprs: {'dtypes': ['fp32'], 'budget_s': 3} -> 'dtypes fp32 · budget 3 s'."""
     return " · ".join(" ".join(_parameter_value(key, value)) for key, value in params.items())
+
+
+def axis_unit(largest: float, unit: str) -> tuple[float, str]:
+    """(factor, unit) for a chart axis whose values are in `unit` and reach `largest`: the decimal
+    prefix format_quantity would show `largest` with, so the tick labels read 1..999:
+    (0.18, 'TFLOP/s') -> (1000.0, 'GFLOP/s'); (3e7, 'B') -> (1 / 2**20, 'MiB'). Unknown units: (1, unit)."""
+    if unit in ("B", "bytes"):
+        power = 0
+        while largest >= 1024 and power < len(_BINARY_BYTE_UNITS) - 1:
+            largest /= 1024
+            power += 1
+        return 1 / 1024 ** power, ("B", *_BINARY_BYTE_UNITS[1:])[power] if power else "B"
+    prefixed = _split_prefix(unit)
+    if prefixed is None or _missing(largest) or largest <= 0:
+        return 1.0, unit
+    power, base = prefixed
+    target = power
+    value = largest
+    while value >= 1000 and target < len(_DECIMAL_PREFIXES) - 1:
+        value /= 1000
+        target += 1
+    while value < 1 and target > 0:
+        value *= 1000
+        target -= 1
+    return 1000.0 ** (power - target), _DECIMAL_PREFIXES[target] + base

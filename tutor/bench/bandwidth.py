@@ -60,6 +60,9 @@ class BandwidthResult:
     notes: tuple[str, ...]
     memory: str = ""  # transfers: "pinned" or "pageable"
     kind: str = "bandwidth"
+    # Every array size timed (tutor.bench.cache_sweep): the cache sweep for copy and triad on a CPU,
+    # else the one size of the result.
+    sweep: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -71,6 +74,10 @@ class BandwidthResult:
         }
         if self.kind == "transfer":
             data["memory"] = self.memory
+        data["sweep"] = [dict(point) for point in self.sweep] or [
+            {"op": self.op, "size_bytes": self.bytes if self.kind == "bandwidth" else self.array_bytes,
+             "array_bytes": self.array_bytes,
+             "gbps": self.gbps_best, "gbps_median": self.gbps_median}]
         return data
 
 
@@ -168,12 +175,20 @@ def _result(device: str, op: str, n_bytes: int, counting: str, array_bytes: int,
 
 
 def memory_bandwidth(device: str, *, budget_s: float, machine: Machine, ops: tuple[str, ...] = BANDWIDTH_OPS,
-                     cancel: threading.Event | None = None, array_elements: int | None = None) -> list[BandwidthResult]:
+                     cancel: threading.Event | None = None, array_elements: int | None = None,
+                     sweep: bool | None = None) -> list[BandwidthResult]:
     """STREAM-like kernels on `device` within about `budget_s` (the arrays are never made smaller
     than 4x the cache to fit the budget: each op then runs its minimum iterations).
-    `array_elements` overrides the cache rule (tests). Keeps finished ops when cancelled."""
+    `array_elements` overrides the cache rule (tests). Keeps finished ops when cancelled.
+    `sweep` (default: on a CPU, unless `array_elements` is given) also times copy and triad from
+    below L1 to beyond the last-level cache (tutor.bench.cache_sweep) with SWEEP_SHARE of the budget."""
+    if sweep is None:
+        sweep = device == "cpu" and array_elements is None
     if device == "cpu":
         use_all_cpu_threads()
+    if sweep:
+        sweep_budget = budget_s * SWEEP_SHARE
+        budget_s -= sweep_budget
     start = time.perf_counter()
     notes: list[str] = []
     if array_elements is None:
@@ -204,7 +219,33 @@ def memory_bandwidth(device: str, *, budget_s: float, machine: Machine, ops: tup
         if timing.cancelled:
             break
     del a, b, c, kernels
+    if sweep and results and not (cancel is not None and cancel.is_set()):
+        results = _with_cache_sweeps(results, machine, sweep_budget, cancel)
     return results
+
+
+SWEEP_SHARE = 0.4
+
+
+def _with_cache_sweeps(results: list[BandwidthResult], machine: Machine, budget_s: float,
+                       cancel: threading.Event | None) -> list[BandwidthResult]:
+    """The results with a cache sweep attached to each op in SWEEP_OPS, the budget split between them."""
+    import dataclasses
+
+    from tutor.bench.cache_sweep import SWEEP_OPS, cache_sweep, sweep_array_bytes
+
+    llc, _source = cpu_llc_bytes(machine)
+    sizes = sweep_array_bytes(llc)
+    swept = [result for result in results if result.op in SWEEP_OPS]
+    out = list(results)
+    for index, result in enumerate(swept):
+        points = cache_sweep(result.op, sizes, budget_s=budget_s / len(swept), cancel=cancel)
+        if points:
+            out[out.index(result)] = dataclasses.replace(
+                result, sweep=tuple(point.to_json() for point in points))
+        if cancel is not None and cancel.is_set():
+            break
+    return out
 
 
 def pcie_link_peak_gbps(machine: Machine, device: str) -> tuple[float | None, str]:

@@ -122,6 +122,9 @@ class MemoryTrace:
     transformers_version: str
     torch_version: str
     notes: tuple[str, ...] = field(default=())
+    # Training: the bytes alive per category at every decoder layer's boundary (measure_training_timeline),
+    # as {"phase", "moment", "layer", "bytes", "per_category_bytes"}; `fit --timeline --trace` draws it.
+    timeline: tuple[dict, ...] = field(default=())
 
     def to_json(self) -> dict:
         s = self.setup
@@ -536,6 +539,94 @@ def measure_training_step(model, optimizer, ids, labels=None, autocast_dtype=Non
         notes.append(f"{tracker.autocast_weight_copies} autocast weight copies counted as weights")
     return tracker.measurement(tuple(notes))
 
+# ---------------------------------------------------------------------------------------------
+# The step's timeline at the layer boundaries (`fit --timeline --trace`, tests/test_fit_timeline.py).
+# A forward hook on each decoder layer marks the moment its forward returned ("after layer i",
+# forward); a hook on the gradient of the layer's input marks the moment backward went through it
+# ("after layer i", backward: the input's gradient is the last thing the layer's backward computes,
+# torch.Tensor.register_hook). The tracker's events are replayed with each storage's final category up
+# to each mark, as `measurement` replays them for the peak; the moments are named as
+# tutor.theory.fit_timeline names them, so the two line up.
+
+
+@dataclass(frozen=True)
+class MeasuredMoment:
+    phase: str
+    moment: str
+    layer: int | None
+    per_category: dict[str, int]
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.per_category.values())
+
+    def to_json(self) -> dict:
+        return {"phase": self.phase, "moment": self.moment, "layer": self.layer, "bytes": self.bytes,
+                "per_category_bytes": dict(self.per_category)}
+
+
+def decoder_layers(model):
+    """The model's decoder layers: the first ModuleList as long as config.num_hidden_layers (or n_layer)."""
+    torch = _torch()
+    count = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layer", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return list(module)
+    raise ValueError("no ModuleList of the decoder layers found")
+
+
+def measure_training_timeline(model, optimizer, ids, labels=None,
+                              autocast_dtype=None) -> tuple[tuple[MeasuredMoment, ...], StepMeasurement]:
+    """One `training_step` under a StorageTracker, marked at every decoder layer's boundary: the
+    moments (forward and backward, in the order they happened) and the step's measurement (its peak).
+    Run a step first so that the optimizer states exist (the steady state the theory describes)."""
+    tracker = storage_tracker_class()()
+    register_model_states(tracker, model, optimizer)
+    tracker.register([ids, labels if labels is not None else ids], "activations")
+    tracker.autocast_dtype = autocast_dtype
+    marks: list[tuple[str, str, int | None, int]] = []
+    handles = []
+
+    def after_forward(index):
+        def hook(_module, _args, _output):
+            marks.append(("forward", f"after layer {index}", index, len(tracker.events)))
+        return hook
+
+    def before_forward(index):
+        def hook(_module, args, kwargs):
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            if hidden is not None and hidden.requires_grad:
+                hidden.register_hook(lambda grad: marks.append(
+                    ("backward", f"after layer {index}", index, len(tracker.events))))
+        return hook
+
+    for index, layer in enumerate(decoder_layers(model)):
+        handles.append(layer.register_forward_hook(after_forward(index)))
+        handles.append(layer.register_forward_pre_hook(before_forward(index), with_kwargs=True))
+    try:
+        with tracker:
+            training_step(model, optimizer, ids, labels, autocast_dtype, tracker)
+    finally:
+        for handle in handles:
+            handle.remove()
+    notes = []
+    if tracker.autocast_weight_copies:  # as measure_training_step says it
+        notes.append(f"{tracker.autocast_weight_copies} autocast weight copies counted as weights")
+    return _replay(tracker, marks), tracker.measurement(tuple(notes))
+
+
+def _replay(tracker, marks) -> tuple[MeasuredMoment, ...]:
+    """Per-category bytes alive at each mark (an index into the tracker's events), by final category."""
+    live = dict.fromkeys(CATEGORIES, 0)
+    moments = []
+    position = 0
+    for phase, name, layer, at in sorted(marks, key=lambda mark: mark[3]):
+        for key, delta, *_ in tracker.events[position:at]:
+            live[tracker.role[key]] += delta
+        position = at
+        moments.append(MeasuredMoment(phase, name, layer, dict(live)))
+    return tuple(moments)
+
 
 def _cache_argument(model) -> str:
     """transformers 5.x renamed forward's `past_key_values` to `cache` (the old name warns until 5.40)."""
@@ -650,7 +741,7 @@ def trace_step(config: dict, setup: TraceSetup) -> MemoryTrace:
         with FakeTensorMode() if setup.fake else nullcontext():
             model, optimizer = _model_and_optimizer(torch, config, setup)
             built = time.perf_counter()
-            measured = _measured_step(model, optimizer, setup, transformers.__version__)
+            measured, timeline = _measured_step(model, optimizer, setup, transformers.__version__)
         stepped = time.perf_counter()
     return MemoryTrace(
         model_type=model.config.model_type, model_class=type(model).__name__,
@@ -662,7 +753,7 @@ def trace_step(config: dict, setup: TraceSetup) -> MemoryTrace:
         seconds={"import": round(imported - started, 3), "build": round(built - imported, 3),
                  "step": round(stepped - built, 3)},
         transformers_version=transformers.__version__, torch_version=torch.__version__,
-        notes=((note,) if note else ()) + measured.notes)
+        notes=((note,) if note else ()) + measured.notes, timeline=timeline)
 
 
 def _model_and_optimizer(torch, config: dict, setup: TraceSetup):
@@ -679,18 +770,20 @@ def _model_and_optimizer(torch, config: dict, setup: TraceSetup):
     return model, optimizer
 
 
-def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: str) -> StepMeasurement:
-    """The setup's step, measured; a failure inside transformers becomes one UserError line."""
+def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: str) -> tuple[StepMeasurement, tuple]:
+    """The setup's step, measured, and (training) its timeline at the layer boundaries; a failure
+    inside transformers becomes one UserError line."""
     torch = _torch()
     vocab = model.config.get_text_config().vocab_size
     ids = token_ids(vocab, setup.batch, setup.seq_len, seed=None if setup.fake else setup.seed + 1)
     try:
         with _fake_tensor_workarounds(setup.fake):
             if setup.mode == "inference":
-                return measure_prefill(model, ids)
+                return measure_prefill(model, ids), ()
             labels = ids.clone()  # as transformers' language-modelling data collator makes them
-            return measure_training_step(model, optimizer, ids, labels,
-                                         autocast_dtype=torch.bfloat16 if setup.autocast else None)
+            moments, measured = measure_training_timeline(
+                model, optimizer, ids, labels, autocast_dtype=torch.bfloat16 if setup.autocast else None)
+            return measured, tuple(moment.to_json() for moment in moments)
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - guards `fit --trace`: the model's own forward/backward on the

@@ -41,12 +41,14 @@ _OPTIONS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "sizes": click.option("--sizes", default=None, metavar="SIZES",
                           help="Buffer sizes, comma-separated, e.g. 1M,16M,64MiB (default 1MiB,16MiB,64MiB); "
                                "measured smallest first, and sizes left when the budget is spent are skipped."),
+    "svg": click.option("--svg", "svg", default=None, metavar="FILE",
+                        help="Also save the run's pictures (sweeps, with their tables) as an SVG file."),
     "as_json": click.option("--json", "as_json", is_flag=True, default=None,
                             help="Print one JSON object ({\"device\": ..., \"results\": [...]}) and nothing else."),
 }
 
 
-_RUN_PARAMETERS = ("quick", "device", "dtype", "budget", "ranks", "ops", "sizes", "as_json")
+_RUN_PARAMETERS = ("quick", "device", "dtype", "budget", "ranks", "ops", "sizes", "svg", "as_json")
 
 
 def _run_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -68,7 +70,7 @@ def _merged(ctx: click.Context, options: dict[str, Any]) -> dict[str, Any]:
 
 
 @click.group(name="bench", invoke_without_command=True)
-@_run_options("quick", "device", "dtype", "quick_budget", "ranks", "as_json")
+@_run_options("quick", "device", "dtype", "quick_budget", "ranks", "svg", "as_json")
 @click.pass_context
 def bench(ctx: click.Context, **options: Any) -> None:
     """Measure this machine against its datasheet (matmul, bandwidth, transfer, collective).
@@ -81,7 +83,7 @@ def bench(ctx: click.Context, **options: Any) -> None:
 
 
 @bench.command(short_help="Maximum achievable matmul TFLOP/s per dtype (mamf-style shape sweep).")
-@_run_options("dtype", "device", "budget", "as_json")
+@_run_options("dtype", "device", "budget", "svg", "as_json")
 @click.pass_context
 def matmul(ctx: click.Context, **options: Any) -> None:
     """Maximum achievable matmul TFLOP/s per dtype (mamf-style shape sweep), and with fp32 one
@@ -90,10 +92,11 @@ def matmul(ctx: click.Context, **options: Any) -> None:
 
 
 @bench.command(short_help="STREAM-like copy, scale, add, triad, read-only and write-only GB/s.")
-@_run_options("device", "budget", "as_json")
+@_run_options("device", "budget", "svg", "as_json")
 @click.pass_context
 def bandwidth(ctx: click.Context, **options: Any) -> None:
-    """STREAM-like copy, scale, add, triad, read-only and write-only GB/s."""
+    """STREAM-like copy, scale, add, triad, read-only and write-only GB/s, and on a CPU copy and
+    triad against the working set from below L1 to beyond the last-level cache (one thread)."""
     _run(ctx, ("bandwidth",), _merged(ctx, options))
 
 
@@ -117,19 +120,31 @@ def collective(ctx: click.Context, **options: Any) -> None:
 
 @bench.command(short_help="List stored runs, or compare two of them.")
 @click.option("--compare", nargs=2, type=int, default=None, metavar="A B", help="Ratios B/A per matching case.")
+@click.option("--plot", "plot", type=int, default=None, metavar="N",
+              help="Draw run N's sweeps (matmul throughput, bandwidth across the caches) with their tables.")
+@click.option("--svg", "svg", default=None, metavar="FILE", help="With --plot: also save the pictures as SVG.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
 @click.pass_context
-def history(ctx: click.Context, compare: tuple[int, int] | None, as_json: bool) -> None:
-    """List stored runs, or compare two of them."""
+def history(ctx: click.Context, compare: tuple[int, int] | None, plot: int | None, svg: str | None,
+            as_json: bool) -> None:
+    """List stored runs, compare two of them, or draw one run's sweeps."""
     from rich.markup import escape
 
     from tutor.bench.notebook import case_sizes, compare_runs, notebook_path, read_notebook, run_headlines
 
     as_json = as_json or bool(_merged(ctx, {"as_json": None}).get("as_json"))
+    if svg is not None and plot is None:
+        raise UserError("--svg needs --plot N (which run to draw)")
+    _check_svg_path(svg)
     notebook = read_notebook()
     if notebook.warning:
         click.echo(f"tensor-tutor: warning: {notebook.warning}", err=True)
     runs = {run.number: run for run in notebook.runs}
+    if plot is not None:
+        if plot not in runs:
+            raise UserError(f"no run number {plot} in the notebook (runs 1..{len(runs)}; see `bench history`)")
+        _show_pictures(runs[plot].results, runs[plot].header, svg, as_json=as_json)
+        return
     if compare is not None:
         for number in compare:
             if number not in runs:
@@ -213,12 +228,43 @@ def _figure_label(field: str) -> str:
     return _FIGURE_LABELS.get(field, field.replace("_", " "))
 
 
+def _check_svg_path(svg: str | None) -> None:
+    """A --svg FILE whose folder does not exist is bad input, said before anything is measured."""
+    if svg is None:
+        return
+    from pathlib import Path
+
+    if not svg.strip() or Path(svg).is_dir() or not Path(svg).expanduser().resolve().parent.is_dir():
+        raise UserError(f"--svg: cannot write {svg!r} (its folder does not exist, or it is a folder)")
+
+
+def _show_pictures(results: Any, header: dict[str, Any], svg: str | None, *, as_json: bool) -> None:
+    """A run's pictures with their tables on stdout (unless --json), and in the SVG file when asked."""
+    from tutor.plots import bench_charts, print_chart, save_svg
+
+    charts = bench_charts([dict(result) for result in results], header)
+    if not as_json:
+        from rich.console import Console
+
+        console = Console()
+        if not charts:
+            console.print("no sweep of two or more sizes in this run to draw")
+        for chart in charts:
+            print_chart(chart, console)
+    if svg is not None:
+        if not charts:
+            raise UserError("nothing to save: no sweep of two or more sizes in this run")
+        path = save_svg(charts, svg)
+        click.echo(f"tensor-tutor: saved the pictures to {path}", err=True)
+
+
 def _validate(options: dict[str, Any]) -> None:
     budget, ranks = options.get("budget"), options.get("ranks")
     if budget is not None and not (math.isfinite(budget) and budget > 0):
         raise UserError(f"--budget must be a positive number of seconds (finite), got {budget:g}")
     if ranks is not None and ranks < 1:
         raise UserError(f"--ranks must be at least 1, got {ranks}")
+    _check_svg_path(options.get("svg"))
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -334,6 +380,8 @@ def _run_interruptible(kinds: tuple[str, ...] | None, options: dict[str, Any], i
             from tutor.bench.render import render_results
 
             render_results(outcome.results, header)
+        if not as_json or options.get("svg"):
+            _show_pictures(results, header, options.get("svg"), as_json=as_json)
         collectives = [result for result in outcome.results if result.kind == "collective"]
         if collectives:
             from tutor.bench.collective import budget_note

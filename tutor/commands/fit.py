@@ -11,6 +11,7 @@ import json
 import click
 
 from tutor.commands.safe_text import markup_safe, plain
+from tutor.errors import UserError
 from tutor.fit_answer import FitAnswer, FitInputs, answer_fit, change_flags
 from tutor.fit_fields import fit_options
 from tutor.theory import fit as fitting
@@ -32,22 +33,76 @@ def _gb(value: int) -> str:
 @click.option("--trace", is_flag=True,
               help="Also build the real transformers model at full size on fake tensors and trace one step "
                    "(needs tensor-tutor[trace]).")
-def fit(model, params, device, as_json, trace, **request) -> None:
+@click.option("--timeline", is_flag=True,
+              help="Training: the memory alive per category at every layer boundary of one step, as the formula "
+                   "predicts it (a picture and its table; JSON: \"timeline\").")
+@click.option("--svg", "svg", default=None, metavar="FILE", help="With --timeline: also save the picture as SVG.")
+def fit(model, params, device, as_json, trace, timeline, svg, **request) -> None:
     """Does MODEL fit this machine for inference or training, on how many devices, and what would make it fit?
 
     MODEL is a preset name (tensor-tutor models), a config.json, or a local model folder.
     """
+    if svg is not None and not timeline:
+        raise UserError("--svg needs --timeline (the picture to save)")
+    if svg is not None:
+        from tutor.commands.bench import _check_svg_path
+
+        _check_svg_path(svg)
     answer = answer_fit(FitInputs.from_command(model, params, device, given=_given(), trace=trace, **request))
+    moments = _timeline(answer) if timeline else None
     if as_json:
-        click.echo(json.dumps(answer.to_json(), indent=2))
+        data = answer.to_json()
+        if moments is not None:
+            data["timeline"] = [moment.to_json() for moment in moments]
+            if answer.traced is not None:
+                data["traced_timeline"] = list(answer.traced.trace.timeline)
+        click.echo(json.dumps(data, indent=2))
+        if svg is not None:
+            _save_timeline(moments, svg, answer.traced)
         return
     _render(answer)
+    if moments is not None:
+        from rich.console import Console
+
+        from tutor.plots import print_chart
+
+        print_chart(_timeline_chart(moments, answer.traced), Console())
+        if svg is not None:
+            _save_timeline(moments, svg, answer.traced)
     if answer.checkpoint is not None:  # dtype names come from the file
         click.echo(plain(_checkpoint_line(answer.checkpoint, answer.estimate.total_params)))
     if answer.traced is not None:
         from tutor.commands.fit_trace import render_trace
 
         render_trace(answer.traced, answer.estimate)
+
+
+def _timeline(answer: FitAnswer):
+    """The predicted step timeline (tutor.theory.fit_timeline); bad input (inference, a bare count) is a UserError."""
+    from tutor.theory.fit_timeline import training_timeline
+
+    estimate = answer.estimate
+    if estimate.arch is None:
+        raise UserError("--timeline needs the model's architecture (a preset, config.json or folder), not --params")
+    if estimate.request.mode != fitting.Mode.TRAIN:
+        raise UserError("--timeline is for training (--mode train): a prefill's peak is one moment")
+    return training_timeline(estimate.arch, estimate.request)
+
+
+def _timeline_chart(moments, traced):
+    """The predicted timeline, with the traced one (and its peak) over it under --trace."""
+    from tutor.plots import timeline_chart
+
+    trace = traced.trace if traced is not None else None
+    return timeline_chart([moment.to_json() for moment in moments], trace.timeline if trace is not None else (),
+                          trace.peak.bytes if trace is not None else None)
+
+
+def _save_timeline(moments, svg: str, traced=None) -> None:
+    from tutor.plots import save_svg
+
+    path = save_svg([_timeline_chart(moments, traced)], svg)
+    click.echo(f"tensor-tutor: saved the picture to {path}", err=True)
 
 
 def _given() -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from tutor.ui.services import BenchRow, bench_rows
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.live_pane import LivePane
+from tutor.ui.widgets.plot import ChartView
 from tutor.ui.workers import yield_cpu_to_the_interface
 
 if TYPE_CHECKING:
@@ -106,6 +107,9 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
 - **Up/Down** in the list shows a run; **m** marks it for comparison: mark two and their
   figures stand side by side with the ratio. Only cases measured at the same size are
   compared (a larger matrix runs faster, so a ratio across sizes would measure the size).
+- Under the table, the run's sweeps: matmul throughput against matrix size per dtype with
+  its peak, and bandwidth against working set with the cache sizes `tensor-tutor env`
+  reports; each picture has its table under it (**t** on a picture hides it, table only).
 - Ctrl+P, *Export*: the run shown as JSON (the same as `tensor-tutor bench --json`), CSV or Markdown.
 """
 
@@ -158,6 +162,8 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
                 yield ComparisonBars(id="bars")
                 yield VerticalScroll(id="gauges")
                 yield Static(id="table")
+                yield ChartView(id="matmul-chart")
+                yield ChartView(id="bandwidth-chart")
             yield LivePane(self.services.machine, self.services.sampler, id="live")
         yield Footer()
 
@@ -219,6 +225,18 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
         self.query_one("#shown", Static).update(
             Text.assemble((f"run {run.number}", "bold"), f" · {run_date(run)} · {run.device}", state))
         self.show_rows(rows_from_run(run))
+        self.show_charts(run.results, run.header)
+
+    def show_charts(self, results: Any, header: dict[str, Any]) -> None:
+        """The run's sweeps (tutor.plots): matmul throughput against size, bandwidth across the caches;
+        a chart without a sweep of two sizes is hidden."""
+        from tutor.plots import bandwidth_sweep_chart, caches_from_machine_json, matmul_sweep_chart
+
+        results = [dict(result) for result in results]
+        caches = caches_from_machine_json(header.get("machine")) if str(
+            header.get("device_under_test") or "cpu").startswith("cpu") else []
+        self.query_one("#matmul-chart", ChartView).chart = matmul_sweep_chart(results)
+        self.query_one("#bandwidth-chart", ChartView).chart = bandwidth_sweep_chart(results, caches)
 
     def action_mark(self) -> None:
         """Mark the highlighted run for comparison (again: unmark it); two marked runs are compared."""
@@ -305,6 +323,7 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
         self.shown = outcome
         self.query_one("#shown", Static).update(Text.assemble(("this run", "bold"), f" · {outcome.device}"))
         self.show_rows(outcome.rows)
+        self.show_charts((), {})  # the saved run, shown just below, brings its sweeps
         saved_before = len(self.notebook.runs)
         self.load_history(show_latest=False)
         if len(self.notebook.runs) > saved_before:  # saved: the outcome is the newest run; show it from there

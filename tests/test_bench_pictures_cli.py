@@ -1,0 +1,51 @@
+"""`bench history --plot N [--svg FILE]` and `--svg` on the run commands: pictures of stored sweeps."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cli_runner import run  # noqa: E402
+from plot_data import HEADER, RESULTS  # noqa: E402
+from tutor.bench.notebook import append_run  # noqa: E402
+
+
+@pytest.fixture
+def notebook(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    append_run({**HEADER, "command": "tensor-tutor bench", "date": "2025-01-10T10:00:00+00:00", "cancelled": False},
+               RESULTS, tmp_path / "results.jsonl")
+    return tmp_path
+
+
+def test_history_plot_draws_both_sweeps_with_their_tables(notebook):
+    code, out, err = run(["bench", "history", "--plot", "1"])
+    assert code == 0, err
+    assert "matmul throughput against size" in out and "STREAM-like bandwidth against working set" in out
+    assert "vertical lines: L1 32 KiB, L2 1 MiB, L3 32 MiB" in out
+    assert "2048²" in out and "145 GFLOP/s" in out  # the table, read by a pipe
+
+
+def test_history_plot_saves_svg(notebook, tmp_path):
+    target = tmp_path / "run1.svg"
+    code, out, err = run(["bench", "history", "--plot", "1", "--svg", str(target)])
+    assert code == 0, err
+    assert target.read_text().lstrip().startswith("<svg")
+    assert "saved the pictures" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "history", "--svg", "x.svg"], "--svg needs --plot N"),
+    (["bench", "history", "--plot", "7"], "no run number 7"),
+    (["bench", "history", "--plot", "1", "--svg", "/no/such/folder/x.svg"], "cannot write"),
+    (["bench", "--svg", "/no/such/folder/x.svg"], "cannot write"),
+    (["bench", "bandwidth", "--svg", "/no/such/folder/x.svg"], "cannot write"),
+])
+def test_bad_svg_or_run_is_one_line_and_exit_2(notebook, argv, message):
+    code, out, err = run(argv)
+    assert code == 2
+    assert message in err and "Traceback" not in err

@@ -1,0 +1,124 @@
+"""tutor.plots: charts built from bench JSON, drawn as text (uniplot), as a table, and as SVG."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from plot_data import HEADER, RESULTS  # noqa: E402
+from tutor.errors import UserError  # noqa: E402
+from tutor.formatting import axis_unit  # noqa: E402
+from tutor.plots import (  # noqa: E402
+    bandwidth_sweep_chart, bench_charts, caches_from_machine_json, chart_rows, chart_text, matmul_sweep_chart,
+    print_chart, save_svg, timeline_chart)
+
+
+def test_matmul_chart_has_one_series_per_sweep_and_a_peak_per_dtype():
+    chart = matmul_sweep_chart(RESULTS)
+    assert [s.label for s in chart.series] == ["fp32 torch/mkl+onednn", "bf16 torch/mkl+onednn"]  # fixed size left out
+    assert [p.x_text for p in chart.series[0].points] == ["128²", "256²", "512²", "1024²", "2048²"]
+    assert {m.label: m.value for m in chart.y_marks} == {"fp32 peak": 0.166, "bf16 peak": 0.332}
+
+
+def test_bandwidth_chart_marks_the_data_and_unified_caches():
+    caches = caches_from_machine_json(HEADER["machine"])
+    assert caches == [("L1", 32768), ("L2", 1048576), ("L3", 33554432)]  # the instruction cache is not a data level
+    chart = bandwidth_sweep_chart(RESULTS, caches)
+    assert [m.label for m in chart.x_marks] == ["L1", "L2", "L3"]
+    assert chart.series[1].points[0].x == 3 * 4096  # triad's working set is its three arrays
+
+
+def test_no_chart_without_a_sweep_of_two_sizes():
+    single = [dict(RESULTS[3], sweep=RESULTS[3]["sweep"][:1])]
+    assert bandwidth_sweep_chart(single) is None
+    assert matmul_sweep_chart([RESULTS[2]]) is None
+    assert bench_charts([], {}) == []
+
+
+def test_table_is_wide_when_series_share_sizes_and_long_otherwise():
+    header, rows = chart_rows(matmul_sweep_chart(RESULTS))
+    assert header == ["matrix side", "fp32 torch/mkl+onednn", "bf16 torch/mkl+onednn"]
+    assert rows[0] == ["128²", "50 GFLOP/s", "10 GFLOP/s"]
+    assert rows[-1] == ["2048²", "145 GFLOP/s", "-"]  # bf16 stopped at 1024²
+    header, rows = chart_rows(bandwidth_sweep_chart(RESULTS))  # copy and triad touch 2 and 3 arrays: other sizes
+    assert header == ["series", "working set", "bandwidth"]
+    assert rows[0] == ["copy", "8 KiB", "150 GB/s"]
+    assert rows[-1] == ["triad", "384 MiB", "12 GB/s"]
+
+
+def test_text_picture_has_title_legend_and_no_colour_unless_asked():
+    chart = bandwidth_sweep_chart(RESULTS, caches_from_machine_json(HEADER["machine"]))
+    plain = chart_text(chart, width=60, height=12)
+    assert "STREAM-like bandwidth" in plain and "copy" in plain and "triad" in plain
+    assert "vertical lines: L1 32 KiB, L2 1 MiB, L3 32 MiB" in plain
+    assert "\x1b[" not in plain
+    assert "\x1b[" in chart_text(chart, width=60, height=12, color=True)
+
+
+def test_a_pipe_gets_the_picture_as_plain_text_and_the_table():
+    out = io.StringIO()
+    console = Console(file=out, width=100)  # not a terminal
+    print_chart(matmul_sweep_chart(RESULTS), console)
+    text = out.getvalue()
+    assert "\x1b[" not in text
+    assert "(table)" in text and "2048²" in text and "145 GFLOP/s" in text
+    assert "fp32 peak 166 GFLOP/s" in text
+
+
+def test_svg_holds_every_chart(tmp_path):
+    path = save_svg(bench_charts(RESULTS, HEADER), tmp_path / "run.svg")
+    svg = path.read_text()
+    assert svg.lstrip().startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert "matmul" in svg and "STREAM" in svg
+
+
+def test_svg_to_a_missing_folder_is_one_clear_error(tmp_path):
+    with pytest.raises(UserError, match="cannot write"):
+        save_svg(bench_charts(RESULTS, HEADER), tmp_path / "no" / "run.svg")
+
+
+def test_timeline_chart_marks_the_peak_moment():
+    chart = timeline_chart([
+        {"phase": "forward", "moment": "after layer 0", "bytes": 100, "per_category_bytes": {"weights": 60, "activations": 40, "kv_cache": 0}},
+        {"phase": "backward", "moment": "loss head", "bytes": 300, "per_category_bytes": {"weights": 60, "activations": 240, "kv_cache": 0}},
+        {"phase": "optimizer", "moment": "step", "bytes": 200, "per_category_bytes": {"weights": 60, "activations": 0, "kv_cache": 0}}])
+    assert chart.notes == ("peak 300 B at loss head (backward)",)
+    assert [s.label for s in chart.series] == ["alive", "weights", "activations"]  # kv cache never holds bytes
+    assert not chart.x_log
+    header, rows = chart_rows(chart)
+    assert header == ["moment", "alive", "weights", "activations"]
+    assert rows[1] == ["loss head", "300 B", "60 B", "240 B"]
+
+
+@pytest.mark.parametrize(("largest", "unit", "expected"), [
+    (0.18, "TFLOP/s", (1000.0, "GFLOP/s")), (95.0, "GB/s", (1.0, "GB/s")), (1500.0, "GB/s", (0.001, "TB/s")),
+    (3 * 2**20, "B", (2**-20, "MiB")), (0.0, "GB/s", (1.0, "GB/s"))])
+def test_axis_unit_picks_the_prefix_the_largest_value_reads_with(largest, unit, expected):
+    factor, name = axis_unit(largest, unit)
+    assert name == expected[1] and factor == pytest.approx(expected[0])
+
+
+@pytest.mark.slow
+def test_the_svg_opens_in_headless_chromium(tmp_path):
+    """The --svg file is a picture a browser draws: headless Chromium renders it to a PNG."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    from xml.etree import ElementTree
+
+    svg = save_svg(bench_charts(RESULTS, HEADER), tmp_path / "run.svg")
+    assert ElementTree.parse(svg).getroot().tag.endswith("svg")  # well-formed: no XML error page in the browser
+    png = tmp_path / "run.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
+                    "--window-size=1000,800", svg.as_uri()], capture_output=True, timeout=120, check=True)
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 10_000  # a drawn page, not an error page's few bytes

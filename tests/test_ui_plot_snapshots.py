@@ -1,0 +1,97 @@
+"""SVG snapshots of every app picture (tutor/ui/widgets/plot.py) at 80x24 and 120x40: the matmul sweep,
+the bandwidth sweep across the caches, the training step's memory timeline (for the Fit screen), and
+the Bench screen showing a stored run's sweeps.
+
+Regenerate after an intended change of the look: pytest tests/test_ui_plot_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from textual.app import App  # noqa: E402
+from textual.containers import VerticalScroll  # noqa: E402
+from textual.widgets import Input  # noqa: E402
+from plot_data import HEADER, RESULTS  # noqa: E402
+from ui_fakes import fake_services  # noqa: E402
+
+from tutor.bench.notebook import append_run  # noqa: E402
+from tutor.plots import bench_charts  # noqa: E402
+from tutor.ui.app import TutorApp  # noqa: E402
+from tutor.ui.widgets.plot import ChartView  # noqa: E402
+
+SMALL, WIDE = (80, 24), (120, 40)
+SIZES = pytest.mark.parametrize("size", [SMALL, WIDE], ids=["small", "wide"])
+
+
+def timeline():
+    """The Fit screen's picture: gpt2's predicted training step (transformers' modules, CPU rules)."""
+    from tutor.model_files import resolve_model
+    from tutor.plots import timeline_chart
+    from tutor.theory.fit import FitRequest
+    from tutor.theory.fit_timeline import training_timeline
+
+    moments = training_timeline(resolve_model("gpt2")[0], FitRequest(mode="train", impl="hf", gpu=False, seq_len=1024))
+    return timeline_chart([moment.to_json() for moment in moments])
+
+
+class ChartApp(App[None]):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.chart = timeline() if index == 2 else bench_charts(RESULTS, HEADER)[index]
+
+    def compose(self):
+        with VerticalScroll():
+            yield ChartView(self.chart, id="chart")
+
+
+@SIZES
+def test_matmul_sweep(snap_compare, size):
+    assert snap_compare(ChartApp(0), terminal_size=size)
+
+
+@SIZES
+def test_bandwidth_sweep(snap_compare, size):
+    assert snap_compare(ChartApp(1), terminal_size=size)
+
+
+@SIZES
+def test_step_timeline(snap_compare, size):
+    assert snap_compare(ChartApp(2), terminal_size=size)
+
+
+async def toggle_to_table(pilot) -> None:
+    pilot.app.query_one(ChartView).focus()
+    await pilot.press("t")
+    await pilot.pause()
+
+
+def test_table_only_when_the_picture_is_switched_off(snap_compare):
+    assert snap_compare(ChartApp(1), terminal_size=SMALL, run_before=toggle_to_table)
+
+
+@pytest.fixture
+def stored_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(Input, "_toggle_cursor", lambda self: None)
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    append_run({**HEADER, "command": "tensor-tutor bench", "date": "2025-01-10T10:00:00+00:00", "cancelled": False},
+               RESULTS, tmp_path / "results.jsonl")
+
+
+async def bench_scrolled_to_bandwidth(pilot) -> None:
+    pilot.app.action_bench()
+    await pilot.pause()
+    pilot.app.screen.query_one("#bandwidth-chart").scroll_visible(animate=False, top=True)
+    await pilot.pause()
+
+
+@SIZES
+def test_bench_screen_shows_the_run_sweeps(snap_compare, size, stored_run):
+    assert snap_compare(TutorApp(fake_services()), terminal_size=size, run_before=bench_scrolled_to_bandwidth)
