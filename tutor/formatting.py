@@ -286,7 +286,7 @@ def axis_unit(largest: float, unit: str) -> tuple[float, str]:
             power += 1
         return 1 / 1024 ** power, ("B", *_BINARY_BYTE_UNITS[1:])[power] if power else "B"
     prefixed = _split_prefix(unit)
-    if prefixed is None or _missing(largest) or largest <= 0:
+    if prefixed is None or _nan(largest) or largest <= 0:
         return 1.0, unit
     power, base = prefixed
     target = power

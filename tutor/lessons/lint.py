@@ -665,15 +665,14 @@ def _choice_verdicts(lesson: Lesson) -> list[tuple[Quiz, str, int, int]]:
             rendered = render_block(block)
         except UserError:
             continue
-        if isinstance(block, Prose):
+        if isinstance(rendered, Prose):
             above.append(rendered.text)
             continue
-        if not isinstance(block, Quiz) or block.kind != "choice":
+        if not isinstance(block, Quiz) or not isinstance(rendered, Quiz) or block.kind != "choice":
             continue
-        try:
-            answer = rendered.choices[int(rendered.answer)]
-        except (IndexError, TypeError, ValueError):
+        if not isinstance(rendered.answer, int) or not 0 <= rendered.answer < len(rendered.choices):
             continue  # check_quizzes reports it
+        answer = rendered.choices[rendered.answer]
         verdicts.append((block, answer, len(_words(answer)), shared_run(answer, "\n".join(above))))
     return verdicts
 
