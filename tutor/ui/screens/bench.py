@@ -24,7 +24,8 @@ from textual.widgets.option_list import Option
 
 from tutor.bench.notebook import Notebook, Run, compare_runs_at_same_sizes, read_notebook
 from tutor.formatting import format_quantity
-from tutor.ui.services import BenchRow, bench_rows
+from tutor.ui.host import tutor_app
+from tutor.ui.services import BenchOutcome, BenchRow, bench_rows
 
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
@@ -131,7 +132,7 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
             return isinstance(message, BenchScreen.Progress)
 
     class Finished(Message):
-        def __init__(self, outcome: Any | None, error: str | None = None) -> None:
+        def __init__(self, outcome: BenchOutcome | None, error: str | None = None) -> None:
             super().__init__()
             self.outcome, self.error = outcome, error
 
@@ -310,10 +311,10 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
     def _finished(self, message: Finished) -> None:
         self.running = False
         status = self.query_one("#status", Static)
-        if message.error is not None:
-            status.update(Text(f"the benchmark failed: {message.error}", style="red"))
-            return
         outcome = message.outcome
+        if message.error is not None or outcome is None:
+            status.update(Text(f"the benchmark failed: {message.error or 'no result'}", style="red"))
+            return
         if not outcome.cancelled:  # a cancelled run stops its bar where it was, never at 100 %
             self.query_one("#progress", ProgressBar).update(progress=100)
         words = "cancelled: these are the cases that finished" if outcome.cancelled else "done"
@@ -364,8 +365,8 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
     def action_escape(self) -> None:
         if self.running:
             self.cancel()
-        else:
-            self.app.action_home()
+        elif (app := tutor_app(self.app)) is not None:
+            app.action_home()
 
     def on_unmount(self) -> None:
         self._cancel.set()
