@@ -40,7 +40,8 @@ class FileTooLargeError(OSError):
     """A file over the size limit of what it should hold."""
 
     def __init__(self, path: Path, size: int, limit: int) -> None:
-        super().__init__(errno.EFBIG, f"{size:,} bytes, over the {limit:,}-byte limit", str(path))
+        self.reason = f"{size:,} bytes, over the {limit:,}-byte limit"  # strerror, typed str (never None)
+        super().__init__(errno.EFBIG, self.reason, str(path))
 
 
 class TooDeepError(ValueError):
@@ -182,7 +183,7 @@ def read_json(path: Path, default: T, limit: int = STATE_FILE_LIMIT_BYTES) -> tu
     except FileNotFoundError:
         return copy.deepcopy(default), None
     except FileTooLargeError as error:
-        return copy.deepcopy(default), set_aside(path, error.strerror)
+        return copy.deepcopy(default), set_aside(path, error.reason)
     except UnicodeDecodeError:
         return copy.deepcopy(default), set_aside(path, "not UTF-8 text")
     except OSError as error:

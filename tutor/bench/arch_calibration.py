@@ -61,10 +61,11 @@ TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds t
 # constant and per-token terms always; per sequence (the last position's logits) for a prefill; s x s
 # where attention keeps scores (eager, SDPA's math kernel under dropout) or a sliding window shorter
 # than the traced prompts makes a mask.
-FIT_SHAPES = {("1", "b*s"): ((1, 32), (1, 96)),
-              ("1", "b", "b*s"): ((1, 32), (2, 32), (1, 96)),
-              ("1", "b*s", "b*s^2"): ((1, 32), (1, 64), (1, 96)),
-              ("1", "b", "b*s", "b*s^2"): ((1, 32), (2, 32), (1, 64), (1, 96))}
+FIT_SHAPES: dict[tuple[str, ...], tuple[tuple[int, int], ...]] = {
+    ("1", "b*s"): ((1, 32), (1, 96)),
+    ("1", "b", "b*s"): ((1, 32), (2, 32), (1, 96)),
+    ("1", "b*s", "b*s^2"): ((1, 32), (1, 64), (1, 96)),
+    ("1", "b", "b*s", "b*s^2"): ((1, 32), (2, 32), (1, 64), (1, 96))}
 CHECK_SHAPE = (2, 128)                                        # never fitted: the check
 FIT_LAYERS = (2, 3)   # with one layer the top layer is the bottom one: two regions would be one
 CHECK_LAYERS = 3
@@ -95,7 +96,7 @@ def versions() -> str:
         return ""
 
 
-def _require_transformers(model_type: str) -> None:
+def _require_transformers(model_type: object) -> None:
     if not versions():
         raise UserError(f"model_type {shown(model_type)!r} has no hand profile; counting and tracing its real "
                         f"transformers model needs the [trace] extra: {TRACE_EXTRA}")
@@ -116,7 +117,8 @@ def _cache_path(config: dict):
 def _read_cache(config: dict) -> dict:
     from tutor.storage import read_json
 
-    entry, _warning = read_json(_cache_path(config), {})
+    empty: dict[str, object] = {}
+    entry, _warning = read_json(_cache_path(config), empty)
     return entry if entry.get("format") == CALIBRATION_FORMAT else {}
 
 
@@ -254,7 +256,7 @@ def _measure(config: dict) -> dict:
     unique = {id(p): p for p in model.parameters()}
     total = sum(p.numel() for p in unique.values())
     embedding = input_emb.numel()
-    lm_head = 0 if tied else lm_weight.numel()
+    lm_head = 0 if lm_weight is None or lm_weight is input_emb else lm_weight.numel()
     positions = sum(p.numel() for n, p in model.named_parameters()
                     if not n.startswith(prefix) and any(k in n for k in ("wpe", "embed_positions", "position_embeddings")))
     in_layers = sum(sum(v for k, v in layer.items() if k not in ("routed", "linear")) for layer in per_layer)
@@ -399,7 +401,7 @@ def _timeline_quantities(tracker, element_bytes: int, layers: int) -> dict[str, 
             for moment, value in ((f"{region}:acts", acts), (f"{region}:grads", grads)):
                 if value > best.get(moment, (-1, 0, 0))[0]:
                     best[moment] = (value, acts, grads)
-    out = {"activations_end_of_backward": a_at_g}
+    out: dict[str, float] = {"activations_end_of_backward": a_at_g}
     for moment in training_moment_names():
         _, acts, grads = best.get(moment, (0, 0, 0))
         out[REGION_PREFIX + moment] = acts
@@ -437,7 +439,7 @@ def _backward_hooks(model, num_layers: int, tracker):
 def _region_quantities(tracker) -> dict[str, float]:
     """Inference: each region's activation maximum, and the KV cache's storages."""
     live: dict[str, int] = {}
-    best: dict[str, int] = {}
+    best: dict[str, float] = {}
     for key, delta, phase, _i, _op in tracker.events:
         category = tracker.role[key]
         live[category] = live.get(category, 0) + delta
@@ -553,13 +555,14 @@ def basis_terms(config: dict, mode: str, attention: str, beyond_window: int = 0)
     return ("1",) + (("b",) if mode == "inference" else ()) + ("b*s",) + (("b*s^2",) if square else ())
 
 
-def traced_lengths(shapes, check, *, window: int, beyond_window: int):
+def traced_lengths(shapes: tuple[tuple[int, int], ...], check: tuple[int, int], *, window: int,
+                   beyond_window: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, int]]:
     """The traced (batch, seq_len) shapes, all on one side of a sliding window: prompts longer than it
     are traced at lengths beyond it, shorter ones within it (fake tensors cost the same at any length)."""
     if beyond_window:
         return tuple((b, s + beyond_window) for b, s in shapes), (check[0], check[1] + beyond_window)
     if window and window < check[1]:
-        def scale(s):
+        def scale(s: int) -> int:
             return max(2, s * window // check[1])
         return tuple((b, scale(s)) for b, s in shapes), (check[0], window)
     return shapes, check

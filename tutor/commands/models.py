@@ -3,8 +3,40 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, TypedDict
 
 import click
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+
+class _PresetRow(TypedDict):
+    """One preset as `models --json` prints it."""
+
+    name: str
+    display_name: str
+    hf_repo: str
+    model_type: str
+    params_total: int
+    params_active: int
+    checkpoint_tensors: int
+    published_total: str | None
+    published_source: str | None
+    profile: str
+
+
+class _DeviceRow(TypedDict):
+    """One GPU card as `models --devices --json` prints it."""
+
+    key: str
+    name: str
+    aliases: list[str]
+    memory_bytes: int | None
+    memory_driver_reported: bool
+    memory_source: str
+    memory_datasheet_bytes: int | None
+    bandwidth_gbps: float
 
 
 @click.command("models")
@@ -19,7 +51,7 @@ def models(devices: bool, as_json: bool) -> None:
     from tutor.model_files import list_presets, load_preset
     from tutor.theory.models import SUPPORTED_MODEL_TYPES, architecture_from_config, count_parameters
 
-    rows = []
+    rows: list[_PresetRow] = []
     for info in list_presets():
         config, _ = load_preset(info.name)
         arch = architecture_from_config(config, info.name)
@@ -44,8 +76,10 @@ def models(devices: bool, as_json: bool) -> None:
     from tutor.formatting import format_count
 
     table = Table(title=f"{len(rows)} model presets (offline; `tensor-tutor fit NAME`)", title_justify="left")
-    for column, justify in (("preset", "left"), ("model", "left"), ("type", "left"), ("params", "right"),
-                            ("active", "right"), ("published", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("preset", "left"), ("model", "left"), ("type", "left"), ("params", "right"), ("active", "right"),
+        ("published", "right"))
+    for column, justify in columns:
         table.add_column(column, justify=justify,
                          **(PROSE_COLUMN if column in ("model", "type", "published") else ID_COLUMN))
     for row in rows:
@@ -79,7 +113,7 @@ def _devices(as_json: bool) -> None:
     aliases: dict[str, list[str]] = {}
     for alias, (key, _) in GPU_ALIASES.items():
         aliases.setdefault(key, []).append(alias)
-    rows = [{
+    rows: list[_DeviceRow] = [{
         "key": spec.key, "name": spec.name, "aliases": aliases.get(spec.key, []),
         "memory_bytes": spec.memory_bytes, "memory_driver_reported": spec.key in DRIVER_MEMORY,
         "memory_source": spec.memory_source, "memory_datasheet_bytes": spec.memory_datasheet,
@@ -96,13 +130,16 @@ def _devices(as_json: bool) -> None:
     from tutor.formatting import format_number
 
     table = Table(title=f"{len(rows)} GPU cards for `tensor-tutor fit MODEL --device KEY`", title_justify="left")
-    for column, justify in (("key", "left"), ("card", "left"), ("also", "left"), ("driver\nGiB", "right"),
-                            ("datasheet\nGB", "right"), ("bandwidth\nGB/s", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("key", "left"), ("card", "left"), ("also", "left"), ("driver\nGiB", "right"), ("datasheet\nGB", "right"),
+        ("bandwidth\nGB/s", "right"))
+    for column, justify in columns:
         table.add_column(column, justify=justify, **(PROSE_COLUMN if column in ("card", "also") else ID_COLUMN))
     for row in rows:
-        driver = f"{row['memory_bytes'] / GiB:,.2f}" + ("" if row["memory_driver_reported"] else " *")
+        memory, datasheet = row["memory_bytes"], row["memory_datasheet_bytes"]
+        driver = ("" if memory is None else f"{memory / GiB:,.2f}") + ("" if row["memory_driver_reported"] else " *")
         table.add_row(row["key"], row["name"], ", ".join(row["aliases"]), driver,
-                      format_number(row["memory_datasheet_bytes"] / GB, digits=4),
+                      format_number(None if datasheet is None else datasheet / GB, digits=4),
                       format_number(row["bandwidth_gbps"], digits=4))
     console = Console()
     console.print(table)

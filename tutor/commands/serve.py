@@ -187,6 +187,7 @@ def guarded_server_class() -> type:
                     text=f"tensor-tutor: the server is out of file descriptors ({spare[0]} of {spare[1]} left); "
                          "close a tab, or restart it after raising `ulimit -n`")
             task = asyncio.current_task()
+            assert task is not None  # aiohttp runs each handler as a task of the event loop
             self._open.add(task)  # one event loop: no lock needed
             try:
                 return await super().handle_websocket(request)

@@ -747,7 +747,7 @@ def hf_model_activation_terms(
     tokens = s * b
     h = shape.hidden
     v = 4 if precision == "fp32" else 2
-    terms = [("token ids (int64)", TOKEN_ID_BYTES, "embedding")]
+    terms: list[tuple[str, Fraction | int, str]] = [("token ids (int64)", TOKEN_ID_BYTES, "embedding")]
     if shape.dropout:
         terms.append(("embedding dropout mask", (1 if gpu else (4 if precision != "bf16" else v)) * h, "embedding"))
     for name, n in _norm_terms(shape.norm, h, "final norm", precision=precision, value=v, gpu=gpu):

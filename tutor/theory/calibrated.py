@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 BASIS = ("1", "b", "b*s", "b*s^2")
 TRAIN_QUANTITIES = ("activations", "activations_end_of_backward", "gradient_elements_at_activation_peak")
@@ -39,6 +40,16 @@ REGION_PREFIX = "activations@"
 GRADIENTS_PREFIX = "gradient_elements@"
 TRAIN_REGIONS = ("forward", "backward-head", "backward-top", "backward-bottom", "backward-embedding")
 TRACE_ATTENTION = {"eager": "eager", "sdpa": "sdpa", "flash": "sdpa"}  # flash needs CUDA: traced as SDPA
+
+
+class _StepShape(TypedDict):
+    """The keyword arguments Fitted.at and training_moments share: one step's shape."""
+
+    layers: int
+    batch: int
+    seq_len: int
+    head: bool
+    layer_copies: float
 
 
 def basis_values(batch: int, seq_len: int) -> tuple[int, ...]:
@@ -136,7 +147,7 @@ def training_moments(setup: CalibratedSetup, *, batch: int, seq_len: int, layers
         acts, grads = setup.quantity(REGION_PREFIX + region), setup.quantity(GRADIENTS_PREFIX + region)
         if acts is None:
             continue
-        shape = dict(layers=layers, batch=batch, seq_len=seq_len, head=head, layer_copies=layer_copies)
+        shape = _StepShape(layers=layers, batch=batch, seq_len=seq_len, head=head, layer_copies=layer_copies)
         out.append((region, acts.at(**shape), grads.at(**shape) if grads is not None else 0))
     return tuple(out)
 
@@ -171,7 +182,7 @@ def training_timeline(setup: CalibratedSetup, *, batch: int, seq_len: int, layer
     def split(n: int) -> int:
         return math.ceil(n / tp)
 
-    shape = dict(batch=batch, seq_len=seq_len, layers=layers, head=head, layer_copies=layer_copies)
+    shape = _StepShape(batch=batch, seq_len=seq_len, layers=layers, head=head, layer_copies=layer_copies)
     moments = tuple((name, split(acts), split(grads)) for name, acts, grads in training_moments(setup, **shape))
     maximum = max((acts for _, acts, _ in moments), default=0)
     stored = next((acts for name, acts, _ in moments if name == "forward:acts"), maximum)

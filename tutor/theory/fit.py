@@ -946,8 +946,9 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
     if not len(stage_layers):
         return Component("kv_cache", 0, "no layers on this stage")
     calibrated = calibrated_setup(arch, _calibration_key(arch, request))
-    traced = calibrated and calibrated_kv_cache_bytes(calibrated, batch=request.batch, seq_len=request.seq_len,
-                                                      layers=len(stage_layers), element_bytes=element, tp=request.tp)
+    traced = None if calibrated is None else calibrated_kv_cache_bytes(
+        calibrated, batch=request.batch, seq_len=request.seq_len, layers=len(stage_layers), element_bytes=element,
+        tp=request.tp)
     if traced is not None:
         return Component("kv_cache", traced, f"{len(stage_layers)} layers x the traced cache per layer (fitted in b·s; "
                          f"{arch.calibration.model_class}) x {request.batch} x {request.seq_len} tokens, "

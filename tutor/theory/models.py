@@ -473,7 +473,7 @@ def _llama_family_fields(config: dict, model_type: str) -> dict[str, Any]:
         moe["dense_layers"] = len(dense_indices)
     sliding_window = None
     sliding_layers = 0
-    sliding_indices = ()
+    sliding_indices: tuple[int, ...] = ()
     if model_type in ("mistral", "mixtral", "phi3", "gemma2", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         default_window = None if model_type in ("mixtral", "phi3") else 4096
         # Qwen configs carry a window even when it is off (Qwen2MoeConfig().to_dict() writes
@@ -486,7 +486,7 @@ def _llama_family_fields(config: dict, model_type: str) -> dict[str, Any]:
             sliding_window = default_window
         listed = _sliding_from_layer_types(config, layers)
         if sliding_window is None:
-            sliding_indices: tuple[int, ...] = ()
+            sliding_indices = ()
         elif listed is not None:
             sliding_indices = listed
         elif model_type == "gemma2":
