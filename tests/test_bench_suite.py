@@ -118,7 +118,9 @@ def test_real_matmul_case_can_be_cancelled_mid_sweep() -> None:
     # A busy machine never reaches a plateau, so fp32 takes its whole share: keep the budget small.
     outcome = run_suite(cases, budget_s=6.0, cancel=cancel, progress=cancel_when_bf16_starts)
     assert outcome.cancelled
-    assert [(e.case, e.state) for e in events] == [("matmul fp32", "start"), ("matmul fp32", "done"),
+    # Every run with fp32 first times one fixed square (tutor.bench.suite), so two runs always compare.
+    assert [(e.case, e.state) for e in events] == [("matmul fp32 1024²", "start"), ("matmul fp32 1024²", "done"),
+                                                  ("matmul fp32", "start"), ("matmul fp32", "done"),
                                                   ("matmul bf16", "start"), ("matmul bf16", "cancelled")]
     dtypes = {result.dtype for result in outcome.results}
     assert "fp32" in dtypes  # what finished before the cancel is kept

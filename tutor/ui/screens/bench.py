@@ -30,7 +30,6 @@ from tutor.ui.services import BenchOutcome, BenchRow, bench_rows
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.live_pane import LivePane
-from tutor.ui.widgets.plot import ChartView
 from tutor.ui.workers import yield_cpu_to_the_interface
 
 if TYPE_CHECKING:
@@ -163,6 +162,9 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
                 yield ComparisonBars(id="bars")
                 yield VerticalScroll(id="gauges")
                 yield Static(id="table")
+                # textual-plot brings numpy: loaded when the Bench screen is built, not when the app starts.
+                from tutor.ui.widgets.plot import ChartView
+
                 yield ChartView(id="matmul-chart")
                 yield ChartView(id="bandwidth-chart")
             yield LivePane(self.services.machine, self.services.sampler, id="live")
@@ -232,6 +234,7 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
         """The run's sweeps (tutor.plots): matmul throughput against size, bandwidth across the caches;
         a chart without a sweep of two sizes is hidden."""
         from tutor.plots import bandwidth_sweep_chart, caches_from_machine_json, matmul_sweep_chart
+        from tutor.ui.widgets.plot import ChartView
 
         results = [dict(result) for result in results]
         caches = caches_from_machine_json(header.get("machine")) if str(
