@@ -223,14 +223,20 @@ def chosen_budget(values: Mapping[str, Any], machine: Machine | None = None) -> 
 def answer_fit(inputs: FitInputs) -> FitAnswer:
     """Does the model fit, and what would make it fit? (UserError for input that makes no sense.)"""
     from tutor.hardware.memory_budget import device_budget
-    from tutor.model_files import checkpoint_summary
+    from tutor.model_files import checkpoint_summary, model_quantization
 
     arch, name, source, count = resolve_fit_model(inputs.model, inputs.params)
     settings = dict(inputs.request)
     mode = settings.get("mode", fitting.Mode.INFERENCE)
     checkpoint = checkpoint_summary(inputs.model) if arch is not None and inputs.read_checkpoint else None
+    scheme_notes: tuple[str, ...] = ()
     if settings.get("dtype") is None:
-        settings.pop("dtype", None)  # bf16, or (inference) the checkpoint as stored
+        settings.pop("dtype", None)  # bf16, the config's quantization, or (inference) the checkpoint as stored
+        quantized = model_quantization(inputs.model) if arch is not None and inputs.model else None
+        if quantized is not None:
+            settings["dtype"] = quantized.weight_format
+            scheme_notes = (f"weights as the config's quantization_config stores them: {quantized.scheme} "
+                            f"(--dtype {quantized.weight_format}); --dtype overrides it",)
         if checkpoint is not None and mode == fitting.Mode.INFERENCE:
             settings["stored_weight_bytes"] = checkpoint.total_bytes
     budget = inputs.budget or device_budget(inputs.device, inputs.machine)
@@ -260,7 +266,8 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
         traced = traced_fit(inputs.model if arch is not None else None, request)
     return FitAnswer(name=name, source=source, estimate=estimate, budget=budget, checkpoint=checkpoint,
                      largest_batch=largest_batch, largest_seq_len=largest_seq_len, suggestions=found,
-                     flag_notes=tuple(ignored_flag_notes(inputs.given, request.mode, request.recipe)), traced=traced)
+                     flag_notes=scheme_notes + tuple(ignored_flag_notes(inputs.given, request.mode, request.recipe)),
+                     traced=traced)
 
 
 # ---- suggestions as flags ---------------------------------------------------------------------

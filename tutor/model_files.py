@@ -239,6 +239,81 @@ def read_model_config(spec: str) -> ModelConfig:
     raise _unknown_preset(spec)
 
 
+@dataclass(frozen=True)
+class QuantizedWeights:
+    """The weight format a config's `quantization_config` stores its linear weights in, as a name of
+    tutor.theory.memory.WEIGHT_FORMATS, and the words saying which scheme was read."""
+
+    weight_format: str
+    scheme: str
+
+
+def _bits(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def quantized_weights(config: dict) -> QuantizedWeights | None:
+    """The scheme of a transformers `quantization_config` block (the one every quantized Hub checkpoint
+    carries), None without one; UserError for a scheme fit cannot count, rather than a silent bf16.
+
+    Mapped as transformers' quantizers store the weights: GPTQ and AWQ pack 4-bit codes with one fp16
+    scale (and zero) per group of `group_size`; bitsandbytes' nf4 (with double quantization when
+    `bnb_4bit_use_double_quant`) or int8; fbgemm_fp8 and compressed-tensors' float8 one byte per weight;
+    DeepSeek-V3's "fp8" with 128x128 block scales; GPT-OSS's mxfp4."""
+    block = config.get("quantization_config")
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise UserError(f"quantization_config must be an object, got {type(block).__name__}")
+    method = str(block.get("quant_method", "")).lower()
+    bits, group = _bits(block.get("bits")), _bits(block.get("group_size"))
+    if method in ("gptq", "awq"):
+        if bits == 4 and group == 128:
+            return QuantizedWeights(f"{method}-int4-g128", f"{method.upper()} 4-bit, groups of 128")
+        if bits == 8:
+            return QuantizedWeights("int8", f"{method.upper()} 8-bit")
+        if bits == 4:
+            return QuantizedWeights("int4", f"{method.upper()} 4-bit, groups of {group} (counted without group scales)")
+        raise UserError(f"quantization_config: {method} with bits={bits!r} is not a format fit counts; "
+                        "pass --dtype to choose one")
+    if method == "bitsandbytes":
+        if block.get("load_in_4bit"):
+            kind = str(block.get("bnb_4bit_quant_type", "fp4")).lower()
+            double = bool(block.get("bnb_4bit_use_double_quant"))
+            if kind == "nf4":
+                return QuantizedWeights("nf4-dq" if double else "nf4",
+                                        "bitsandbytes nf4" + (" with double quantization" if double else ""))
+            return QuantizedWeights("int4", f"bitsandbytes 4-bit {kind}")
+        if block.get("load_in_8bit"):
+            return QuantizedWeights("int8", "bitsandbytes LLM.int8()")
+    if method in ("fbgemm_fp8", "fp8"):
+        size = block.get("weight_block_size")
+        if method == "fp8" and isinstance(size, list) and size == [128, 128]:
+            return QuantizedWeights("fp8-block128", "FP8 with 128x128 block scales")
+        return QuantizedWeights("fp8", f"{method} FP8 weights")
+    if method == "mxfp4":
+        return QuantizedWeights("mxfp4", "MXFP4 (4-bit, a shared scale per 32 weights)")
+    if method == "compressed-tensors":
+        groups = block.get("config_groups")
+        weights = next((group.get("weights") for group in groups.values() if isinstance(group, dict)), None) \
+            if isinstance(groups, dict) else None
+        if isinstance(weights, dict):
+            num_bits, kind = _bits(weights.get("num_bits")), str(weights.get("type", "int")).lower()
+            if num_bits == 8 and kind == "float":
+                return QuantizedWeights("fp8", "compressed-tensors FP8")
+            if num_bits == 8:
+                return QuantizedWeights("int8", "compressed-tensors int8")
+            if num_bits == 4:
+                return QuantizedWeights("int4", "compressed-tensors int4 (counted without group scales)")
+    raise UserError(f"quantization_config: quant_method {method or '(none)'!r} is not a scheme fit counts; "
+                    "pass --dtype to say how the weights are stored")
+
+
+def model_quantization(spec: str) -> QuantizedWeights | None:
+    """The quantization scheme of a preset, config.json or model folder (tutor.model_files.quantized_weights)."""
+    return quantized_weights(read_model_config(spec).config)
+
+
 def resolve_model(spec: str) -> tuple[Architecture, str]:
     """A preset name, a config.json path or a model folder -> (Architecture, where it came from)."""
     found = read_model_config(spec)
@@ -356,8 +431,8 @@ def safetensors_summary(folder: str | os.PathLike[str]) -> SafetensorsSummary:
 def checkpoint_summary(model: str | None) -> SafetensorsSummary | None:
     """The safetensors headers of a local model folder, or of the folder of its config.json (headers only,
     never the weights); None for a preset, or a folder without safetensors files."""
-    if not model:
-        return None
+    if not model or model.strip().lower() in _preset_index():
+        return None  # a preset is its published config: a folder that happens to share its name is not read
     folder = Path(model).expanduser()
     if folder.is_file():
         folder = folder.parent if folder.name == "config.json" else folder
