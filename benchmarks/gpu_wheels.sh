@@ -51,8 +51,10 @@ def closure(names):
     return seen
 image = closure(roots) | {"torch", "triton"}
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+# CI's own checkers (types, the layers contract) run on the CPU machine, never in `pytest -m gpu`.
+DEV_ONLY = {"mypy", "types-psutil", "import-linter"}
 wanted = [r for r in project["dependencies"] + project["optional-dependencies"]["test"]
-          if norm(Requirement(r).name) not in image]
+          if norm(Requirement(r).name) not in image | DEV_ONLY]
 open(f"{tmp}/wanted.txt", "w").write("\n".join(wanted) + "\n")
 open(f"{tmp}/image.txt", "w").write("\n".join(sorted(image)) + "\n")
 print(f"gpu_wheels: the image brings {len(image)} distributions; the kit resolves {', '.join(wanted)}", file=sys.stderr)
