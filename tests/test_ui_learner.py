@@ -366,3 +366,21 @@ async def test_bursts_of_edits_land_exactly_while_a_measurement_and_the_live_pan
         assert measure.running  # the measurement ran through all of it
         measure.cancel()
         await app.workers.wait_for_complete()
+
+
+@SIZES
+@sync
+async def test_the_first_lesson_of_the_course_opens_on_run_at_80x24_and_120x40(size, tmp_path):
+    from test_ui_lessons import real_services
+
+    services = real_services(tmp_path)
+    first = services.curriculum.lessons[0].id
+    app = TutorApp(services, lesson_id=first)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        assert app.focused is not None and app.focused.id == "run", (first, app.focused)
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen.query(MeasureBlock).first().result is not None

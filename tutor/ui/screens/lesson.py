@@ -20,7 +20,7 @@ from textual.widgets import Footer, Static
 from tutor.lessons.progress import REQUIRED_TO_COMPLETE
 from tutor.ui.messages import LessonCompleted, OpenLesson
 from tutor.ui.widgets.bits import BitsBlock
-from tutor.ui.widgets.block import LessonBlock, block_id
+from tutor.ui.widgets.block import LessonBlock, block_id, fully_visible
 from tutor.ui.widgets.calc import CalcBlock
 from tutor.ui.widgets.exercise import ExerciseBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
@@ -181,20 +181,26 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         if hasattr(progress, "set_last_lesson"):
             progress.set_last_lesson(self.lesson_id)
         self.query_one("#lesson").focus(scroll_visible=False)
-        self.call_after_refresh(self.focus_first_block)
+        self.call_after_refresh(self.settle_then_focus)
         self.watch(self.query_one("#lesson"), "scroll_y", self._remember_reading, init=False)
 
+    def settle_then_focus(self) -> None:
+        # The first refresh lays out the lesson; the live pane then shares out its height (at 80x24
+        # it is stacked under the lesson): look once that second layout is done.
+        self.call_after_refresh(self.focus_first_block)
+
     def focus_first_block(self) -> None:
-        """Focus the first box's Run when the first box is a measurement (the block says "press Run
-        (Enter)": Enter must do it, at 80x24 too, where the box starts below the first lines), once
-        the layout has settled. Enter on a Run out of sight scrolls to it first (MeasureBlock). A box
-        that opens on a text field (bits, quiz, predict) is not focused: n, p and l would be typed;
-        focus then stays on the lesson text, where Enter goes to the next box."""
+        """Focus the first box's Run when the first box is a measurement whose Run is on screen once
+        the layout has settled (the block says "press Run (Enter)": Enter must do it, at 80x24 too,
+        where the box is cut by the bottom edge). A Run out of sight is not focused: focus stays on
+        the lesson text, where arrows and PgDn read on and Enter or Tab go to the first box. A box
+        that opens on a text field (bits, quiz, predict) is not focused: n, p and l would be typed."""
         first = next(iter(self.query(LessonBlock)), None)
         if not isinstance(first, MeasureBlock):
             return
-        if self.focused is self.query_one("#lesson"):  # the learner has not moved yet
-            first.query_one("#run").focus(scroll_visible=False)
+        run = first.query_one("#run")
+        if self.focused is self.query_one("#lesson") and fully_visible(run):  # the learner has not moved yet
+            run.focus(scroll_visible=False)
 
     # ---- moving between boxes -------------------------------------------------------------
 
