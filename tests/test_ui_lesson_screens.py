@@ -216,7 +216,9 @@ async def test_committing_a_prediction_keeps_focus_and_shows_the_verdict():
         block = app.screen.query_one(PredictBlock)
         block.query_one("#guess").focus()
         await pilot.press("3", "enter")
-        assert app.focused is app.screen.query_one("#lesson")
+        # While it measures the focus waits on the lesson text; the fake probe may already have
+        # answered, and then the focus is back on Commit (issue 20: Tab continues from the block).
+        assert app.focused in (app.screen.query_one("#lesson"), block.query_one("#commit"))
         verdict = block.query_one("#verdict", Static)
         await until(pilot, lambda: "you predicted" in str(verdict.render()), "the verdict")
         await pilot.pause()

@@ -89,12 +89,33 @@ def test_gpu_machine_names_its_first_gpu():
 
 def test_peaks_come_from_the_machine_with_na_for_unknown():
     lines = peak_lines(fake_machine())
-    assert "peak fp32: 0.269 TFLOP/s" in lines  # 2 cores x 64 FLOP/cycle x 2.1 GHz
+    # 2 cores x 64 FLOP/cycle x 2.1 GHz, scaled by tutor.formatting (issue 20: not "0.269 TFLOP/s")
+    assert "peak fp32: 269 GFLOP/s" in lines
     assert "peak fp16: N/A" in lines
     assert any(line.startswith("peak memory: N/A") for line in lines)
     gpu_lines = peak_lines(fake_machine(gpu=True))
     # H100 SXM datasheet: 989.4 dense BF16 TFLOP/s, 3,350 GB/s.
     assert "peak bf16: 989 TFLOP/s" in gpu_lines and "peak memory: 3,350 GB/s" in gpu_lines
+
+
+def test_a_cpu_memory_line_shows_the_bandwidth_measured_in_this_session():
+    from tutor.labs import ProbeResult
+    from tutor.ui.widgets.live_pane import measured_bandwidth
+
+    result = ProbeResult(probe="bandwidth", rows=(), metrics={"gbps_copy": 6.1, "gbps_triad": 7.32}, summary="")
+    assert measured_bandwidth(result) == ("triad", 7.32)
+    assert measured_bandwidth(ProbeResult(probe="matmul", rows=(), metrics={"tflops_fp32": 0.05}, summary="")) is None
+    lines = peak_lines(fake_machine(), measured_bandwidth(result))
+    assert "memory: 7.32 GB/s measured (triad, best)" in lines
+    assert not any("N/A" in line and "memory" in line for line in lines)
+
+
+def test_the_live_pane_names_a_missing_gpu_in_words_not_nvmls_error():
+    from tutor.ui.widgets.live_pane import pane_device_line
+
+    line = pane_device_line(fake_machine())
+    assert line.startswith("CPU only · no NVIDIA GPU") and "Fake Xeon 2-core" in line
+    assert "NVML" not in line and "Shared Library" not in line
 
 
 def test_host_series_reads_mean_cpu_load_and_ram():

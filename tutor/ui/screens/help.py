@@ -15,9 +15,19 @@ GLOBAL_HELP = """\
 | key | does |
 |---|---|
 | F1 | this help, for the box you are in |
+| Enter | run, check or commit the box you are in (on a lesson's text: go to the next box) |
+| Tab / shift+Tab | the next / previous field or box |
+| ctrl+↓ / ctrl+↑ (] / [) | lesson: the next / previous box |
 | ctrl+p | command palette: go to a lesson, run the benchmark, fit check, theme |
 | h | home (the list of lessons) |
-| ctrl+q | quit (a running measurement is cancelled first) |
+| c | home: continue where you left off |
+| b | home: the Bench screen (measure this machine, saved runs) |
+| f | home: the Fit check (does a model fit this machine?) |
+| n / p | lesson: the next / previous lesson |
+| l | lesson: hide or show the live pane |
+| Escape | cancel a running measurement, else back home |
+| q | home: quit |
+| ctrl+q | quit from anywhere (a running measurement is cancelled first) |
 
 Your progress and the theme are saved as you go.
 """

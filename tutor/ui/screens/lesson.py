@@ -13,6 +13,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
@@ -72,7 +73,9 @@ class LessonScreen(Screen):
 
 Read on the left; the boxes are live: type in them, run them, answer them.
 
-- **Tab / shift+Tab** move between blocks, **↑/↓ PgUp/PgDn** scroll the lesson.
+- **Enter** runs, checks or commits the box you are in (on the lesson text: goes to the next box).
+- **Tab / shift+Tab** move between fields and boxes; **ctrl+↓ / ctrl+↑** (or **] / [** on the text) jump to the next or previous box.
+- **↑/↓ PgUp/PgDn** scroll the lesson.
 - **n / p** next and previous lesson, **Escape** cancels a running measurement (or goes home).
 - **l** hides or shows the live pane; **F1** explains the box you are in.
 
@@ -80,10 +83,15 @@ The lesson is completed when every quiz, prediction and measurement in it is don
 """
 
     BINDINGS = [
-        Binding("n", "next", "Next"),
-        Binding("p", "previous", "Prev"),
+        Binding("enter", "enter", "Run/check", key_display="Enter"),
+        Binding("tab", "app.focus_next", "Field", key_display="Tab"),
+        # ctrl+down works inside a text field too (where ] would be typed); ] / [ on the lesson text.
+        Binding("ctrl+down,right_square_bracket", "next_block", "Next box", key_display="^↓"),
+        Binding("ctrl+up,left_square_bracket", "previous_block", "Prev box", show=False),
+        Binding("n", "next", "Next lesson"),
+        Binding("p", "previous", "Prev", show=False),
         Binding("escape", "escape", "Home"),
-        Binding("l", "toggle_live", "Live pane"),
+        Binding("l", "toggle_live", "Live"),
     ]
 
     def __init__(self, services: Services, lesson_id: str) -> None:
@@ -91,6 +99,10 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         self.services = services
         self.lesson = services.curriculum.lesson(lesson_id)
         self.lesson_id = self.lesson.info.id  # the curriculum may resolve a short id
+        self._anchor: tuple[int, float] | None = None
+        """Where the learner reads (see _reading_anchor), kept across resizes."""
+        self._anchor_size: Size | None = None
+        self._restoring = False
 
     @property
     def info(self) -> LessonInfo:
@@ -169,18 +181,112 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     def on_mount(self) -> None:
         self.services.progress.set_last_lesson(self.lesson_id)
         self.query_one("#lesson").focus(scroll_visible=False)
+        self.call_after_refresh(self.settle_then_focus)
+        self.watch(self.query_one("#lesson"), "scroll_y", self._remember_reading, init=False)
+
+    def settle_then_focus(self) -> None:
+        # The first refresh lays out the lesson; the live pane then shares out its height (at 80x24
+        # it is stacked under the lesson): look once that second layout is done.
         self.call_after_refresh(self.focus_first_block)
 
     def focus_first_block(self) -> None:
-        """Focus the first box's Run when all of that box is on screen at open (Enter on lesson 1
-        measures at once); otherwise focus stays on the lesson text at the top: arrows and PgDn read
-        on, the first Tab reaches the first box, and Enter never acts on a box out of sight. A box
+        """Focus the first box's Run when the first box is a measurement whose Run is on screen once
+        the layout has settled (the block says "press Run (Enter)": Enter must do it, at 80x24 too,
+        where the box is cut by the bottom edge). A Run out of sight is not focused: focus stays on
+        the lesson text, where arrows and PgDn read on and Enter or Tab go to the first box. A box
         that opens on a text field (bits, quiz, predict) is not focused: n, p and l would be typed."""
         first = next(iter(self.query(LessonBlock)), None)
-        if not isinstance(first, MeasureBlock) or not fully_visible(first):
+        if not isinstance(first, MeasureBlock):
             return
-        if self.focused is self.query_one("#lesson"):  # the learner has not moved yet
-            first.query_one("#run").focus(scroll_visible=False)
+        run = first.query_one("#run")
+        if self.focused is self.query_one("#lesson") and fully_visible(run):  # the learner has not moved yet
+            run.focus(scroll_visible=False)
+
+    # ---- moving between boxes -------------------------------------------------------------
+
+    def blocks(self) -> list[LessonBlock]:
+        return list(self.query(LessonBlock))
+
+    def current_block(self) -> LessonBlock | None:
+        """The box holding the focus, None when the focus is on the lesson text or elsewhere."""
+        focused = self.focused
+        return next((node for node in (focused.ancestors_with_self if focused is not None else ())
+                     if isinstance(node, LessonBlock)), None)
+
+    def _block_after_view(self, forward: bool) -> LessonBlock | None:
+        """Without a focused box: the first box starting below the top of the view (forward), or
+        the last one starting above it."""
+        scroller = self.query_one("#lesson", VerticalScroll)
+        top = scroller.scroll_y
+        blocks = self.blocks()
+        if forward:
+            return next((b for b in blocks if b.virtual_region.y >= top), None)
+        return next((b for b in reversed(blocks) if b.virtual_region.y < top), None)
+
+    def focus_block(self, block: LessonBlock) -> None:
+        """Focus the box's first field or button and bring the box into view."""
+        target = next((node for node in block.query("*") if node.focusable), None)
+        if target is not None:
+            target.focus(scroll_visible=False)
+        block.scroll_visible(animate=False, top=True)
+
+    def _step_block(self, forward: bool) -> None:
+        blocks = self.blocks()
+        current = self.current_block()
+        if current is None:
+            target = self._block_after_view(forward)
+        else:
+            index = blocks.index(current) + (1 if forward else -1)
+            target = blocks[index] if 0 <= index < len(blocks) else None
+        if target is None:
+            self.notify("no more boxes that way" if blocks else "this lesson has no boxes", timeout=2)
+            return
+        self.focus_block(target)
+
+    def action_next_block(self) -> None:
+        """]: the next interactive box, focused and in view."""
+        self._step_block(True)
+
+    def action_previous_block(self) -> None:
+        self._step_block(False)
+
+    def action_enter(self) -> None:
+        """Enter where no field or button takes it (the lesson text): go to the next box."""
+        self._step_block(True)
+
+    # ---- the reading position survives a resize ----------------------------------------------
+
+    def _reading_anchor(self) -> tuple[int, float] | None:
+        """(index of the lesson part at the top of the view, how far into it), to restore after a
+        resize reflows the text."""
+        scroller = self.query_one("#lesson", VerticalScroll)
+        top = scroller.scroll_y
+        for index, child in enumerate(scroller.children):
+            region = child.virtual_region
+            if region.height and region.y <= top < region.y + region.height:
+                return index, (top - region.y) / region.height
+        return None
+
+    def _remember_reading(self, *_: object) -> None:
+        scroller = self.query_one("#lesson", VerticalScroll)
+        if self._restoring or (self._anchor_size is not None and scroller.size != self._anchor_size):
+            return  # a scroll the resize itself made (clamping): not the learner's place
+        self._anchor_size = scroller.size
+        self._anchor = self._reading_anchor()
+
+    def on_resize(self) -> None:
+        self._restoring = True
+        self.call_after_refresh(self._restore_reading)
+
+    def _restore_reading(self) -> None:
+        scroller = self.query_one("#lesson", VerticalScroll)
+        anchor = self._anchor
+        if anchor is not None and anchor[0] < len(scroller.children):
+            child = scroller.children[anchor[0]]
+            region = child.virtual_region
+            scroller.scroll_to(y=region.y + anchor[1] * region.height, animate=False, immediate=True)
+        self._anchor_size = scroller.size
+        self._restoring = False
 
     # ---- progress -----------------------------------------------------------------------
 

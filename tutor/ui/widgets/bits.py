@@ -80,24 +80,29 @@ def check_text(encoding: formats.Encoding, torch_values: dict[str, float] | None
     return Text(f"✗ {short(torch_values[encoding.format.name])}", style="red")
 
 
+def bits_text(encoding: formats.Encoding) -> Text:
+    """Sign (red), exponent (blue) and mantissa (green) bits, a space between the fields."""
+    return Text.assemble((encoding.sign_string, "bold red"), " ", (encoding.exponent_string, "bold blue"), " ",
+                         (encoding.mantissa_string, "green"))
+
+
 def encoding_table(rows: Sequence[formats.Encoding], torch_values: dict[str, float] | None = None, *,
-                   last_column: bool = True) -> Table:
-    """One row per format: coloured sign/exponent/mantissa bits, stored value, relative error, and
-    (with `last_column`) torch's verdict or the flags."""
+                   last_column: bool = True, bits_column: bool = True) -> Table:
+    """One row per format: coloured sign/exponent/mantissa bits (with `bits_column`), stored value,
+    relative error, and (with `last_column`) torch's verdict or the flags."""
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold", padding=(0, 1))
     table.add_column("format", no_wrap=True)
-    table.add_column("sign exponent mantissa", no_wrap=True)
+    if bits_column:
+        table.add_column("sign exponent mantissa", no_wrap=True)
     table.add_column("stored", justify="right", no_wrap=True)
     table.add_column("rel.err", justify="right", no_wrap=True)
     if last_column:
         table.add_column("torch" if torch_values is not None else "", no_wrap=True)
     for encoding in rows:
         fmt = encoding.format
-        bits = Text.assemble((encoding.sign_string, "bold red"), " ", (encoding.exponent_string, "bold blue"), " ",
-                             (encoding.mantissa_string, "green"))
         rel = encoding.rel_error
         rel_text = "-" if rel is None else format_number(float(rel), digits=2)
-        cells: list[str | Text] = [fmt.name, bits, short(encoding.value_float), rel_text]
+        cells: list[str | Text] = [fmt.name, *([bits_text(encoding)] if bits_column else []), short(encoding.value_float), rel_text]
         if last_column:
             cells.append(check_text(encoding, torch_values))
         table.add_row(*cells)
@@ -117,7 +122,15 @@ class EncodingView:
         if natural <= options.max_width:
             yield full
             return
-        yield encoding_table(self.rows, self.torch_values, last_column=False)
+        narrower = encoding_table(self.rows, self.torch_values, last_column=False)
+        if console.measure(narrower, options=options.update_width(10_000)).maximum <= options.max_width:
+            yield narrower
+        else:  # not even the bits fit beside the figures (fp32's 32 bits at 80 columns): bits below
+            yield encoding_table(self.rows, self.torch_values, last_column=False, bits_column=False)
+            yield Text("sign exponent mantissa", style="bold")
+            width = max(len(encoding.format.name) for encoding in self.rows)
+            for encoding in self.rows:
+                yield Text.assemble(f"  {encoding.format.name:<{width}} ", bits_text(encoding))
         notes = [(encoding.format.name, check_text(encoding, self.torch_values)) for encoding in self.rows]
         notes = [(name, text) for name, text in notes if text.plain]
         if notes:

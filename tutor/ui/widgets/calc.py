@@ -78,6 +78,10 @@ def coerce(name: str, text: str, kind: str = "memory") -> Any:
     from tutor.lessons.calc_fields import CALC_FIELDS
 
     text = text.strip()
+    if name == "model":  # resolved with the rest of the fit (tutor.fit_answer): a preset, a path, a folder
+        if not text:
+            raise UserError("model: name a preset (tensor-tutor models), a config.json or a model folder")
+        return text
     if name in LENGTHS:
         return CALC_FIELDS[name].check(text)
     if name == "device":
@@ -127,6 +131,8 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Group
     if request.devices > 1:
         lines.append(Text(f"layout: dp {request.dp} x tp {request.tp} x pp {request.pp} = {request.devices} GPUs; "
                           "the figures are for the most loaded one"))
+    if request.pp > 1:
+        lines.append(bubble_text(request.pp, request.microbatches or request.pp))
     if capacity:
         fraction = worst.total / capacity
         lines.append(gauge_text(f"{calc.capacity_name} {format_bytes(capacity)}:", fraction, 70, suffix="used")
@@ -138,6 +144,19 @@ def fit_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Group
         if capacity and answer.arch is not None:
             lines.extend(fit_advice(answer))
     return Group(*lines)
+
+
+def bubble_text(stages: int, microbatches: int) -> Text:
+    """The pipeline bubble of this layout (tutor.theory.parallel.pipeline_bubble_fraction: GPipe,
+    Huang et al. arXiv 1811.06965 §2.3; 1F1B has the same bubble)."""
+    from tutor.formatting import format_percent
+    from tutor.theory.parallel import pipeline_bubble_fraction
+
+    idle = pipeline_bubble_fraction(stages=stages, microbatches=microbatches)
+    return Text.assemble(("pipeline bubble: ", "bold"),
+                         f"(pp - 1) / (micro-batches + pp - 1) = ({stages} - 1) / ({microbatches} + {stages} - 1) = ",
+                         (format_percent(float(idle)), "bold"),
+                         " of each step a GPU waits (GPipe and 1F1B); more micro-batches shrink it")
 
 
 def component_table(worst: fitting.DeviceMemory, kind: str) -> Table:
@@ -325,7 +344,7 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
             try:
                 self.block = render_block(block, device=self.services.machine)
             except ValueError as error:  # a broken {{ }} in the goal text: shown as written, with the reason
-                self.goal_error = str(error)
+                self.goal_error: str | None = str(error)
             else:
                 self.goal_error = None
 
@@ -348,11 +367,7 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
                 value = self.values.get(name, "")
                 options = choices(name)
                 if name == "model":
-                    names = preset_names()
-                    if value not in names:
-                        names.insert(0, str(value))
-                    yield Select([(n, n) for n in names], value=str(value), allow_blank=False, compact=True,
-                                 id="field-model")
+                    yield self._model_input(str(value))
                 elif options is not None:
                     listed = list(options)
                     if value not in listed and value != "":
@@ -367,6 +382,15 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
             yield Static(id="goal-verdict", classes="status")
             yield Static(id="goal-hints", classes="status")
         yield Static(id="output")
+
+    def _model_input(self, value: str) -> Input:
+        """The model as `tensor-tutor fit MODEL` takes it: a preset (Right completes one), a
+        config.json, a model folder or any name the command resolves (tutor.fit_answer)."""
+        field = Input(value=value, placeholder="a preset, config.json or model folder", compact=True,
+                      suggester=SuggestFromList(preset_names(), case_sensitive=False), id="field-model")
+        field.tooltip = ("a preset (tensor-tutor models lists them; Right completes), a path to a config.json "
+                         "or a model folder")
+        return field
 
     def _input(self, name: str, value: Any) -> Input:
         """A typed field, with what a bare number means as its placeholder, and the known card names

@@ -7,27 +7,33 @@ timer, which costs a lock and a list copy, so the UI never waits on NVML or psut
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.message import Message
 from textual.containers import VerticalScroll
 from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tutor.formatting import format_bytes
+from tutor.ui.host import tutor_app
+
+from tutor.formatting import format_bytes, format_rate
 from tutor.theory.units import GiB
 from tutor.ui.widgets.charts import bar_text
-from tutor.ui.widgets.device_header import device_title
+from tutor.ui.widgets.device_header import device_label, device_title
 
 if TYPE_CHECKING:
     from tutor.hardware.machine import Machine
     from tutor.hardware.nvidia import GpuInfo
     from tutor.hardware.sampler import GpuSample, Sample
+    from tutor.labs.probe import ProbeResult
     from tutor.ui.services import SamplerLike
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -199,8 +205,19 @@ def shown_gpu(machine: Machine) -> GpuInfo | None:
     return machine.gpu_for("cuda:0") if machine.gpus else None
 
 
-def peak_lines(machine: Machine) -> list[str]:
-    """The theoretical peaks the measurements are read against, with N/A where none is known."""
+def measured_bandwidth(result: ProbeResult | None) -> tuple[str, float] | None:
+    """(kernel, GB/s) of the fastest kernel in a bandwidth probe's result (metrics gbps_<op>), None
+    for any other result or one that measured nothing."""
+    if result is None or result.probe != "bandwidth":
+        return None
+    rates = [(key.removeprefix("gbps_"), float(value)) for key, value in result.metrics.items()
+             if key.startswith("gbps_") and value]
+    return max(rates, key=lambda item: item[1]) if rates else None
+
+
+def peak_lines(machine: Machine, bandwidth_measured: tuple[str, float] | None = None) -> list[str]:
+    """The theoretical peaks the measurements are read against, with N/A where none is known; a
+    CPU's memory, which has no datasheet peak here, shows the bandwidth measured in this session."""
     device = "cuda:0" if shown_gpu(machine) is not None else "cpu"
     lines = []
     for dtype in PEAK_DTYPES:
@@ -208,13 +225,27 @@ def peak_lines(machine: Machine) -> list[str]:
             peak = machine.peak_tflops(device, dtype)
         except Exception:  # an odd machine description must not take the pane down
             peak = None
-        lines.append(f"peak {dtype}: " + ("N/A" if peak is None else f"{peak:.3g} TFLOP/s"))
+        lines.append(f"peak {dtype}: " + ("N/A" if peak is None else format_rate(peak, "TFLOP/s")))
     try:
         bandwidth = machine.peak_memory_gbps(device)
     except Exception:
         bandwidth = None
-    lines.append("peak memory: " + ("N/A (measure it: bandwidth)" if bandwidth is None else f"{bandwidth:,.0f} GB/s"))
+    if bandwidth is not None:
+        lines.append(f"peak memory: {bandwidth:,.0f} GB/s")
+    elif bandwidth_measured is not None:
+        kernel, rate = bandwidth_measured
+        lines.append(f"memory: {format_rate(rate, 'GB/s')} measured ({kernel}, best)")
+    else:
+        lines.append("peak memory: N/A (measure it: bandwidth)")
     return lines
+
+
+def pane_device_line(machine: Machine) -> str:
+    """The pane's device line: the GPU, or 'CPU only' with why in plain words (device_label), never
+    NVML's raw error text (that stays in the tooltip and F1)."""
+    if shown_gpu(machine) is not None:
+        return device_title(machine)
+    return device_label(machine)
 
 
 class Trace(Widget):
@@ -228,11 +259,16 @@ class Trace(Widget):
     ONE_LINE_WIDTH = 60
     HEAD_WIDTH = 40
 
-    series: reactive[Series | None] = reactive(None, layout=True)
-    """The trace shown; None before the first sample."""
+    series: reactive[Series | None] = reactive(None)
+    """The trace shown; None before the first sample. A new reading repaints this trace only; the
+    layout is redone only when the height changes (the first sample), not on every sample."""
 
     chart_rows: reactive[int] = reactive(1, layout=True)
     """How tall the chart is (the live pane shares its height out among its traces)."""
+
+    def watch_series(self, old: Series | None, new: Series | None) -> None:
+        if (old is None) != (new is None):
+            self.refresh(layout=True)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if self.series is None:
@@ -276,8 +312,16 @@ class CoreLoads(Widget):
     CoreLoads { height: auto; margin-top: 1; }
     """
 
-    sample: reactive[Sample | None] = reactive(None, layout=True)
+    sample: reactive[Sample | None] = reactive(None)
+    """The latest sample; a new one repaints, the layout follows only a change of core count."""
     max_rows: reactive[int] = reactive(9, layout=True)
+
+    def watch_sample(self, old: Sample | None, new: Sample | None) -> None:
+        def cores(sample: Sample | None) -> int:
+            return len(sample.cpu_percent) if sample is not None and sample.cpu_percent else 0
+
+        if cores(old) != cores(new):
+            self.refresh(layout=True)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(core_lines(self.sample, width, self.max_rows).split("\n"))
@@ -328,16 +372,62 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
     MAX_CHART_ROWS = 8
 
     def compose(self) -> ComposeResult:
-        yield Static(device_title(self.machine), id="device")
+        device = Static(pane_device_line(self.machine), id="device")
+        device.tooltip = device_title(self.machine)
+        yield device
         yield Static("\n".join(peak_lines(self.machine)), id="peaks")
         count = 5 if shown_gpu(self.machine) is not None else 2
         for index in range(count):
             yield Trace(id=f"trace-{index}", classes="trace")
         yield CoreLoads(id="cores")
 
+    class Sampled(Message):
+        """New samples, already turned into series by the pane's thread (only the newest matters)."""
+
+        def __init__(self, samples: list[Sample], series: tuple[Series, ...]) -> None:
+            super().__init__()
+            self.samples, self.series = samples, series
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, LivePane.Sampled)
+
     def on_mount(self) -> None:
+        self._stop = threading.Event()
+        self._bandwidth: tuple[str, float] | None = None
         self.refresh_traces()
-        self.set_interval(self.interval_s, self.refresh_traces)
+        # A plain daemon thread, not a Textual worker: it runs as long as the pane, and waiting for
+        # the app's workers (tests, shutdown) must not wait for it.
+        threading.Thread(target=self._sample_in_background, daemon=True, name="live-pane").start()
+
+    def series_of(self, samples: list[Sample]) -> tuple[Series, ...]:
+        gpu = shown_gpu(self.machine)
+        return tuple(gpu_series(samples, gpu) if gpu is not None else host_series(samples))
+
+    def _sample_in_background(self) -> None:
+        """Copy the sampler's buffer and build the series off the event loop, every interval_s;
+        post them only when a new sample came (the loop then only assigns and repaints)."""
+        stop = self._stop
+        last: tuple[int, float | None] | None = None
+        while not stop.wait(self.interval_s):
+            try:
+                samples = list(self.sampler.samples())
+                key = (len(samples), float(samples[-1].timestamp) if samples else None)
+                if key == last:
+                    continue
+                last = key
+                self.post_message(self.Sampled(samples, self.series_of(samples)))
+            except Exception:  # a sampler or machine gone odd: the pane keeps its last picture
+                continue
+
+    @on(Sampled)
+    def _sampled(self, message: Sampled) -> None:
+        message.stop()
+        self.show_samples(message.samples, message.series)
+
+    def on_unmount(self) -> None:
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.share_height)
@@ -378,10 +468,26 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
         return window_text([s.timestamp for s in samples], max(spark_width, 2))
 
     def refresh_traces(self) -> None:
-        """Copy the sampler's buffer into the traces (cheap: never waits on a device)."""
-        samples = self.sampler.samples()
-        gpu = shown_gpu(self.machine)
-        series = gpu_series(samples, gpu) if gpu is not None else host_series(samples)
+        """Copy the sampler's buffer into the traces now (cheap: never waits on a device)."""
+        samples = list(self.sampler.samples())
+        self.show_samples(samples, self.series_of(samples))
+
+    def session_bandwidth(self) -> tuple[str, float] | None:
+        """The newest bandwidth measured in this session (the last result, else the kept ones)."""
+        app = tutor_app(self.app)
+        if app is None:  # another host app keeps no results
+            return None
+        found = measured_bandwidth(app.last_result)
+        if found is None:
+            for kept in reversed(app.measured_results.latest()):
+                found = measured_bandwidth(kept.result)
+                if found is not None:
+                    break
+        return found
+
+    def show_samples(self, samples: list[Sample], series: tuple[Series, ...]) -> None:
+        """Assign what changed: each trace's series, the per-core sample, the window, the peaks once
+        a bandwidth measurement gives the memory a figure."""
         try:
             for index, item in enumerate(series):
                 self.query_one(f"#trace-{index}", Trace).series = item if samples else None
@@ -390,6 +496,12 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
             cores.sample = samples[-1] if samples else None
             if first_sample:  # the per-core list now has its height: share the rest again
                 self.call_after_refresh(self.share_height)
-            self.border_subtitle = self.window_subtitle(samples)
+            subtitle = self.window_subtitle(samples)
+            if subtitle != self.border_subtitle:
+                self.border_subtitle = subtitle
+            bandwidth = self.session_bandwidth() or self._bandwidth
+            if bandwidth != self._bandwidth:
+                self._bandwidth = bandwidth
+                self.query_one("#peaks", Static).update("\n".join(peak_lines(self.machine, bandwidth)))
         except Exception:  # the pane is being torn down
             return

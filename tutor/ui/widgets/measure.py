@@ -101,6 +101,10 @@ class ResultStore:
     def recall(self, lesson_id: str, block_id: str) -> KeptResult | None:
         return self._kept.get((lesson_id, block_id))
 
+    def latest(self) -> list[KeptResult]:
+        """Every kept result, oldest first."""
+        return sorted(self._kept.values(), key=lambda kept: kept.at)
+
 
 def result_store(app: App[None]) -> ResultStore:
     """The app's store of measure results (a fresh, empty one in a host other than TutorApp)."""

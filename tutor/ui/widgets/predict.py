@@ -113,6 +113,13 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         if scroller is not None:
             scroller.focus(scroll_visible=False)
 
+    def take_focus_back(self) -> None:
+        """While it measured the focus waited on the lesson text (keep_focus_in_the_lesson); give it
+        back to this block's Commit so that Tab continues from here, not from the lesson's top."""
+        focused = self.app.focused
+        if focused is None or isinstance(focused, ScrollableContainer) and self in focused.walk_children():
+            self.query_one("#commit", Button).focus(scroll_visible=False)
+
     def _unlock(self) -> None:
         self.query_one("#guess", Input).disabled = False
         self.query_one("#commit", Button).disabled = False
@@ -133,6 +140,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         if result.cancelled or measured is None:
             why = "cancelled before" if result.cancelled else "the lab did not report"
             self._set_status(f"{why} {metric}: commit again to measure")
+            self.take_focus_back()
             self.call_after_refresh(self.query_one("#status").scroll_visible, animate=False)
             return
         self._set_status((f"measured {age_text(age)}: " if age is not None else "")
@@ -147,6 +155,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         if age is not None:  # shown again on return: recorded when it was measured
             return
         self.call_after_refresh(verdict_line.scroll_visible, animate=False)  # the answer, not below the fold
+        self.take_focus_back()
         try:
             self.services.progress.record_prediction(self.lesson_id, self.block_id, self.predicted, float(measured))
         except OSError as error:  # the store keeps its own warning; a lock or disk error must not break the lesson

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from textual.geometry import Size
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -30,10 +32,26 @@ def attempts_before_reveal(hints: int) -> int:
     return max(1, min(ATTEMPTS_BEFORE_REVEAL, hints))
 
 
+class ChoiceButton(RadioButton):
+    """A choice that wraps onto as many lines as it needs (RadioButton draws one line and cuts the
+    rest: a right answer read as half a sentence)."""
+
+    DEFAULT_CSS = """
+    ChoiceButton { width: 1fr; height: auto; text-wrap: wrap; text-overflow: fold; }
+    """
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(1, len(self.render().wrap(max(width, 1))))
+
+
 class QuizBlock(LessonBlock["Quiz"]):
     """```quiz: a number, a choice or a short text, checked against the lesson's own answer."""
 
     TITLE = "Quiz"
+    # A choice is a sentence: it wraps inside the block instead of being cut at the block's edge.
+    DEFAULT_CSS = """
+    QuizBlock RadioSet { width: 1fr; height: auto; }
+    """
     HELP = """\
 ## Quiz block
 
@@ -59,6 +77,8 @@ Answers are saved with your progress.
             device=self.services.machine, round_=progress.round_of(self.lesson_id, block.id))
         self.attempts = progress.attempts(self.lesson_id, block.id)
         self.revealed = False
+        self.solved = False
+        """Answered right in this visit: further answers are not graded (a ✗ after a ✓ misleads)."""
 
     def compose(self) -> ComposeResult:
         quiz = self.block
@@ -68,7 +88,7 @@ Answers are saved with your progress.
         if quiz.kind == "choice":
             with RadioSet(id="choices"):
                 for choice in quiz.choices:
-                    yield RadioButton(str(choice))
+                    yield ChoiceButton(str(choice))
         with Horizontal(classes="row"):
             if quiz.kind != "choice":
                 unit = quiz.unit
@@ -111,6 +131,12 @@ Answers are saved with your progress.
             return
         if self.revealed:
             say(feedback, Text("the answer was shown: come back to this lesson for a fresh try", style="yellow"))
+            self.show_verdict()
+            return
+        if self.solved:  # graded once: a second answer changes nothing (next visit: a fresh draw)
+            say(feedback, Text.assemble(("✓ solved. ", "bold green"),
+                                        "Come back to this lesson for a fresh draw to try again."))
+            self.show_verdict()
             return
         try:
             grade = self.services.grade(self.block, answer, device=self.services.machine)
@@ -122,14 +148,32 @@ Answers are saved with your progress.
             return
         self._record(answer, grade.correct)
         if grade.correct:
+            self.solved = True
             say(feedback, Text.assemble(("✓ right. ", "bold green"), grade.message or ""))
+            say(self.query_one("#hints", Static), "")  # the hints were for the wrong answers
             self._explain()
+            self.query_one("#reveal", Button).disabled = True
             self.complete()
+            self.show_verdict()
             return
         self.attempts += 1
         say(feedback, Text.assemble(("✗ not yet. ", "bold red"), grade.message or ""))
         self._next_hint()
         self.query_one("#reveal", Button).disabled = not self.can_reveal
+        self.show_verdict()
+
+    def show_verdict(self) -> None:
+        """Scroll the verdict and what follows it (hints, explanation) into view once drawn: an
+        answer checked at the bottom of the screen must not be graded below the fold."""
+        shown = [widget for widget in (self.query_one(name, Static) for name in ("#feedback", "#hints", "#explanation"))
+                 if widget.display]
+
+        def scroll() -> None:
+            if shown:
+                shown[-1].scroll_visible(animate=False, immediate=True)
+                shown[0].scroll_visible(animate=False, immediate=True)  # the verdict first, if all cannot fit
+
+        self.call_after_refresh(scroll)
 
     def _record(self, answer: str, correct: bool) -> None:
         try:
@@ -171,6 +215,7 @@ Answers are saved with your progress.
         say(self.query_one("#feedback", Static), Text.assemble(("answer: ", "bold"), str(expected),
                                                                (" (seen, not solved)", "dim")))
         self._explain()
+        self.show_verdict()
         self.revealed = True
         self.query_one("#check", Button).disabled = True
         self.query_one("#reveal", Button).disabled = True
