@@ -201,7 +201,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> N
 @pytest.mark.slow
 def test_missing_extra_says_what_to_install() -> None:
     result = cli("fit", "llama-3.2-1b", "--trace", env_code="import sys; sys.modules['transformers'] = None")
-    assert_one_line_error(result, "tensor-tutor[trace]")
+    assert_one_line_error(result, "pip install -e '.[trace]'")
 
 
 @pytest.mark.slow

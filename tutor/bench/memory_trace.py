@@ -44,7 +44,7 @@ PHASES = ("setup", "forward", "backward", "optimizer", "prefill")
 TRAIN_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ATTENTION = {"eager": "eager", "sdpa": "sdpa"}
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
-EXTRA_HINT = "install tensor-tutor[trace] (pip install 'tensor-tutor[trace]', which adds transformers)"
+EXTRA_HINT = "install the [trace] extra, which adds transformers (from a clone: pip install -e '.[trace]')"
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def _gb(value: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--trace", is_flag=True,
               help="Also build the real transformers model at full size on fake tensors and trace one step "
-                   "(needs tensor-tutor[trace]).")
+                   "(needs the [trace] extra: pip install -e '.[trace]' from a clone).")
 @click.option("--timeline", is_flag=True,
               help="Training: the memory alive per category at every layer boundary of one step, as the formula "
                    "predicts it (a picture and its table; JSON: \"timeline\").")

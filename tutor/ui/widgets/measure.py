@@ -390,7 +390,7 @@ Runs a real measurement (a *probe*) on this machine in the background: the app s
 
     def compose(self) -> ComposeResult:
         explain = self.block.explain
-        yield Static(Text.assemble(("probe ", "dim"), (self.probe_name, "bold"),
+        yield Static(Text.assemble(("lab ", "dim"), (self.probe_name, "bold"),
                                    ("  " + param_text(self.params) if self.params else "", "dim")))
         with Horizontal(classes="row"):
             yield Button("Run", id="run", variant="primary")
