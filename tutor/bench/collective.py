@@ -7,7 +7,7 @@ NVIDIA/nccl-tests doc/PERFORMANCE.md). gloo on CPU tensors, NCCL on GPUs. Each i
 blocking (barrier, collective, wait), like nccl-tests `-z 1` and ml-engineering's
 all_reduce_bench.py; per-iteration times are averaged over ranks.
 
-On one machine the ranks are local processes started by tutor.labs.ranks.run_ranks (spawn, 127.0.0.1
+On one machine the ranks are local processes started by tutor.bench.ranks.run_ranks (spawn, 127.0.0.1
 and a free port, capped by this machine's cores and memory: too many ranks is a UserError); a rank
 that fails, dies or hangs is reported as a state, never waited on forever, and leaves no process. Across nodes:
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -94,12 +93,6 @@ def parse_sizes(text: str | None) -> tuple[int, ...]:
         except ValueError as error:
             raise UserError(str(error)) from None
     return tuple(sizes)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 SKIPPED = "skipped"
@@ -220,22 +213,8 @@ def budget_note(results: list[CollectiveResult]) -> str:
             "(give --budget more seconds or fewer --sizes)")
 
 
-def process_group_device(backend: str, device: str) -> dict[str, Any]:
-    """`device_id` for init_process_group on NCCL: it binds the rank to its GPU up front, without which
-    PyTorch warns at the first barrier that the device is guessed (and may hang on a wrong guess).
-    Empty for gloo, and for a torch whose init_process_group has no device_id."""
-    import inspect
-
-    import torch
-    import torch.distributed as dist
-
-    if backend != "nccl" or "device_id" not in inspect.signature(dist.init_process_group).parameters:
-        return {}
-    return {"device_id": torch.device(device)}
-
-
 def _collective_rank(ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """One rank of a local run (tutor.labs.ranks): every rank measures, rank 0's rows are the report."""
+    """One rank of a local run (tutor.bench.ranks): every rank measures, rank 0's rows are the report."""
     rows = _measure_rank(ctx.rank, ctx.world, ctx.device, params["ops"], params["sizes"], params["budget_s"],
                          ctx.backend, deadline=params.get("deadline"))
     return {"rows": rows}
@@ -344,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     device = f"cuda:{local_rank}" if backend == "nccl" else "cpu"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
+    from tutor.bench.ranks import process_group_device
+
     dist.init_process_group(backend, **process_group_device(backend, device))
     world, rank = dist.get_world_size(), dist.get_rank()
     try:
