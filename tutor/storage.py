@@ -14,6 +14,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -104,11 +105,11 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
-def loads_json_bounded(text: str | bytes) -> Any:
-    """json.loads, with nesting deeper than MAX_NESTING refused as TooDeepError (a ValueError,
-    like json.JSONDecodeError) rather than a RecursionError from the parser or from later code."""
+def _parsed_within_nesting(parse: Callable[[Any], Any], text: Any) -> Any:
+    """`parse(text)`, with nesting deeper than MAX_NESTING refused as TooDeepError: a parser that
+    recurses once per level raises RecursionError, and a value nested that deep breaks later code."""
     try:
-        value = json.loads(text)
+        value = parse(text)
     except RecursionError:
         raise TooDeepError(f"nested deeper than {MAX_NESTING} levels") from None
     if nesting_depth(value) > MAX_NESTING:
@@ -116,17 +117,18 @@ def loads_json_bounded(text: str | bytes) -> Any:
     return value
 
 
+def loads_json_bounded(text: str | bytes) -> Any:
+    """json.loads, with nesting deeper than MAX_NESTING refused as TooDeepError (a ValueError,
+    like json.JSONDecodeError) rather than a RecursionError from the parser or from later code."""
+    return _parsed_within_nesting(json.loads, text)
+
+
 def loads_toml_bounded(text: str) -> dict[str, Any]:
     """tomllib.loads, with nesting deeper than MAX_NESTING refused as TooDeepError (tomllib itself
     recurses once per level and raises RecursionError). tomllib.TOMLDecodeError as usual."""
     import tomllib
 
-    try:
-        value = tomllib.loads(text)
-    except RecursionError:
-        raise TooDeepError(f"nested deeper than {MAX_NESTING} levels") from None
-    if nesting_depth(value) > MAX_NESTING:
-        raise TooDeepError(f"nested deeper than {MAX_NESTING} levels")
+    value: dict[str, Any] = _parsed_within_nesting(tomllib.loads, text)
     return value
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from unittest.mock import patch
 
 from tutor.errors import UserError
+from tutor.theory.fit_timeline import TimelineMoment  # a measured moment is the same record as a predicted one
 
 CATEGORIES = ("weights", "buffers", "gradients", "optimizer_states", "optimizer_temporaries", "activations",
               "kv_cache")
@@ -549,22 +550,6 @@ def measure_training_step(model, optimizer, ids, labels=None, autocast_dtype=Non
 # tutor.theory.fit_timeline names them, so the two line up.
 
 
-@dataclass(frozen=True)
-class MeasuredMoment:
-    phase: str
-    moment: str
-    layer: int | None
-    per_category: dict[str, int]
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.per_category.values())
-
-    def to_json(self) -> dict:
-        return {"phase": self.phase, "moment": self.moment, "layer": self.layer, "bytes": self.bytes,
-                "per_category_bytes": dict(self.per_category)}
-
-
 def decoder_layers(model):
     """The model's decoder layers: the first ModuleList as long as config.num_hidden_layers (or n_layer)."""
     torch = _torch()
@@ -576,7 +561,7 @@ def decoder_layers(model):
 
 
 def measure_training_timeline(model, optimizer, ids, labels=None,
-                              autocast_dtype=None) -> tuple[tuple[MeasuredMoment, ...], StepMeasurement]:
+                              autocast_dtype=None) -> tuple[tuple[TimelineMoment, ...], StepMeasurement]:
     """One `training_step` under a StorageTracker, marked at every decoder layer's boundary: the
     moments (forward and backward, in the order they happened) and the step's measurement (its peak).
     Run a step first so that the optimizer states exist (the steady state the theory describes)."""
@@ -615,7 +600,7 @@ def measure_training_timeline(model, optimizer, ids, labels=None,
     return _replay(tracker, marks), tracker.measurement(tuple(notes))
 
 
-def _replay(tracker, marks) -> tuple[MeasuredMoment, ...]:
+def _replay(tracker, marks) -> tuple[TimelineMoment, ...]:
     """Per-category bytes alive at each mark (an index into the tracker's events), by final category."""
     live = dict.fromkeys(CATEGORIES, 0)
     moments = []
@@ -624,7 +609,7 @@ def _replay(tracker, marks) -> tuple[MeasuredMoment, ...]:
         for key, delta, *_ in tracker.events[position:at]:
             live[tracker.role[key]] += delta
         position = at
-        moments.append(MeasuredMoment(phase, name, layer, dict(live)))
+        moments.append(TimelineMoment(phase, name, layer, dict(live)))
     return tuple(moments)
 
 
