@@ -59,6 +59,8 @@ class Chart:
     y_marks: tuple[Mark, ...] = ()
     x_marks: tuple[Mark, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    legend_corner: str = ""
+    """Where the app puts the legend: "top left", "top right", or "" for the corner the curves leave free."""
 
     def y_scale(self) -> tuple[float, str]:
         """(factor, unit) the y axis is drawn in: the prefix its largest value reads best with."""
@@ -131,7 +133,7 @@ def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str
     `fit --timeline`): the total and each category that holds bytes at some moment; with `traced`
     (the measured moments, [{"phase", "moment", "bytes"}]) the traced total at the moments both
     have, and the traced peak as a line. x is the moment's index. `peak_mark` draws the predicted
-    peak as a line named with its phase and moment (the Fit screen's picture)."""
+    peak as a line named with its phase (the Fit screen's picture; the note names its moment)."""
     if not timeline:
         return None
 
@@ -156,11 +158,13 @@ def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str
     notes = [f"peak {format_bytes(peak['bytes'])} at {name(peak)} ({peak['phase']})"]
     if traced_peak is not None:
         notes.append(f"traced peak {format_bytes(traced_peak)}")
-    marks: tuple[Mark, ...] = (Mark(f"peak, {peak['phase']}: {name(peak)}", float(peak["bytes"])),) if peak_mark else ()
+    marks: tuple[Mark, ...] = (Mark(f"peak, in {peak['phase']}", float(peak["bytes"])),) if peak_mark else ()
     if traced_peak is not None:
         marks += (Mark("traced peak", float(traced_peak)),)
+    # The Fit screen's picture: the forward ramp rises to the peak on the left, the right's upper half stays free.
     return Chart(title="memory alive over one training step", x_label="moment", x_unit="", y_label="alive",
-                 y_unit="B", series=tuple(series), x_log=False, notes=tuple(notes), y_marks=marks)
+                 y_unit="B", series=tuple(series), x_log=False, notes=tuple(notes), y_marks=marks,
+                 legend_corner="top right" if peak_mark else "")
 
 
 # ---- text: the picture (uniplot) and its table ---------------------------------------------------

@@ -80,10 +80,18 @@ def inference_lines(report: dict[str, Any]) -> list[RenderableType]:
     ]
 
 
+LINK_SOURCES = ("intra_node_link", "inter_node_link", "link_latency")
+"""Sources of the links between devices: no part of a one-device answer."""
+
+
 def sources_lines(report: dict[str, Any]) -> list[RenderableType]:
-    """Where each ceiling came from (a measured run, or a datasheet times a published fraction), and the notes."""
+    """Where each ceiling came from (a measured run, or a datasheet times a published fraction), and the notes;
+    the links' only when the layout has more than one device (`time --json` lists them all)."""
     lines: list[RenderableType] = [Text("ceilings, from:", style="bold")]
+    single = report.get("request", {}).get("devices", 1) == 1
     for name, source in report["sources"].items():
+        if single and name in LINK_SOURCES:
+            continue
         lines.append(Text.assemble(f"  {name.replace('_', ' ')}: ", (str(source), "dim")))
     for note in report.get("notes", ()):
         lines.append(Text.assemble(("note: ", "yellow"), str(note)))
