@@ -94,6 +94,7 @@ async def test_without_a_bench_run_or_with_a_size_the_time_says_why_in_one_line(
         screen = await settled_fit(pilot, model="llama-3.2-1b", mode="train")  # this machine, no bench run
         text = text_of(screen.query_one("#fit-time"))
         assert "bench --quick" in text and screen.fit_time.report is None
+        assert "set device to a card such as h100" in text and "--device" not in text  # the form's words
         assert screen.query_one("#timeline").display  # the memory timeline needs no ceilings
         await fit_screen(pilot, device="24GiB")
         await until(pilot, lambda: screen.time_settled, "the time for a size")

@@ -310,5 +310,11 @@ def fit_time(values: Mapping[str, Any], machine: Machine | None) -> FitTime:
     try:
         report = time_report(arch, request, device, name=answer.name, source=answer.source)
     except UserError as error:
-        return FitTime(None, str(error), timeline, peak)
+        return FitTime(None, in_form_words(str(error)), timeline, peak)
     return FitTime(report, None, timeline, peak)
+
+
+def in_form_words(message: str) -> str:
+    """`time`'s one-line reason in the Fit form's words: its fields, not the command's flags."""
+    return message.replace("or pass --device h100", "or set device to a card such as h100").replace(
+        "use cpu, a GPU index, or", "set device to this, cpu, a GPU index, or")
