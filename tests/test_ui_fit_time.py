@@ -268,3 +268,9 @@ def test_a_suggestion_that_carries_its_step_seconds_shows_them():
     lines = [line.plain for line in fit_advice(answer)]
     assert lines[1].endswith(f"per GPU, {format_duration(1.25)} per step")
     assert lines[2].endswith("per GPU")
+    # The fit answer's own timings, one per suggestion (with what step each is), win; one not timed shows none.
+    times = (SimpleNamespace(seconds=0.5, kind="training step"), SimpleNamespace(seconds=None, kind="training step"))
+    lines = [line.plain for line in fit_advice(SimpleNamespace(fits=False, suggestions=(timed, plain),
+                                                               suggestion_times=times))]
+    assert lines[1].endswith(f"per GPU, {format_duration(0.5)} per training step")
+    assert lines[2].endswith("per GPU")

@@ -222,11 +222,23 @@ def fit_advice(answer: FitAnswer) -> list[Text]:
     if not answer.suggestions:
         return [Text(answer.nothing_fits_text())]
     lines = [Text("would fit with one of these changes:", style="bold")]
-    for suggestion in answer.suggestions:
-        seconds = getattr(suggestion, "step_seconds", None)  # the changed layout's step, where the fit answer has it
-        cost = f", {format_duration(seconds)} per step" if isinstance(seconds, (int, float)) else ""
-        lines.append(Text(f"  {change_in_fields(suggestion)}: {format_bytes(suggestion.total)} per GPU{cost}"))
+    for index, suggestion in enumerate(answer.suggestions):
+        lines.append(Text(f"  {change_in_fields(suggestion)}: {format_bytes(suggestion.total)} per GPU"
+                          f"{suggestion_cost(answer, index)}"))
     return lines
+
+
+def suggestion_cost(answer: Any, index: int) -> str:
+    """', 1.2 s per training step': what the suggestion costs in time, where the fit answer timed it (its
+    `suggestion_times`, one per suggestion, or a suggestion's own `step_seconds`); '' where it did not."""
+    times = tuple(getattr(answer, "suggestion_times", ()) or ())
+    if index < len(times):
+        seconds, kind = getattr(times[index], "seconds", None), str(getattr(times[index], "kind", "") or "step")
+    else:
+        seconds, kind = getattr(answer.suggestions[index], "step_seconds", None), "step"
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return ""
+    return f", {format_duration(seconds)} per {kind}"
 
 
 def form_field_names() -> dict[str, str]:
