@@ -49,7 +49,12 @@ def test_bench_history(snap_compare, size):
 async def fit_70b_training_on_h100(pilot) -> None:
     from test_ui_bench_fit import fit_screen
 
+    from ui_fakes import until
+
     await fit_screen(pilot, model="llama-3.1-70b", mode="train", device="h100", seq="8k")
+    # The time and the timeline under the memory arrive from a thread: their length sets the scrollbar.
+    await until(pilot, lambda: pilot.app.screen.time_settled, "the Fit screen's time")
+    await pilot.pause()
 
 
 @pytest.mark.slow

@@ -113,7 +113,15 @@ def test_bench_result_wide(snap_compare, monkeypatch, tmp_path):
 
 
 def test_fit_small(snap_compare):
-    assert snap_compare(app(), press=["f"], terminal_size=SMALL)
+    async def open_fit(pilot):
+        from ui_fakes import until
+
+        await pilot.press("f")
+        # The time and the timeline under the memory arrive from a thread: their length sets the scrollbar.
+        await until(pilot, lambda: getattr(pilot.app.screen, "time_settled", False), "the Fit screen's time")
+        await pilot.pause()
+
+    assert snap_compare(app(), run_before=open_fit, terminal_size=SMALL)
 
 
 def test_help_small(snap_compare):

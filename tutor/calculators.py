@@ -244,3 +244,77 @@ def decode_bounds(values: Mapping[str, Any], machine: Machine, dtype: str) -> tu
                                                                             batch=batch)
         bounds.append(DecodeBound(str(arch.name or values["model"]), weights, dtype, label, batch, rate))
     return tuple(bounds)
+
+
+# ---- the Fit screen's time and memory timeline ---------------------------------------------------
+
+@dataclass(frozen=True)
+class FitTime:
+    """The Fit screen's second half: how long the step takes (`tensor-tutor time --json`'s report, from
+    tutor.time_answer) or the one line why it cannot say, and, for training, the memory alive over the step
+    (tutor.theory.fit_timeline, `fit --timeline`'s JSON) with its peak moment."""
+
+    report: dict[str, Any] | None
+    reason: str | None
+    timeline: tuple[dict[str, Any], ...] = ()
+    peak: dict[str, Any] | None = None
+
+    @property
+    def step_seconds(self) -> float | None:
+        """Training: the step's seconds as `time --json` has them; None for inference or without a report."""
+        step = (self.report or {}).get("step")
+        return step["seconds"] if step else None
+
+
+def time_device(values: Mapping[str, Any], machine: Machine | None) -> str | None:
+    """The Fit form's device as `tensor-tutor time --device` reads it: `this` is this machine's GPU (torch's
+    cuda:0) or CPU, as `time` without --device; a card, cpu or a GPU index as typed; None for a memory size,
+    which has no ceilings."""
+    if values.get("memory"):
+        return None
+    device = str(values.get("device") or THIS_DEVICE).strip()
+    if device != THIS_DEVICE:
+        from tutor.hardware.memory_budget import DeviceBudget, device_budget
+
+        try:
+            budget: DeviceBudget = device_budget(device, machine)
+        except UserError:
+            return device  # time says why in its own words
+        return None if budget.kind == "given" else device
+    return "cuda:0" if machine is not None and machine.gpus and machine.gpu_for("cuda:0") is not None else "cpu"
+
+
+def fit_time(values: Mapping[str, Any], machine: Machine | None) -> FitTime:
+    """The time and the memory timeline of the Fit form's question: the same request the memory answer
+    uses (tutor.fit_answer), timed by the entry point `tensor-tutor time` uses (tutor.time_answer.time_report)
+    on the form's device. UserError for a form the memory answer rejects too."""
+    from tutor.theory.fit_timeline import timeline_peak, training_timeline
+    from tutor.time_answer import time_report
+
+    answer = answer_fit(FitInputs.from_values({"model": DEFAULT_MODEL, **values}, machine,
+                                              budget=chosen_budget(values, machine), searches=False))
+    arch, request = answer.arch, answer.request
+    if arch is None:
+        return FitTime(None, "time counts every operation of the step: it needs an architecture (a preset, "
+                             "a config.json or a model folder), not a bare parameter count")
+    timeline: tuple[dict[str, Any], ...] = ()
+    peak = None
+    if request.mode == fitting.Mode.TRAIN:
+        moments = training_timeline(arch, request)
+        timeline = tuple(moment.to_json() for moment in moments)
+        peak = timeline_peak(moments).to_json()
+    device = time_device(values, machine)
+    if device is None:
+        return FitTime(None, "time needs a device with known rates: a card (h100) or this machine, not a memory "
+                             "size", timeline, peak)
+    try:
+        report = time_report(arch, request, device, name=answer.name, source=answer.source)
+    except UserError as error:
+        return FitTime(None, in_form_words(str(error)), timeline, peak)
+    return FitTime(report, None, timeline, peak)
+
+
+def in_form_words(message: str) -> str:
+    """`time`'s one-line reason in the Fit form's words: its fields, not the command's flags."""
+    return message.replace("or pass --device h100", "or set device to a card such as h100").replace(
+        "use cpu, a GPU index, or", "set device to this, cpu, a GPU index, or")

@@ -5,7 +5,8 @@ notebook Run, or a BenchOutcome that could not be saved), or the Fit screen's fo
 JSON is the same JSON the command line prints (`lab NAME --json`, `bench --json`, `fit --json`);
 CSV has one row per measurement (per memory component for a fit), numbers in plain digits;
 Markdown is a table with the numbers as the app shows them. No Textual here: the app's Export
-command (tutor.ui.commands) calls it.
+command (tutor.ui.commands) calls it. Pictures (tutor.plots Charts) are saved as one SVG with their
+data as CSV and JSON beside it (`save_picture_files`, the app's Ctrl+S).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from typing import TYPE_CHECKING, Any
 from tutor.formatting import format_bytes, format_quantity
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tutor.hardware.machine import Machine
+    from tutor.plots import Chart
 
 FORMATS = {"json": "json", "csv": "csv", "markdown": "md"}
 """Export format -> file extension."""
@@ -211,3 +215,48 @@ def save_export(result: Any, fmt: str, folder: Path | None = None, now: datetime
         path = target / f"{as_table(result).name}-{stamp}-{counter}.{FORMATS[fmt]}"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# ---- pictures: the SVG and its data -------------------------------------------------------------
+
+def charts_csv(charts: Sequence[Chart]) -> str:
+    """Every point of every chart, one row each (chart, series, x, x as the table names it, y, units),
+    the numbers in plain digits for a spreadsheet."""
+    from tutor.plots import point_text
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["chart", "series", "x", "x_text", "x_unit", "y", "y_unit"])
+    for chart in charts:
+        for s in chart.series:
+            for p in s.points:
+                writer.writerow([chart.title, s.label, plain_number(p.x), point_text(chart, p), chart.x_unit,
+                                 plain_number(p.y), chart.y_unit])
+    return out.getvalue()
+
+
+def save_picture_files(charts: Sequence[Chart], folder: str | Path, stem: str, *, width: int = 100,
+                       stamp: str | None = None) -> tuple[Path, Path, Path]:
+    """The pictures as one SVG (save_svg: picture and table) and their data beside it as CSV and JSON,
+    `stem-STAMP.svg/.csv/.json` in `folder` (made if missing; a number added rather than overwrite).
+    UserError if the folder cannot be written."""
+    from tutor.errors import UserError
+    from tutor.plots import chart_json, save_svg
+
+    target = Path(folder)
+    stamp = stamp or datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        base, counter = f"{stem}-{stamp}", 1
+        while any((target / f"{base}.{ext}").exists() for ext in ("svg", "csv", "json")):
+            counter += 1
+            base = f"{stem}-{stamp}-{counter}"
+        svg = save_svg(charts, target / f"{base}.svg", width=width)
+        data = target / f"{base}.csv"
+        data.write_text(charts_csv(charts), encoding="utf-8")
+        described = target / f"{base}.json"
+        described.write_text(json.dumps({"charts": [chart_json(chart) for chart in charts]}, indent=2) + "\n",
+                             encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"cannot write in {target}: {error.strerror or error}") from None
+    return svg, data, described

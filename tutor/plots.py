@@ -59,6 +59,8 @@ class Chart:
     y_marks: tuple[Mark, ...] = ()
     x_marks: tuple[Mark, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    legend_corner: str = ""
+    """Where the app puts the legend: "top left", "top right", or "" for the corner the curves leave free."""
 
     def y_scale(self) -> tuple[float, str]:
         """(factor, unit) the y axis is drawn in: the prefix its largest value reads best with."""
@@ -68,6 +70,11 @@ class Chart:
     def x_scale(self) -> tuple[float, str]:
         values = [p.x for s in self.series for p in s.points]
         return axis_unit(max(values, default=0.0), self.x_unit) if self.x_unit else (1.0, "")
+
+
+def point_text(chart: Chart, point: Point) -> str:
+    """How the chart's table names a point's x: its own text ('1024²'), else the x formatted in the chart's unit."""
+    return _x_text(chart, point)
 
 
 def _x_text(chart: Chart, point: Point) -> str:
@@ -121,11 +128,12 @@ def bandwidth_sweep_chart(results: Iterable[dict[str, Any]], caches: Sequence[tu
 
 
 def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str, Any]] = (),
-                   traced_peak: int | None = None) -> Chart | None:
+                   traced_peak: int | None = None, *, peak_mark: bool = False) -> Chart | None:
     """Bytes alive over one training step, moment by moment in order (the `timeline` JSON of
     `fit --timeline`): the total and each category that holds bytes at some moment; with `traced`
     (the measured moments, [{"phase", "moment", "bytes"}]) the traced total at the moments both
-    have, and the traced peak as a line. x is the moment's index."""
+    have, and the traced peak as a line. x is the moment's index. `peak_mark` draws the predicted
+    peak as a line named with its phase (the Fit screen's picture; the note names its moment)."""
     if not timeline:
         return None
 
@@ -150,9 +158,13 @@ def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str
     notes = [f"peak {format_bytes(peak['bytes'])} at {name(peak)} ({peak['phase']})"]
     if traced_peak is not None:
         notes.append(f"traced peak {format_bytes(traced_peak)}")
+    marks: tuple[Mark, ...] = (Mark(f"peak, in {peak['phase']}", float(peak["bytes"])),) if peak_mark else ()
+    if traced_peak is not None:
+        marks += (Mark("traced peak", float(traced_peak)),)
+    # The Fit screen's picture: the forward ramp rises to the peak on the left, the right's upper half stays free.
     return Chart(title="memory alive over one training step", x_label="moment", x_unit="", y_label="alive",
-                 y_unit="B", series=tuple(series), x_log=False, notes=tuple(notes),
-                 y_marks=(Mark("traced peak", float(traced_peak)),) if traced_peak is not None else ())
+                 y_unit="B", series=tuple(series), x_log=False, notes=tuple(notes), y_marks=marks,
+                 legend_corner="top right" if peak_mark else "")
 
 
 # ---- text: the picture (uniplot) and its table ---------------------------------------------------
@@ -253,6 +265,18 @@ def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100) -> 
 
         raise UserError(f"cannot write {target}: {error.strerror or error}") from None
     return target
+
+
+def chart_json(chart: Chart) -> dict[str, Any]:
+    """A chart's data as plain JSON: its axes and units, every series' points (x, y and the x as the table
+    names it), the marks and the notes; the numbers as computed or measured, not as formatted."""
+    return {"title": chart.title, "x_label": chart.x_label, "x_unit": chart.x_unit, "x_log": chart.x_log,
+            "y_label": chart.y_label, "y_unit": chart.y_unit,
+            "series": [{"label": s.label, "points": [{"x": p.x, "y": p.y, "x_text": _x_text(chart, p)}
+                                                     for p in s.points]} for s in chart.series],
+            "y_marks": [{"label": m.label, "value": m.value} for m in chart.y_marks],
+            "x_marks": [{"label": m.label, "value": m.value} for m in chart.x_marks],
+            "notes": list(chart.notes)}
 
 
 def caches_from_machine_json(machine: dict[str, Any] | None) -> list[tuple[str, int]]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from textual.app import App
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -54,6 +55,42 @@ def export_current(app: App[None], fmt: str) -> None:
     app.notify(f"saved {path}", title="Exported", timeout=10, markup=False)
 
 
+@runtime_checkable
+class ShowsPictures(Protocol):
+    """A screen with pictures to save (Bench: the run's sweeps; Fit: the memory timeline)."""
+
+    def pictures(self) -> tuple[str, list[Any]]:
+        """(a file name stem, the tutor.plots Charts on screen now; [] when none)."""
+        ...
+
+
+def save_pictures(app: App[Any]) -> Path | None:
+    """Save the screen's pictures as one SVG, their data as CSV and JSON beside it, under the data dir's
+    exports/ folder (the current folder if that cannot be written), and name the files in a toast."""
+    from tutor.errors import UserError
+    from tutor.export import EXPORTS_FOLDER, save_picture_files
+    from tutor.storage import data_dir
+
+    screen = app.screen
+    stem, charts = screen.pictures() if isinstance(screen, ShowsPictures) else ("", [])
+    if not charts:
+        app.notify("no picture on this screen to save: Bench shows a run's sweeps, Fit a training step's memory",
+                   severity="warning")
+        return None
+    problem = ""
+    for folder in (data_dir() / EXPORTS_FOLDER, Path.cwd()):
+        try:
+            svg, table, described = save_picture_files(charts, folder, stem)
+        except UserError as error:
+            problem = str(error)
+            continue
+        app.notify(f"saved {svg}\nits data beside it: {table.name}, {described.name}", title="Picture saved",
+                   timeout=10, markup=False)
+        return svg
+    app.notify(f"could not save the picture: {problem}", severity="error", markup=False)
+    return None
+
+
 class TutorCommands(Provider):
     """Lessons by title or id, and the app's screens."""
 
@@ -71,6 +108,8 @@ class TutorCommands(Provider):
         for fmt, name, what in EXPORT_FORMATS:
             commands.append((f"Export result as {name}", f"The result on this screen: {what}",
                              partial(export_current, app, fmt)))
+        commands.append(("Save pictures as SVG", "The pictures on this screen (Bench's sweeps, Fit's memory timeline), "
+                         "with their data as CSV and JSON", partial(save_pictures, app)))
         for info in services.curriculum.lessons:
             commands.append((f"Go to lesson: {info.title}", f"{info.id} · {info.minutes} min · {info.summary}",
                              partial(app.open_lesson, info.id)))

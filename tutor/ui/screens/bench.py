@@ -110,6 +110,8 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
 - Under the table, the run's sweeps: matmul throughput against matrix size per dtype with
   its peak, and bandwidth against working set with the cache sizes `tensor-tutor env`
   reports; each picture has its table under it (**t** on a picture hides it, table only).
+- **Ctrl+S** saves the run's pictures as one SVG, their data as CSV and JSON beside it, under the
+  data dir's exports folder, and says where.
 - Ctrl+P, *Export*: the run shown as JSON (the same as `tensor-tutor bench --json`), CSV or Markdown.
 """
 
@@ -117,6 +119,7 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
         Binding("r", "run", "Run"),
         Binding("m", "mark", "Mark to compare"),
         Binding("escape", "escape", "Cancel/Home"),
+        Binding("ctrl+s", "save_pictures", "Save SVG", show=False),  # in Help and the palette: the footer is full at 80
     ]
 
     running = reactive(False)
@@ -270,6 +273,19 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
     def export_result(self) -> Any:
         """What Export saves from this screen: the run shown (or the unsaved outcome); None before any."""
         return self.shown
+
+    def pictures(self) -> tuple[str, list[Any]]:
+        """What Ctrl+S saves: the sweeps drawn now (a chart without a sweep of two sizes is not drawn)."""
+        from tutor.ui.widgets.plot import ChartView
+
+        charts = [view.chart for view in self.query(ChartView) if view.chart is not None]
+        number = getattr(self.shown, "number", None)
+        return (f"bench-run-{number}" if number is not None else "bench-run"), charts
+
+    def action_save_pictures(self) -> None:
+        from tutor.ui.commands import save_pictures
+
+        save_pictures(self.app)
 
     # ---- running ---------------------------------------------------------------------------------
 

@@ -1,22 +1,29 @@
 """The Fit screen: `tensor-tutor fit` as a form. Pick a model and a layout; the memory per device,
-term by term, follows as you type, against this machine's memory, with what would make it fit."""
+term by term, follows as you type, against this machine's memory, with what would make it fit; beside
+it the time, as `tensor-tutor time` answers it (step by phase, tokens/s, MFU, the ceilings' sources),
+and for training the memory alive over the step (`fit --timeline`), worked out in a thread."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
+from textual.worker import get_current_worker
 
+from tutor.calculators import FitTime, fit_time
 from tutor.ui.widgets.calc import DEFAULT_FIELDS, CalcBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
+from tutor.ui.widgets.time_panel import TimePanel, peak_text
 
 if TYPE_CHECKING:
     from tutor.export import FitValues
+    from tutor.plots import Chart
     from tutor.ui.services import Services
 
 
@@ -62,16 +69,34 @@ activations and KV cache per device, each with its formula, against this machine
   at the **peak**, the one moment that must fit (early in backward, before most gradients exist,
   or inside the optimizer step). The total is that peak plus the overhead.
 - When it does not fit, the screen names the fields to change and to what.
+- **How long?** under the memory: the same answer as `tensor-tutor time MODEL` with the same fields:
+  a training step by phase, tokens per second, MFU against the datasheet peak and against the measured
+  matmul maximum, and where each ceiling came from (this machine's latest `bench` run, or a card's
+  datasheet times a published achieved fraction). On this machine it needs a bench run (Bench, r).
+- Training also draws the **memory alive over the step** (`fit --timeline`), the peak marked with its
+  phase; `t` on the picture leaves only its table.
+- **Ctrl+S** saves the picture as SVG (its data as CSV and JSON beside it) under the data dir's
+  exports folder and says where.
 - Ctrl+P, *Export*: this report as JSON (the same as `tensor-tutor fit --json`), CSV or Markdown.
 - Escape goes home.
 """
 
-    BINDINGS = [Binding("escape", "app.home", "Home")]
+    BINDINGS = [Binding("escape", "app.home", "Home"), Binding("ctrl+s", "save_pictures", "Save SVG")]
 
     def __init__(self, services: Services, model: str | None = None, mode: str | None = None) -> None:
         super().__init__()
         self.services = services
         self.form = FitForm(model=model or "llama-3.1-8b", values={"mode": mode or "inference"})
+        self.asked = 0
+        """How many times the form asked for the time; the answer shown is for `answered`."""
+        self.answered = 0
+        self.fit_time: FitTime | None = None
+        """The time and timeline shown now (None: none yet, or the form has an error)."""
+
+    @property
+    def time_settled(self) -> bool:
+        """The time shown answers the form as it is now (no worker still out)."""
+        return self.asked > 0 and self.answered == self.asked
 
     def export_result(self) -> FitValues:
         """What Export saves from this screen: the form's values (tutor.export turns them into a fit report)."""
@@ -79,13 +104,68 @@ activations and KV cache per device, each with its formula, against this machine
 
         return FitValues(dict(self.query_one("#fit-form", CalcBlock).values), self.services.machine)
 
+    def pictures(self) -> tuple[str, list[Chart]]:
+        """What Ctrl+S saves: the memory timeline on screen (none for inference)."""
+        from tutor.ui.widgets.plot import ChartView
+
+        chart = self.query_one("#timeline", ChartView).chart
+        return "fit-timeline", [chart] if chart is not None else []
+
+    def action_save_pictures(self) -> None:
+        from tutor.ui.commands import save_pictures
+
+        save_pictures(self.app)
+
     def compose(self) -> ComposeResult:
         yield DeviceHeader(device_title(self.services.machine), "Fit check", label=device_label(self.services.machine))
         with VerticalScroll(id="fit"):
             yield CalcBlock(self.form, lesson_id="", services=self.services, id="fit-form")
+            yield TimePanel(id="fit-time")
+            yield Static(id="fit-peak")
+            # textual-plot brings numpy: loaded when the Fit screen is built, not when the app starts.
+            from tutor.ui.widgets.plot import ChartView
+
+            yield ChartView(id="timeline")
         yield Footer()
 
     def on_mount(self) -> None:
         form = self.query_one("#fit-form", CalcBlock)
         form.border_title = "Does it fit? (memory per device)"
+        self.query_one("#fit-time", TimePanel).border_title = "How long? (tensor-tutor time)"
         form.focus()
+
+    @on(CalcBlock.Computed, "#fit-form")
+    def _form_computed(self, event: CalcBlock.Computed) -> None:
+        self.asked += 1
+        if event.error is not None:  # the form says what is wrong; no time for a question that makes no sense
+            self.show_time(self.asked, None, "time: fix the field above first")
+            return
+        self.work_out_time(event.values, self.asked)
+
+    @work(thread=True, exclusive=True, group="fit-time", exit_on_error=False, description="Fit screen's time")
+    def work_out_time(self, values: dict[str, Any], asked: int) -> None:
+        """The time and the timeline (tutor.calculators.fit_time: a tenth of a second for a large model on two
+        cores, too long for the event loop), shown unless a newer question came in meanwhile."""
+        from tutor.errors import UserError
+
+        try:
+            answer, problem = fit_time(values, self.services.machine), ""
+        except (UserError, ValueError) as error:  # the memory answer above says it too
+            answer, problem = None, f"time: {error}"
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self.show_time, asked, answer, problem)
+
+    def show_time(self, asked: int, answer: FitTime | None, problem: str = "") -> None:
+        """Show the time panel, the peak and the timeline picture for question number `asked`."""
+        if asked != self.asked:
+            return  # an older question's answer: the newer one is on its way
+        from tutor.plots import timeline_chart
+        from tutor.ui.widgets.plot import ChartView
+
+        self.fit_time = answer
+        self.query_one("#fit-time", TimePanel).update_time(answer, problem)
+        self.query_one("#fit-peak", Static).update(peak_text(answer) if answer is not None else "")
+        view = self.query_one("#timeline", ChartView)
+        view.chart = (timeline_chart(list(answer.timeline), peak_mark=True)
+                      if answer is not None and answer.timeline else None)
+        self.answered = asked

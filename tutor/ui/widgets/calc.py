@@ -16,6 +16,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Grid
+from textual.message import Message
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Label, Select, Static
 
@@ -30,7 +31,7 @@ from tutor.calculators import (  # noqa: F401  (REFERENCE_GPU_KEY, KINDS: the ca
 from tutor.errors import UserError
 from tutor.fit_answer import FitAnswer
 from tutor.fit_fields import FIELDS, FIT_SCREEN_FIELDS
-from tutor.formatting import format_bytes, format_number, format_percent
+from tutor.formatting import format_bytes, format_duration, format_number, format_percent
 from tutor.lessons.calc_fields import DEFAULTS
 from tutor.theory import activations as acts
 from tutor.theory import fit as fitting
@@ -221,9 +222,23 @@ def fit_advice(answer: FitAnswer) -> list[Text]:
     if not answer.suggestions:
         return [Text(answer.nothing_fits_text())]
     lines = [Text("would fit with one of these changes:", style="bold")]
-    for suggestion in answer.suggestions:
-        lines.append(Text(f"  {change_in_fields(suggestion)}: {format_bytes(suggestion.total)} per GPU"))
+    for index, suggestion in enumerate(answer.suggestions):
+        lines.append(Text(f"  {change_in_fields(suggestion)}: {format_bytes(suggestion.total)} per GPU"
+                          f"{suggestion_cost(answer, index)}"))
     return lines
+
+
+def suggestion_cost(answer: Any, index: int) -> str:
+    """', 1.2 s per training step': what the suggestion costs in time, where the fit answer timed it (its
+    `suggestion_times`, one per suggestion, or a suggestion's own `step_seconds`); '' where it did not."""
+    times = tuple(getattr(answer, "suggestion_times", ()) or ())
+    if index < len(times):
+        seconds, kind = getattr(times[index], "seconds", None), str(getattr(times[index], "kind", "") or "step")
+    else:
+        seconds, kind = getattr(answer.suggestions[index], "step_seconds", None), "step"
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return ""
+    return f", {format_duration(seconds)} per {kind}"
 
 
 def form_field_names() -> dict[str, str]:
@@ -444,8 +459,23 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
                                  else event.value)
         except UserError as error:
             self._show_error(str(error))
+            self.post_message(self.Computed(self, dict(self.values), str(error)))
             return
         self.recompute()
+
+    class Computed(Message):
+        """The calculator shows a new answer for `values` (or, with `error`, the one line why it cannot)."""
+
+        def __init__(self, block: CalcBlock, values: dict[str, Any], error: str | None = None) -> None:
+            super().__init__()
+            self.block = block
+            self.values = values
+            self.error = error
+
+        @property
+        def control(self) -> CalcBlock:
+            """The calculator that computed (for `@on(CalcBlock.Computed, "#id")`)."""
+            return self.block
 
     def recompute(self) -> None:
         """Compute and show the result, or the one-line reason it cannot be computed."""
@@ -453,10 +483,12 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
             renderable = calc_renderable(self.calc_kind, self.values, self.services.machine)
         except ValueError as error:  # UserError from theory: say which field is wrong
             self._show_error(str(error))
+            self.post_message(self.Computed(self, dict(self.values), str(error)))
             return
         output = self.query_one("#output", Static)
         output.set_classes("")
         output.update(renderable)
+        self.post_message(self.Computed(self, dict(self.values)))
 
     def _show_error(self, text: str) -> None:
         output = self.query_one("#output", Static)

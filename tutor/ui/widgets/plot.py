@@ -127,8 +127,12 @@ class ChartView(Vertical):
 
     @staticmethod
     def _legend_corner(chart: Chart) -> LegendLocation:
-        """The top corner the curves leave free: top left when they rise to the right (throughput
-        grows with size), top right when they fall (bandwidth past each cache)."""
+        """The chart's own corner when it names one; else the top corner the curves leave free: top left
+        when they rise to the right (throughput grows with size), top right when they fall (bandwidth
+        past each cache)."""
+        corners = {"top left": LegendLocation.TOPLEFT, "top right": LegendLocation.TOPRIGHT}
+        if chart.legend_corner in corners:
+            return corners[chart.legend_corner]
         rising = sum(1 if s.points[-1].y >= s.points[0].y else -1 for s in chart.series if s.points)
         return LegendLocation.TOPLEFT if rising > 0 else LegendLocation.TOPRIGHT
 

@@ -1,0 +1,240 @@
+"""One time answer for every front end: how long a training step, a training run, a prefill and a decode
+step take, as `tensor-tutor time --json`'s report dict.
+
+The command (`tensor-tutor time`) and the app's Fit screen both ask through `time_report` (or, with
+ceilings already resolved, `report_for_ceilings`), so they cannot disagree: every operation of the step
+counted (tutor.theory.step_operations) and timed on ceilings that are measured on this machine (the
+results notebook) or a datasheet peak times a published achieved fraction (tutor.bench.ceilings),
+each with its source. No click, no Rich, no Textual, no torch: the front ends render.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from tutor.errors import UserError
+from tutor.theory import fit as fitting
+from tutor.theory.step_operations import inference_operations
+from tutor.theory.step_time import (
+    GEMM,
+    Ceilings,
+    StepTime,
+    decode_compute_bound_batch,
+    decode_step,
+    operation_seconds,
+    prefill_seconds,
+    training_run,
+    training_step_time,
+)
+
+DECODE_BATCHES = (1, 8, 32, 128)
+DEFAULT_TOKENS = "15T"
+"""`time --tokens`'s default: the tokens a time-to-train is asked for (Llama 3's 15T)."""
+
+
+def parse_fraction(text: str | None, name: str) -> float | None:
+    """'0.38' or '38%' -> 0.38; None stays None; anything else a one-line UserError."""
+    if text is None:
+        return None
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UserError(f"{name} must be a fraction such as 0.38 or 38%, got {text!r}") from None
+    if not 0 <= value <= 1 or not math.isfinite(value):
+        raise UserError(f"{name} must be between 0 and 1 (or 0% and 100%), got {text!r}")
+    return value
+
+
+def ceilings_dtype(request: fitting.FitRequest) -> str:
+    """The matmul dtype the step computes in: fp32 for the fp32 recipe (or fp32 weights), else bf16/fp16."""
+    if request.mode == "train":
+        return "fp32" if request.recipe == "fp32" else "bf16"
+    return {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16"}.get(request.dtype, "bf16")
+
+
+def resolve_ceilings(device: str | None, dtype: str) -> tuple[Ceilings, str]:
+    """(ceilings, what the device is) for --device: this machine (measured), a GPU index, or a card by name."""
+    from tutor.bench.ceilings import card_ceilings, measured_ceilings
+    from tutor.hardware.specs import lookup_gpu_spec
+
+    text = device.strip() if isinstance(device, str) else None
+    if text == "":
+        raise UserError("--device is empty: give cpu, a GPU index, or a card such as h100")
+    if text is None or text.lower() == "cpu" or text.isdigit() or text.lower().startswith("cuda"):
+        if text is None or text.lower() == "cpu":
+            name = "cpu"
+            if text is None:
+                from tutor.hardware import detect_machine
+
+                if detect_machine().gpus:
+                    name = "cuda:0"
+        else:
+            name = text.lower() if text.lower().startswith("cuda") else f"cuda:{text}"
+            card = lookup_gpu_spec(text) if text.isdigit() else None
+            if card is not None:  # '4090' is a card, not GPU 4090
+                spec = card[0]
+                return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
+        ceilings = measured_ceilings(name, dtype)
+        if name.startswith("cuda"):
+            ceilings = replace(ceilings, clock_fraction=_clock_now(name))
+        return ceilings, f"this machine's {name} (measured)"
+    found = lookup_gpu_spec(text)
+    if found is None:
+        from tutor.fit_fields import unknown_device_message
+
+        raise UserError(unknown_device_message(text).replace("use 'this' (the detected device) or",
+                                                             "use cpu, a GPU index, or"))
+    spec, _note = found
+    return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
+
+
+def _clock_now(device: str):
+    """The SM clock now over the boost clock the datasheet peak assumes (NVML), with the clock-event reasons."""
+    from tutor.hardware import detect_machine
+    from tutor.theory.step_time import Sourced
+
+    machine = detect_machine()
+    gpu = machine.gpu_for(device)
+    assumed = machine.peak_clock_hz(device)
+    if gpu is None or not gpu.sm_clock_mhz or not assumed:
+        return None
+    reasons = ", ".join(gpu.clock_event_reasons or ()) or "none"
+    return Sourced(gpu.sm_clock_mhz * 1e6 / assumed, "fraction",
+                   f"NVML SM clock now {gpu.sm_clock_mhz} MHz over the {assumed / 1e6:g} MHz the datasheet peak assumes "
+                   f"(spec derivation); clock events: {reasons}")
+
+
+def apply_devices(request: fitting.FitRequest, devices: int | None) -> fitting.FitRequest:
+    """--devices N: the data-parallel degree that makes dp x tp x pp = N (or a check that it already does)."""
+    if devices is None:
+        return request
+    if devices < 1:
+        raise UserError(f"--devices must be at least 1, got {devices}")
+    if request.devices == devices:
+        return request
+    if request.dp != 1:
+        raise UserError(f"--devices {devices} disagrees with dp {request.dp} x tp {request.tp} x pp {request.pp} "
+                        f"= {request.devices}; give one or the other")
+    model_parallel = request.tp * request.pp
+    if devices % model_parallel:
+        raise UserError(f"--devices {devices} is not a multiple of tp x pp = {model_parallel}")
+    return replace(request, dp=devices // model_parallel)
+
+
+def _operation_rows(step: StepTime, ceilings: Ceilings) -> list[dict]:
+    """Operations grouped by name and phase with their FLOPs, bytes and time (largest first)."""
+    rows: dict[tuple[str, str], dict] = {}
+    for op in step.operations.operations:
+        key = (op.phase, op.name)
+        row = rows.setdefault(key, {"phase": op.phase, "name": op.name, "kind": op.kind, "flops": 0, "bytes": 0,
+                                    "seconds": 0.0, "shape": [op.batch, op.m, op.n, op.k] if op.kind == GEMM else None})
+        row["flops"] += op.total_flops
+        row["bytes"] += op.total_bytes
+        row["seconds"] += operation_seconds(ceilings, op)
+    return sorted(rows.values(), key=lambda row: -row["seconds"])
+
+
+def train_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, *, tokens: int, price: float | None,
+                 mfu: float | None, overlap: float) -> dict:
+    """The whole training answer as one dict (the JSON; the text view renders it)."""
+    from tutor.bench.ceilings import waterfall
+
+    step = training_step_time(arch, request, ceilings, overlap=overlap, mfu=mfu)
+    run = training_run(step, tokens=tokens, price_per_device_hour=price)
+    gemms = [op for op in step.operations.operations if op.kind == GEMM]
+    gemm_flops = sum(op.total_flops for op in gemms)
+    gemm_seconds = sum(operation_seconds(ceilings, op) for op in gemms)
+    per_device_model_flops = step.model_flops_per_step / step.devices
+    peak = ceilings.peak_flops.value if ceilings.peak_flops is not None else None
+    falls = waterfall(ceilings, gemm_flops=gemm_flops, gemm_seconds=gemm_seconds,
+                      model_flops=per_device_model_flops, step_seconds=step.seconds,
+                      clock_fraction=ceilings.clock_fraction)
+    return {
+        "flops_per_step": step.model_flops_per_step,
+        "flops_per_step_per_device": step.operations.flops(),
+        "model_flops_per_token": step.model_flops_per_step / step.tokens_per_step,
+        "step": {"seconds": step.seconds, "phases": step.phases, "microbatches": step.operations.microbatches,
+                 "tokens": step.tokens_per_step, "layers_per_device": step.operations.layers,
+                 "mfu_stated": mfu},
+        "tokens_per_second": step.tokens_per_second,
+        "mfu": {"datasheet": step.mfu(peak) if peak else None,
+                "measured_matmul": step.mfu(ceilings.max_matmul_flops),
+                "stated": mfu},
+        "train": {"tokens": run.tokens, "flops": run.flops, "seconds": run.seconds,
+                  "device_hours": run.device_hours, "cost": run.cost, "price_per_device_hour": price},
+        "communication": [{"group": c.group, "collective": c.op, "ranks": c.ranks, "bytes_per_rank": c.bytes_per_rank,
+                           "calls": c.calls, "link": c.link, "seconds": c.seconds,
+                           "exposed_seconds": c.exposed_seconds, "formula": c.formula} for c in step.collectives],
+        "waterfall": [{"name": w.name, "flops_per_s": w.flops_per_s, "factor": w.factor, "source": w.source}
+                      for w in falls],
+        "operations": _operation_rows(step, ceilings)[:12],
+        "assumptions": {"overlap": overlap,
+                        "overlap_meaning": "share of the data-parallel gradient traffic hidden under the backward "
+                                           "pass (at most its length); tensor-parallel and expert traffic is never "
+                                           "hidden",
+                        "optimizer": "torch's default (foreach / single-tensor) implementation, not fused"},
+    }
+
+
+def inference_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, batches=DECODE_BATCHES) -> dict:
+    """Prefill (time to first token) and decode tokens per second by batch, and where decode turns compute-bound."""
+    prefill = prefill_seconds(arch, request, ceilings)
+    prefill_ops = inference_operations(arch, request, queries=request.seq_len, context=request.seq_len,
+                                       logits_tokens=request.batch)
+    flops = sum(op.total_flops for op in prefill_ops)
+    points = [decode_step(arch, request, ceilings, batch=b, context=request.seq_len) for b in batches]
+    crossover = decode_compute_bound_batch(arch, request, ceilings, context=request.seq_len)
+    return {
+        "prefill": {"seconds": prefill, "tokens": request.batch * request.seq_len, "flops": flops,
+                    "tokens_per_second": request.batch * request.seq_len / prefill},
+        "decode": [{"batch": p.batch, "context": request.seq_len, "seconds_per_step": p.seconds,
+                    "tokens_per_second": p.tokens_per_second, "bound": p.bound,
+                    "compute_seconds": p.compute_seconds, "memory_seconds": p.memory_seconds} for p in points],
+        "decode_compute_bound_batch": crossover,
+    }
+
+
+def check_time_request(arch, request: fitting.FitRequest) -> None:
+    """A UserError for a request `time` cannot answer: one tutor.theory.fit rejects, or a LoRA/QLoRA step."""
+    fitting.validate_request(arch, request)
+    if request.adapter:
+        raise UserError("time counts full training steps; LoRA/QLoRA steps are not modelled yet (use --recipe mixed, "
+                        "bf16 or fp32)")
+
+
+def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, device_words: str, *, name: str,
+                        source: str, tokens: int, price: float | None = None, mfu: float | None = None,
+                        overlap: float = 1.0) -> dict:
+    """`time --json`'s report (without verify) for a checked request on ceilings already resolved."""
+    report = {"model": {"name": name, "source": source, "model_type": arch.model_type},
+              "mode": request.mode,
+              "request": {"batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp,
+                          "pp": request.pp, "ep": request.ep, "zero": request.zero, "recipe": request.recipe,
+                          "optimizer": request.optimizer, "recompute": request.recompute,
+                          "attention": request.attention, "microbatches": request.microbatches or request.pp,
+                          "devices": request.devices},
+              "device": {"name": device_words, "key": ceilings.device, "dtype": ceilings_dtype(request)}}
+    if request.mode == "train":
+        report.update(train_answer(arch, request, ceilings, tokens=tokens, price=price, mfu=mfu, overlap=overlap))
+    else:
+        report.update(inference_answer(arch, request, ceilings))
+    report["sources"] = ceilings.sources()
+    report["notes"] = list(ceilings.notes)
+    return report
+
+
+def time_report(arch, request: fitting.FitRequest, device: str | None, *, name: str, source: str,
+                tokens: int | None = None, price: float | None = None, mfu: float | None = None,
+                overlap: float = 1.0) -> dict:
+    """How long MODEL's step takes on `device` (None: this machine, measured; `cpu`, a GPU index, or a card by
+    name): `tensor-tutor time --json`'s report without --verify. UserError (one line) when the request makes
+    no sense for time or the device has no ceilings (no bench run on this machine, an unknown card)."""
+    from tutor.theory.units import parse_count
+
+    check_time_request(arch, request)
+    ceilings, device_words = resolve_ceilings(device, ceilings_dtype(request))
+    return report_for_ceilings(arch, request, ceilings, device_words, name=name, source=source,
+                               tokens=parse_count(DEFAULT_TOKENS) if tokens is None else tokens, price=price,
+                               mfu=mfu, overlap=overlap)
