@@ -122,8 +122,8 @@ def bandwidth_sweep_chart(results: Iterable[dict[str, Any]], caches: Sequence[tu
 
 def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str, Any]] = (),
                    traced_peak: int | None = None) -> Chart | None:
-    """Bytes alive over one training step, moment by moment in order (the `timeline` JSON of
-    `fit --timeline`): the total and each category that holds bytes at some moment; with `traced`
+    """Bytes alive over one training step or one prefill, moment by moment in order (the `timeline`
+    JSON of `fit --timeline`): the total and each category that holds bytes at some moment; with `traced`
     (the measured moments, [{"phase", "moment", "bytes"}]) the traced total at the moments both
     have, and the traced peak as a line. x is the moment's index."""
     if not timeline:
@@ -150,7 +150,8 @@ def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str
     notes = [f"peak {format_bytes(peak['bytes'])} at {name(peak)} ({peak['phase']})"]
     if traced_peak is not None:
         notes.append(f"traced peak {format_bytes(traced_peak)}")
-    return Chart(title="memory alive over one training step", x_label="moment", x_unit="", y_label="alive",
+    prefill = all(entry.get("phase") == "prefill" for entry in timeline)
+    return Chart(title="memory alive over one prefill" if prefill else "memory alive over one training step", x_label="moment", x_unit="", y_label="alive",
                  y_unit="B", series=tuple(series), x_log=False, notes=tuple(notes),
                  y_marks=(Mark("traced peak", float(traced_peak)),) if traced_peak is not None else ())
 
