@@ -44,3 +44,22 @@ RESULTS = [
     bandwidth_result("copy", 2, LEVELS),
     bandwidth_result("triad", 3, LEVELS),
 ]
+
+
+def collective_results(backend: str = "gloo", ranks: int = 2) -> list[dict]:
+    """A busbw sweep shaped like `bench collective --ranks 2` on the dev box (latency-bound small
+    messages, a plateau from a few MiB), as its JSON keeps it: each result with its op's sweep."""
+    curve = {4096: 0.009, 16384: 0.035, 65536: 0.099, 262144: 0.29, 2**20: 0.52, 4 * 2**20: 0.78, 16 * 2**20: 0.81}
+    results = []
+    for op, factor in (("all_reduce", 1.0), ("all_gather", 0.7)):
+        sweep = [{"size_bytes": size, "busbw_gbps": rate * factor, "algbw_gbps": rate * factor, "time_median_s": 0.001,
+                  "state": "ok"} for size, rate in curve.items()]
+        for point in sweep:
+            results.append({"kind": "collective", "op": op, "backend": backend, "ranks": ranks,
+                            "bytes": point["size_bytes"], "dtype": "fp32", "busbw_gbps": point["busbw_gbps"],
+                            "algbw_gbps": point["algbw_gbps"], "state": "ok", "sweep": sweep})
+    return results
+
+
+H100_HEADER = {"device_under_test": "cuda:0", "machine": {"cpu": {"caches": []}, "gpus": [
+    {"name": "NVIDIA H100 80GB HBM3", "spec": {"key": "h100-sxm", "name": "H100 SXM"}}]}}
