@@ -115,7 +115,12 @@ def test_the_svg_opens_in_headless_chromium(tmp_path):
         pytest.skip("no Chromium here (apt-get install chromium)")
     from xml.etree import ElementTree
 
-    svg = save_svg(bench_charts(RESULTS, HEADER), tmp_path / "run.svg")
+    from tutor.model_files import resolve_model
+    from tutor.theory.fit import FitRequest
+    from tutor.theory.fit_timeline import prefill_timeline
+
+    prefill = timeline_chart([m.to_json() for m in prefill_timeline(resolve_model("gpt2")[0], FitRequest())])
+    svg = save_svg([*bench_charts(RESULTS + collective_results(), HEADER), prefill], tmp_path / "run.svg")
     assert ElementTree.parse(svg).getroot().tag.endswith("svg")  # well-formed: no XML error page in the browser
     png = tmp_path / "run.png"
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
