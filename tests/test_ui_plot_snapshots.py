@@ -154,3 +154,24 @@ async def bench_scrolled_to_bandwidth(pilot) -> None:
 @SIZES
 def test_bench_screen_shows_the_run_sweeps(snap_compare, size, stored_run):
     assert snap_compare(TutorApp(fake_services()), terminal_size=size, run_before=bench_scrolled_to_bandwidth)
+
+
+def test_bench_screen_draws_a_stored_runs_busbw_sweep(tmp_path, monkeypatch):
+    import asyncio
+
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    append_run({**HEADER, "command": "tensor-tutor bench collective", "date": "2025-01-10T10:00:00+00:00",
+                "cancelled": False}, collective_results(), tmp_path / "results.jsonl")
+
+    async def check() -> None:
+        app = TutorApp(fake_services())
+        async with app.run_test(size=(120, 40)) as pilot:
+            pilot.app.action_bench()
+            await pilot.pause()
+            await pilot.pause()
+            view = pilot.app.screen.query_one("#collective-chart", ChartView)
+            assert view.chart is not None and view.chart.title == "collective bus bandwidth against message size"
+            assert [s.label for s in view.chart.series] == ["all_reduce gloo x2", "all_gather gloo x2"]
+            assert view.display and not pilot.app.screen.query_one("#matmul-chart", ChartView).display
+
+    asyncio.run(check())

@@ -144,6 +144,13 @@ def collective_sweep_chart(results: Iterable[dict[str, Any]], link: tuple[str, f
                  notes=("busbw = algbw x the nccl-tests factor; the median time of each size",))
 
 
+def collective_link(results: Iterable[dict[str, Any]], header: dict[str, Any] | None) -> tuple[str, float] | None:
+    """The link a run's collectives crossed, when they ran on GPUs (NCCL) of a card on record; else None
+    (gloo between CPU processes crosses no link with a datasheet rate)."""
+    on_gpus = any(r.get("kind") == "collective" and r.get("backend") == "nccl" for r in results)
+    return link_from_machine_json((header or {}).get("machine")) if on_gpus else None
+
+
 def link_from_machine_json(machine: dict[str, Any] | None) -> tuple[str, float] | None:
     """The intra-node link of the first GPU of a stored machine record whose card has one on record."""
     from tutor.bench.ceilings import intra_node_link_rate
@@ -460,8 +467,6 @@ def bench_charts(results: Sequence[dict[str, Any]], header: dict[str, Any] | Non
     header = header or {}
     caches = caches_from_machine_json(header.get("machine")) if str(
         header.get("device_under_test") or "cpu").startswith("cpu") else []
-    on_gpus = any(r.get("kind") == "collective" and r.get("backend") == "nccl" for r in results)
-    link = link_from_machine_json(header.get("machine")) if on_gpus else None
     charts = [matmul_sweep_chart(results), bandwidth_sweep_chart(results, caches),
-              collective_sweep_chart(results, link)]
+              collective_sweep_chart(results, collective_link(results, header))]
     return [chart for chart in charts if chart is not None]
