@@ -349,6 +349,35 @@ def pipeline_lanes(timeline: Sequence[Sequence[dict[str, Any]]], *, title: str, 
                  idle="idle (bubble, send/recv waits)", period=step)
 
 
+# ---- shares: one bar per item and column (the MoE lab's tokens per expert) --------------------------
+
+def share_bars(columns: Sequence[tuple[str, Sequence[float]]], *, title: str, row_label: str,
+               width: int = 8) -> Any:
+    """A table with one row per item and one column per (heading, shares): each cell a bar of
+    `width` cells scaled to the largest share of all columns, then the share as a percentage (the
+    text a screen reader reads). Eight cells keep four columns inside 80 terminal columns."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from tutor.formatting import format_percent
+
+    busiest = max((max(shares) for _heading, shares in columns if shares), default=0.0)
+
+    def bar(share: float) -> str:
+        filled = 0 if busiest <= 0 else round(width * share / busiest)
+        return "█" * filled + "·" * (width - filled)
+
+    table = Table(title=escape(title), title_justify="left")
+    table.add_column(escape(row_label), justify="right", no_wrap=True)
+    for heading, _shares in columns:
+        table.add_column(escape(heading), no_wrap=True)
+    for item in range(max((len(shares) for _heading, shares in columns), default=0)):
+        table.add_row(str(item), *(Text(f"{bar(shares[item])} {format_percent(shares[item]):>5}")
+                                   if item < len(shares) else Text("-") for _heading, shares in columns))
+    return table
+
+
 # ---- text: the picture (uniplot) and its table ---------------------------------------------------
 
 def chart_text(chart: Chart, *, width: int = CLI_WIDTH, height: int = CLI_HEIGHT, color: bool = False) -> str:

@@ -16,6 +16,11 @@ Measured on every rank, each a median over the steps, every phase started after 
   communication hidden behind the backward pass. On CPU ranks gloo's threads and the backward share
   the same cores, so the overlap here is small; on GPUs NCCL runs on its own streams.
 
+The same communication hook times each bucket of the DDP step: when DDP handed it over (its last
+gradient was ready) and when its all-reduce completed; the step of the median time on rank 0 is
+reported as `bucket_timeline`, each bucket with the share of its all-reduce that ran before the last
+bucket was ready (while backward still computed: bucket_overlap), and drawn as lanes (tutor.plots).
+
 The gradient bytes handed to all-reduce per step are counted by a communication hook (the sum of the
 bucket buffers), beside the parameter count x 4 bytes (FP32 gradients) and the ring traffic of
 tutor.theory.parallel.data_parallel_comm_bytes (ZeRO paper arXiv 1910.02054 section 7: 2 Psi per
@@ -94,7 +99,10 @@ def _ddp_rank(ctx: RankContext, p: dict) -> dict:
         marks["buckets"].append(entry)
 
         def completed(future):
-            sync()  # NCCL: the callback runs when the work is queued on the stream; wait for the data
+            if device.type == "cuda":
+                # NCCL: the callback may run before the all-reduce's kernels finish, on a stream that
+                # waits for them (torch.futures.Future.then): wait on that stream alone, not on backward's.
+                torch.cuda.current_stream(device).synchronize()
             entry["done_s"] = time.perf_counter() - marks["start"]
             return future.value()
 

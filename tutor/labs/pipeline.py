@@ -36,7 +36,9 @@ communication inside the bubble is visible. On a machine whose cores are shared 
 descheduled time inflates both; `core_wait_share` (Linux schedstat: time the stages' threads were
 ready to run but had no core) says how much. The first step (warm-up: allocation, socket buffers) is not
 counted; of the others, the step with the median bubble is reported, with its timeline. Beside it:
-tutor.theory.parallel.pipeline_bubble_fraction, (P-1)/(M+P-1).
+tutor.theory.parallel.pipeline_bubble_fraction, (P-1)/(M+P-1), and the theory's schedule drawn on the
+same time scale: every block at the median measured forward or backward length, replayed through the
+schedule with free hand-overs (equal_block_durations, replay_timeline), whose bubble is the formula's.
 
 Activations in flight: for each stage, the most micro-batches whose forward has finished and whose
 backward has not, read off the timeline, against pipeline_microbatches_in_flight (GPipe: M; 1F1B:
