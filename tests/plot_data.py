@@ -44,3 +44,66 @@ RESULTS = [
     bandwidth_result("copy", 2, LEVELS),
     bandwidth_result("triad", 3, LEVELS),
 ]
+
+
+def collective_results(backend: str = "gloo", ranks: int = 2) -> list[dict]:
+    """A busbw sweep shaped like `bench collective --ranks 2` on the dev box (latency-bound small
+    messages, a plateau from a few MiB), as its JSON keeps it: each result with its op's sweep."""
+    curve = {4096: 0.009, 16384: 0.035, 65536: 0.099, 262144: 0.29, 2**20: 0.52, 4 * 2**20: 0.78, 16 * 2**20: 0.81}
+    results = []
+    for op, factor in (("all_reduce", 1.0), ("all_gather", 0.7)):
+        sweep = [{"size_bytes": size, "busbw_gbps": rate * factor, "algbw_gbps": rate * factor, "time_median_s": 0.001,
+                  "state": "ok"} for size, rate in curve.items()]
+        for point in sweep:
+            results.append({"kind": "collective", "op": op, "backend": backend, "ranks": ranks,
+                            "bytes": point["size_bytes"], "dtype": "fp32", "busbw_gbps": point["busbw_gbps"],
+                            "algbw_gbps": point["algbw_gbps"], "state": "ok", "sweep": sweep})
+    return results
+
+
+H100_HEADER = {"device_under_test": "cuda:0", "machine": {"cpu": {"caches": []}, "gpus": [
+    {"name": "NVIDIA H100 80GB HBM3", "spec": {"key": "h100-sxm", "name": "H100 SXM"}}]}}
+
+
+def pipeline_result(schedule: str = "1f1b"):
+    """A pipeline lab result with fixed block times (2 stages x 4 micro-batches; backward 2x forward,
+    the last stage a little slower, hand-overs 1 ms), and the theory's schedule of those blocks."""
+    from tutor.labs import ProbeResult
+    from tutor.labs.pipeline import equal_block_durations, measured_bubble_fraction, replay_timeline, step_time
+
+    stages, microbatches = 2, 4
+    durations = [{(kind, i): (0.020 if kind == "F" else 0.040) * (1.1 if stage == 1 else 1.0) + 0.001
+                  for kind in "FB" for i in range(microbatches)} for stage in range(stages)]
+    measured = replay_timeline(schedule, durations)
+    step = step_time(measured, [0.0] * stages)
+    theory = replay_timeline(schedule, equal_block_durations(measured))
+    theory_step = step_time(theory, [0.0] * stages)
+    details = {"bubble_fraction": {"measured": measured_bubble_fraction(measured, step), "theory": 0.2},
+               "schedule": schedule, "stages": stages, "microbatches": microbatches, "step_s": step,
+               "timeline": measured, "theory_timeline": theory, "theory_step_s": theory_step,
+               "theory_schedule_bubble": measured_bubble_fraction(theory, theory_step)}
+    return ProbeResult("pipeline", (), {}, "", details=details)
+
+
+def ddp_result():
+    """A ddp lab result whose rank-0 step has three buckets: one hidden behind backward, one half, one exposed."""
+    from tutor.labs import ProbeResult
+    from tutor.labs.ddp import bucket_overlap
+
+    buckets = [{"index": 0, "bytes": 266240, "ready_s": 0.030, "done_s": 0.045},
+               {"index": 1, "bytes": 267264, "ready_s": 0.050, "done_s": 0.070},
+               {"index": 2, "bytes": 131072, "ready_s": 0.060, "done_s": 0.075}]
+    timeline = {"forward_s": 0.010, "backward_s": 0.076, "step_s": 0.077, "buckets": bucket_overlap({"buckets": buckets})}
+    per_rank = [{"rank": r, "compute_s": 0.060, "communication_s": 0.004, "step_s": 0.077} for r in (0, 1)]
+    return ProbeResult("ddp", (), {}, "", details={"per_rank": per_rank, "bucket_timeline": timeline})
+
+
+def moe_result():
+    """A moe lab result: a skewed start, and the three runs' loads after training."""
+    from tutor.labs import ProbeResult
+
+    start = [0.40, 0.25, 0.15, 0.08, 0.05, 0.04, 0.02, 0.01]
+    runs = {"none": [0.38, 0.27, 0.14, 0.09, 0.05, 0.04, 0.02, 0.01],
+            "aux_loss": [0.15, 0.14, 0.13, 0.13, 0.12, 0.12, 0.11, 0.10],
+            "bias": [0.13, 0.13, 0.13, 0.12, 0.12, 0.12, 0.13, 0.12]}
+    return ProbeResult("moe", (), {}, "", details={"expert_load_start": start, "expert_load_by_run": runs})

@@ -29,6 +29,24 @@ def test_two_gloo_ranks_report_algbw_and_busbw() -> None:
     assert by_op["reduce_scatter"].busbw_gbps == pytest.approx(by_op["reduce_scatter"].algbw_gbps / 2)
 
 
+@pytest.mark.slow
+def test_a_sweep_of_sizes_is_kept_with_each_result() -> None:
+    results = collective_bandwidth(ranks=2, budget_s=20.0, ops=("all_reduce",), sizes=(16 * 1024, 4096, 64 * 1024))
+    assert [r.bytes for r in results] == [4096, 16 * 1024, 64 * 1024]  # measured smallest first
+    for result in results:
+        sweep = result.to_json()["sweep"]
+        assert [p["size_bytes"] for p in sweep] == [4096, 16 * 1024, 64 * 1024]
+        assert [p["busbw_gbps"] for p in sweep] == [r.busbw_gbps for r in results]
+        assert [p["state"] for p in sweep] == [r.state for r in results]  # a size the budget skipped says so
+    assert results[0].state == "ok", results[0].message
+
+
+def test_the_default_sizes_sweep_from_latency_to_bandwidth_bound() -> None:
+    sizes = parse_sizes(None)
+    assert sizes[0] == 4096 and sizes[-1] == 64 * 2**20
+    assert all(b == 4 * a for a, b in zip(sizes, sizes[1:]))
+
+
 def test_busbw_factor_for_eight_ranks() -> None:
     # nccl-tests: all_reduce busbw = algbw x 2(n-1)/n = 1.75 x algbw on 8 ranks; all_gather 7/8.
     assert collective.bus_bandwidth_gbps("all_reduce", 100.0, 8) == pytest.approx(175.0)

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cli_runner import run  # noqa: E402
-from plot_data import HEADER, RESULTS  # noqa: E402
+from plot_data import HEADER, RESULTS, collective_results  # noqa: E402
 from tutor.bench.notebook import append_run  # noqa: E402
 
 
@@ -44,8 +44,19 @@ def test_history_plot_saves_svg(notebook, tmp_path):
     (["bench", "history", "--plot", "1", "--svg", "/no/such/folder/x.svg"], "cannot write"),
     (["bench", "--svg", "/no/such/folder/x.svg"], "cannot write"),
     (["bench", "bandwidth", "--svg", "/no/such/folder/x.svg"], "cannot write"),
+    (["bench", "collective", "--svg", "/no/such/folder/x.svg"], "cannot write"),
 ])
 def test_bad_svg_or_run_is_one_line_and_exit_2(notebook, argv, message):
     code, out, err = run(argv)
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_history_plot_draws_the_busbw_sweep_of_a_collective_run(notebook):
+    append_run({**HEADER, "command": "tensor-tutor bench collective", "date": "2025-01-11T10:00:00+00:00",
+                "cancelled": False}, collective_results(), notebook / "results.jsonl")
+    code, out, err = run(["bench", "history", "--plot", "2"])
+    assert code == 0, err
+    assert "collective bus bandwidth against message size" in out
+    assert "all_reduce gloo x2" in out and "16 MiB" in out and "810 MB/s" in out  # the table
+    assert "per direction" not in out  # gloo on a CPU: no link rate to draw

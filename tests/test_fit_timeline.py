@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cli_runner import run  # noqa: E402
 from tutor.model_files import resolve_model  # noqa: E402
 from tutor.theory import fit as fitting  # noqa: E402
-from tutor.theory.fit_timeline import training_timeline  # noqa: E402
+from tutor.theory.fit_timeline import prefill_timeline, training_timeline  # noqa: E402
 
 TOLERANCE = 0.10
 
@@ -89,7 +89,6 @@ def test_fit_timeline_prints_the_picture_and_its_table(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["fit", "gpt2", "--mode", "inference", "--timeline"], "--timeline is for training"),
     (["fit", "gpt2", "--mode", "train", "--svg", "x.svg"], "--svg needs --timeline"),
     (["fit", "--params", "7B", "--mode", "train", "--timeline"], "--timeline needs the model's architecture"),
 ])
@@ -129,4 +128,78 @@ def test_predicted_timeline_matches_a_real_step(model_type):
     peak = max(m.bytes for m in predicted.values())
     if abs(peak - step.peak.bytes) > TOLERANCE * step.peak.bytes:
         off.append(f"peak: measured {step.peak.bytes:,}, predicted {peak:,}")
+    assert not off, "\n".join(off)
+
+
+# ---- a prefill ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "gpt2", "gemma-2-2b", "mixtral-8x7b", "deepseek-v3"])
+@pytest.mark.parametrize("fields", [{}, {"impl": "fused"}, {"gpu": False}, {"pp": 4}, {"tp": 4},
+                                    {"batch": 8, "seq_len": 8192}])
+def test_the_prefill_timeline_peaks_at_the_estimate_peak(name, fields):
+    arch = resolve_model(name)[0]
+    request = fitting.FitRequest(mode="inference", **fields)
+    timeline = prefill_timeline(arch, request)
+    worst = fitting.estimate(arch, request).worst
+    assert max(moment.bytes for moment in timeline) == worst.peak.bytes
+    assert len([m for m in timeline if m.moment.startswith("into layer")]) == worst.layers
+
+
+def test_the_prefill_cache_grows_layer_by_layer_and_the_layer_tensors_come_and_go():
+    arch = resolve_model("llama-3.2-1b")[0]
+    request = fitting.FitRequest(mode="inference", batch=4, seq_len=8192)
+    timeline = prefill_timeline(arch, request)
+    kv = [m.per_category["kv_cache"] for m in timeline]
+    assert kv == sorted(kv) and kv[0] == 0
+    assert kv[-1] == fitting.estimate(arch, request).worst.component("kv_cache")
+    into = [m for m in timeline if m.moment.startswith("into")]
+    inside = [m for m in timeline if m.moment.startswith("inside")]
+    assert all(a.per_category["activations"] > b.per_category["activations"] for a, b in zip(inside, into[1:]))
+    assert all(m.per_category["gradients"] == m.per_category["optimizer"] == 0 for m in timeline)
+    assert timeline[-1].moment.startswith("end of prefill")
+
+
+def test_training_has_no_prefill_timeline():
+    with pytest.raises(ValueError):
+        prefill_timeline(resolve_model("gpt2")[0], fitting.FitRequest(mode="train"))
+
+
+def test_fit_prefill_timeline_json_and_picture():
+    code, out, err = run(["fit", "llama-3.2-1b", "--mode", "inference", "--timeline", "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert max(m["bytes"] for m in data["timeline"]) == _peak_bytes(data)
+    assert {m["phase"] for m in data["timeline"]} == {"prefill"}
+    code, out, err = run(["fit", "gpt2", "--mode", "inference", "--timeline"])
+    assert code == 0, err
+    assert "memory alive over one prefill" in out and "into layer 11" in out and "end of prefill" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+def test_predicted_prefill_timeline_matches_a_real_prefill(model_type):
+    pytest.importorskip("transformers")
+    from benchmarks.fit_vs_transformers import BATCH, CONFIGS, SEQ_LEN, architecture_for, build_model, fit_request
+    from tutor.bench.memory_trace import measure_prefill_timeline, token_ids
+
+    run_config = CONFIGS["inference"]
+    hf_config, model = build_model(model_type, run_config)
+    ids = token_ids(model.config.vocab_size, BATCH, SEQ_LEN, seed=1)
+    measured, prefill = measure_prefill_timeline(model, ids)
+    arch, _ = architecture_for(model_type, hf_config)
+    request = fit_request(run_config, "hf", attention=model.config._attn_implementation)
+    predicted = {(m.phase, m.moment): m for m in prefill_timeline(arch, request)}
+    assert [m.moment for m in measured] == [f"into layer {i}" for i in range(arch.num_layers)] + [
+        "end of prefill: the next token's logits"]
+    off = []
+    for moment in measured:
+        theory = predicted[(moment.phase, moment.moment)]
+        if abs(theory.bytes - moment.bytes) > TOLERANCE * moment.bytes:
+            off.append(f"{moment.moment}: measured {moment.bytes:,}, predicted {theory.bytes:,}")
+        if moment.per_category["kv_cache"] != theory.per_category["kv_cache"]:  # the cache, layer by layer
+            off.append(f"{moment.moment}: KV cache measured {moment.per_category['kv_cache']:,}, "
+                       f"predicted {theory.per_category['kv_cache']:,}")
+    peak = max(m.bytes for m in predicted.values())
+    if abs(peak - prefill.peak.bytes) > TOLERANCE * prefill.peak.bytes:
+        off.append(f"peak: measured {prefill.peak.bytes:,}, predicted {peak:,}")
     assert not off, "\n".join(off)

@@ -9,8 +9,8 @@ import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip
 from rich.console import Console
 
 from tutor.errors import UserError
-from tutor.labs import get_probe, run_probe
-from tutor.labs.ddp import overlap_fraction
+from tutor.labs import ProbeResult, get_probe, run_probe
+from tutor.labs.ddp import bucket_overlap, ddp_lanes, overlap_fraction
 
 
 @pytest.mark.slow
@@ -34,6 +34,37 @@ def test_two_ranks_train_identical_replicas_and_all_reduce_every_gradient() -> N
     text = io.StringIO()
     Console(file=text, width=100).print(get_probe("ddp").render(result))
     assert "DDP step" in text.getvalue() and "█" in text.getvalue()
+    # Every bucket DDP handed over has its all-reduce on rank 0's step timeline, ready before done.
+    timeline = data["bucket_timeline"]
+    assert sorted(b["bytes"] for b in timeline["buckets"]) == sorted(data["buckets"]["bytes"])
+    assert all(0 < b["ready_s"] <= b["done_s"] <= timeline["backward_s"] + 1e-3 for b in timeline["buckets"])
+    assert 0 < timeline["forward_s"] < timeline["backward_s"]
+    assert "bucket 0" in text.getvalue() and "hidden" in text.getvalue()
+
+
+def test_a_bucket_is_hidden_while_backward_still_computes() -> None:
+    moments = {"forward_s": 1.0, "backward_s": 9.0, "step_s": 9.0, "buckets": [
+        {"index": 1, "bytes": 100, "ready_s": 6.0, "done_s": 9.0},   # ready last: backward is done then
+        {"index": 0, "bytes": 200, "ready_s": 2.0, "done_s": 4.0}]}  # all of it before 6.0
+    overlap = bucket_overlap(moments)
+    assert [b["index"] for b in overlap] == [0, 1]  # in the order they were ready
+    assert [b["hidden_share"] for b in overlap] == [1.0, 0.0]
+    moments["buckets"][0]["done_s"] = 7.0  # the last-ready bucket (index 1)
+    moments["buckets"].append({"index": 2, "bytes": 50, "ready_s": 5.0, "done_s": 7.0})  # 1 of its 2 s before 6.0
+    assert [b["hidden_share"] for b in bucket_overlap(moments)] == [1.0, 0.5, 0.0]
+
+
+def test_the_ddp_step_draws_a_lane_per_bucket_and_its_table() -> None:
+    timeline = {"forward_s": 1.0, "backward_s": 9.0, "step_s": 9.0,
+                "buckets": bucket_overlap({"buckets": [{"index": 0, "bytes": 2048, "ready_s": 2.0, "done_s": 4.0},
+                                                       {"index": 1, "bytes": 1024, "ready_s": 6.0, "done_s": 9.0}]})}
+    lanes = ddp_lanes(timeline)
+    assert [lane.label for lane in lanes.lanes] == ["rank 0 compute", "bucket 0 2 KiB", "bucket 1 1 KiB"]
+    text = io.StringIO()
+    result = ProbeResult("ddp", (), {}, "", details={"bucket_timeline": timeline, "per_rank": []})
+    Console(file=text, width=80).print(get_probe("ddp").render(result))
+    drawn = text.getvalue()
+    assert "100% hidden" in drawn and "0% hidden" in drawn and "(table)" in drawn
 
 
 def test_overlap_is_the_hidden_share_of_communication() -> None:

@@ -285,6 +285,11 @@ def test_labs_json_and_render_of_a_real_1f1b_run() -> None:
     assert 0.0 < data["bubble_with_free_handovers"] <= data["bubble_fraction"]["measured"] + 1e-9
     assert all(entry["activation_bytes_per_microbatch"] > 0 for entry in data["in_flight"])
     assert "stage 1" in "\n".join(_drawn(result, 100))
+    # Beside it, the theory's schedule of the same blocks: every block, its bubble the formula's.
+    assert [sorted((e["kind"], e["microbatch"]) for e in events) for events in data["theory_timeline"]] == [
+        sorted((e["kind"], e["microbatch"]) for e in events) for events in timeline]
+    assert data["theory_schedule_bubble"] == pytest.approx(data["bubble_fraction"]["theory"])
+    assert "theory's schedule" in "\n".join(_drawn(result, 100))
 
 
 @pytest.mark.slow
@@ -311,3 +316,31 @@ def test_the_run_queue_wait_is_read_in_seconds_and_only_grows() -> None:
     second = _run_queue_wait_s()
     assert isinstance(first, float) and isinstance(second, float)
     assert 0.0 <= first <= second < 1e6  # nanoseconds read as seconds: not 1e9 times too large
+
+
+def test_the_theory_schedule_is_drawn_beside_the_measured_one_on_one_scale() -> None:
+    from tutor.labs.pipeline import equal_block_durations
+
+    measured = _ideal_gpipe(2, 4)
+    theory = replay_timeline("gpipe", equal_block_durations(measured))
+    result = _result(measured, 15.0)
+    result.details.update(theory_timeline=theory, theory_step_s=step_time(theory, [0.0, 0.0]),
+                          theory_schedule_bubble=measured_bubble_fraction(theory, step_time(theory, [0.0, 0.0])))
+    lines = _drawn(result, 100)
+    rows = [line for line in lines if line.startswith("stage ")]
+    assert len(rows) == 2 + 2 and all(len(row) == 100 for row in rows)  # two pictures, one lane per stage each
+    assert any(line.startswith("measured: gpipe") for line in lines)
+    assert any(line.startswith("theory's schedule") for line in lines)
+    assert any("(table)" in line for line in lines)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("stages", "microbatches"), [(2, 4), (4, 8), (3, 5)])
+def test_equal_blocks_replayed_give_the_formula_bubble(schedule: str, stages: int, microbatches: int) -> None:
+    from tutor.labs.pipeline import equal_block_durations
+
+    uneven = [[{"kind": kind, "microbatch": i, "start_s": 0.0, "end_s": (1.0 + 0.1 * stage + 0.01 * i) * (2 if kind == "B" else 1)}
+               for kind in "FB" for i in range(microbatches)] for stage in range(stages)]
+    theory = replay_timeline(schedule, equal_block_durations(uneven))
+    bubble = measured_bubble_fraction(theory, step_time(theory, [0.0] * stages))
+    assert bubble == pytest.approx(float(Fraction(stages - 1, microbatches + stages - 1)))

@@ -281,3 +281,20 @@ def test_tied_embeddings_are_traced_tied(tmp_path) -> None:
     report = trace_report(tmp_path, {**LLAMA, "tie_word_embeddings": True}, "--recipe", "bf16", "--device", "cpu")
     assert report["trace"]["params"] == report["model"]["params_total"]
     assert report["trace"]["max_per_category_bytes"]["weights"] == 2 * report["model"]["params_total"]
+
+
+def test_a_traced_prefill_has_its_timeline_beside_the_predicted_one(tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    result = CliRunner().invoke(fit, [str(path), "--mode", "inference", "--seq", "64", "--device", "cpu", "--trace",
+                                      "--timeline", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    predicted = {m["moment"]: m for m in report["timeline"]}
+    traced = report["traced_timeline"]
+    assert [m["moment"] for m in traced] == [f"into layer {i}" for i in range(LLAMA["num_hidden_layers"])] + [
+        "end of prefill: the next token's logits"]
+    for moment in traced:  # the layer boundaries, within the 10% the prefill's categories are held to
+        theory = predicted[moment["moment"]]
+        assert abs(theory["bytes"] - moment["bytes"]) <= 0.10 * moment["bytes"], moment["moment"]
+        assert theory["per_category_bytes"]["kv_cache"] == moment["per_category_bytes"]["kv_cache"]

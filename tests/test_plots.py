@@ -11,12 +11,12 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from plot_data import HEADER, RESULTS  # noqa: E402
+from plot_data import H100_HEADER, HEADER, RESULTS, collective_results  # noqa: E402
 from tutor.errors import UserError  # noqa: E402
 from tutor.formatting import axis_unit  # noqa: E402
 from tutor.plots import (  # noqa: E402
-    bandwidth_sweep_chart, bench_charts, caches_from_machine_json, chart_rows, chart_text, matmul_sweep_chart,
-    print_chart, save_svg, timeline_chart)
+    Lane, Lanes, LanesPicture, Span, bandwidth_sweep_chart, bench_charts, caches_from_machine_json, chart_rows,
+    chart_text, collective_sweep_chart, lanes_rows, matmul_sweep_chart, print_chart, save_svg, timeline_chart)
 
 
 def test_matmul_chart_has_one_series_per_sweep_and_a_peak_per_dtype():
@@ -115,10 +115,51 @@ def test_the_svg_opens_in_headless_chromium(tmp_path):
         pytest.skip("no Chromium here (apt-get install chromium)")
     from xml.etree import ElementTree
 
-    svg = save_svg(bench_charts(RESULTS, HEADER), tmp_path / "run.svg")
+    from tutor.model_files import resolve_model
+    from tutor.theory.fit import FitRequest
+    from tutor.theory.fit_timeline import prefill_timeline
+
+    prefill = timeline_chart([m.to_json() for m in prefill_timeline(resolve_model("gpt2")[0], FitRequest())])
+    svg = save_svg([*bench_charts(RESULTS + collective_results(), HEADER), prefill], tmp_path / "run.svg")
     assert ElementTree.parse(svg).getroot().tag.endswith("svg")  # well-formed: no XML error page in the browser
     png = tmp_path / "run.png"
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
                     "--window-size=1000,800", svg.as_uri()], capture_output=True, timeout=120, check=True)
     data = png.read_bytes()
     assert data.startswith(b"\x89PNG") and len(data) > 10_000  # a drawn page, not an error page's few bytes
+
+
+def test_collective_chart_has_one_series_per_op_and_the_link_only_on_gpus():
+    chart = collective_sweep_chart(collective_results())
+    assert [s.label for s in chart.series] == ["all_reduce gloo x2", "all_gather gloo x2"]
+    assert [p.x for p in chart.series[0].points] == sorted(p.x for p in chart.series[0].points)
+    assert chart.series[0].points[0].x == 4096 and chart.x_unit == "B" and chart.x_log
+    assert chart.y_marks == ()
+    # A gloo run on this box draws no link; an NCCL run on an H100 draws NVLink 4's datasheet rate.
+    assert [c.title for c in bench_charts(collective_results(), HEADER)] == [
+        "collective bus bandwidth against message size"]
+    gpu = [c for c in bench_charts(collective_results("nccl", 8), H100_HEADER) if c.title.startswith("collective")][0]
+    from tutor.theory.interconnect import nvlink_bandwidth_bytes_per_s
+
+    assert [(m.label, m.value) for m in gpu.y_marks] == [("NVLink 4 per direction", nvlink_bandwidth_bytes_per_s(4) / 1e9)]
+
+
+def test_collective_chart_reads_runs_stored_before_the_sweep():
+    old = [{k: v for k, v in result.items() if k != "sweep"} for result in collective_results()]
+    chart = collective_sweep_chart(old)
+    assert [len(s.points) for s in chart.series] == [7, 7]
+    assert collective_sweep_chart(old[:1]) is None  # one size is no curve
+
+
+def test_lanes_draw_each_block_at_its_time_and_the_table_says_it():
+    lanes = Lanes(title="two lanes", length=10.0, kinds=(("F", "forward"), ("B", "backward")), lanes=(
+        Lane("a", (Span(0.0, 5.0, "F", "F0"), Span(5.0, 10.0, "B", "B0"))),
+        Lane("b", (Span(5.0, 7.5, "F", "F0"),))))
+    text = io.StringIO()
+    Console(file=text, width=42, color_system=None).print(LanesPicture(lanes))
+    rows = [line for line in text.getvalue().splitlines() if line[:2] in ("a ", "b ")]
+    assert rows[0] == "a " + "F0" + "─" * 18 + "B0" + "─" * 18
+    assert rows[1] == "b " + "·" * 20 + "F0" + "─" * 8 + "·" * 10
+    header, table = lanes_rows(lanes)
+    assert header == ["lane", "busy", "idle", "blocks (start-end)"]
+    assert table[1][:3] == ["b", "2.5 s", "75%"]  # idle of the period up to the latest end (10 s)

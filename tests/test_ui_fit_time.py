@@ -84,7 +84,11 @@ async def test_inference_shows_the_prefill_and_decode_that_time_answers():
         assert format_duration(expected["prefill"]["seconds"]) in text
         for point in expected["decode"]:
             assert format_rate(point["tokens_per_second"], "tokens/s") in text
-        assert screen.fit_time.timeline == () and not screen.query_one("#timeline").display  # no step timeline
+        # The picture is the prefill's: the same moments `fit --timeline` gives for inference.
+        fitted = json.loads(run(["fit", "llama-3.1-8b", "--device", "a100-80gb", "--timeline", "--json"])[1])
+        assert list(screen.fit_time.timeline) == fitted["timeline"]
+        assert {moment["phase"] for moment in fitted["timeline"]} == {"prefill"}
+        assert screen.query_one("#timeline").display
 
 
 @sync
@@ -199,13 +203,17 @@ async def test_ctrl_s_on_the_fit_screen_saves_the_timeline_and_says_where(tmp_pa
         alive = data["charts"][0]["series"][0]
         assert max(p["y"] for p in alive["points"]) == screen.fit_time.peak["bytes"]
         assert svg.with_suffix(".csv").exists()
-        # Inference has no picture: Ctrl+S says so and writes nothing.
+        # Inference draws the prefill: Ctrl+S saves that picture, its maximum the prefill's peak.
         await fit_screen(pilot, mode="inference")
-        await until(pilot, lambda: screen.time_settled and screen.fit_time.timeline == (), "the inference answer")
+        await until(pilot, lambda: screen.time_settled and screen.fit_time.timeline
+                    and screen.fit_time.timeline[0]["phase"] == "prefill", "the inference answer")
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: any("no picture" in note.message for note in app._notifications),
-                    "the warning")
-        assert len(list((tmp_path / "exports").glob("*.svg"))) == 1
+        await until(pilot, lambda: len(list((tmp_path / "exports").glob("fit-timeline-*.svg"))) == 2,
+                    "the saved prefill picture")
+        newest = max((tmp_path / "exports").glob("fit-timeline-*.json"), key=lambda path: path.stat().st_mtime_ns)
+        prefill = json.loads(newest.read_text(encoding="utf-8"))["charts"][0]
+        assert prefill["title"] == "memory alive over one prefill"
+        assert max(p["y"] for p in prefill["series"][0]["points"]) == screen.fit_time.peak["bytes"]
 
 
 @sync

@@ -251,7 +251,7 @@ def decode_bounds(values: Mapping[str, Any], machine: Machine, dtype: str) -> tu
 @dataclass(frozen=True)
 class FitTime:
     """The Fit screen's second half: how long the step takes (`tensor-tutor time --json`'s report, from
-    tutor.time_answer) or the one line why it cannot say, and, for training, the memory alive over the step
+    tutor.time_answer) or the one line why it cannot say, and the memory alive over the training step or the prefill
     (tutor.theory.fit_timeline, `fit --timeline`'s JSON) with its peak moment."""
 
     report: dict[str, Any] | None
@@ -288,7 +288,7 @@ def fit_time(values: Mapping[str, Any], machine: Machine | None) -> FitTime:
     """The time and the memory timeline of the Fit form's question: the same request the memory answer
     uses (tutor.fit_answer), timed by the entry point `tensor-tutor time` uses (tutor.time_answer.time_report)
     on the form's device. UserError for a form the memory answer rejects too."""
-    from tutor.theory.fit_timeline import timeline_peak, training_timeline
+    from tutor.theory.fit_timeline import step_timeline, timeline_peak
     from tutor.time_answer import time_report
 
     answer = answer_fit(FitInputs.from_values({"model": DEFAULT_MODEL, **values}, machine,
@@ -297,12 +297,9 @@ def fit_time(values: Mapping[str, Any], machine: Machine | None) -> FitTime:
     if arch is None:
         return FitTime(None, "time counts every operation of the step: it needs an architecture (a preset, "
                              "a config.json or a model folder), not a bare parameter count")
-    timeline: tuple[dict[str, Any], ...] = ()
-    peak = None
-    if request.mode == fitting.Mode.TRAIN:
-        moments = training_timeline(arch, request)
-        timeline = tuple(moment.to_json() for moment in moments)
-        peak = timeline_peak(moments).to_json()
+    moments = step_timeline(arch, request)
+    timeline = tuple(moment.to_json() for moment in moments)
+    peak = timeline_peak(moments).to_json()
     device = time_device(values, machine)
     if device is None:
         return FitTime(None, "time needs a device with known rates: a card (h100) or this machine, not a memory "

@@ -127,10 +127,54 @@ def bandwidth_sweep_chart(results: Iterable[dict[str, Any]], caches: Sequence[tu
                  x_marks=tuple(Mark(name, float(size)) for name, size in caches), notes=tuple(notes))
 
 
+def collective_sweep_chart(results: Iterable[dict[str, Any]], link: tuple[str, float] | None = None) -> Chart | None:
+    """busbw against message size, one series per collective (op, backend, ranks), from each result's
+    `sweep` (or, for runs stored before it, from the results of each size); `link` (name, bytes/s per
+    direction) as a horizontal line. None without two measured sizes of some op."""
+    points_of: dict[str, dict[float, float]] = {}
+    for result in results:
+        if result.get("kind") != "collective":
+            continue
+        label = f"{result.get('op')} {result.get('backend')} x{result.get('ranks')}"
+        sweep = result.get("sweep") or [{"size_bytes": result.get("bytes"), "busbw_gbps": result.get("busbw_gbps")}]
+        for point in sweep:
+            size, busbw = point.get("size_bytes"), point.get("busbw_gbps")
+            if isinstance(size, (int, float)) and size > 0 and isinstance(busbw, (int, float)):
+                points_of.setdefault(label, {})[float(size)] = float(busbw)
+    series = tuple(Series(label, tuple(Point(size, busbw) for size, busbw in sorted(points.items())))
+                   for label, points in points_of.items() if len(points) >= 2)
+    if not series:
+        return None
+    marks = (Mark(f"{link[0]} per direction", link[1] / 1e9),) if link is not None else ()
+    return Chart(title="collective bus bandwidth against message size", x_label="message", x_unit="B",
+                 y_label="busbw", y_unit="GB/s", series=series, y_marks=marks,
+                 notes=("busbw = algbw x the nccl-tests factor; the median time of each size",))
+
+
+def collective_link(results: Iterable[dict[str, Any]], header: dict[str, Any] | None) -> tuple[str, float] | None:
+    """The link a run's collectives crossed, when they ran on GPUs (NCCL) of a card on record; else None
+    (gloo between CPU processes crosses no link with a datasheet rate)."""
+    on_gpus = any(r.get("kind") == "collective" and r.get("backend") == "nccl" for r in results)
+    return link_from_machine_json((header or {}).get("machine")) if on_gpus else None
+
+
+def link_from_machine_json(machine: dict[str, Any] | None) -> tuple[str, float] | None:
+    """The intra-node link of the first GPU of a stored machine record whose card has one on record."""
+    from tutor.bench.ceilings import intra_node_link_rate
+
+    for gpu in (machine or {}).get("gpus") or ():
+        spec = gpu.get("spec") if isinstance(gpu, dict) else None
+        if isinstance(spec, dict) and isinstance(spec.get("key"), str):
+            link = intra_node_link_rate(spec["key"])
+            if link is not None:
+                return link
+    return None
+
+
 def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str, Any]] = (),
                    traced_peak: int | None = None, *, peak_mark: bool = False) -> Chart | None:
-    """Bytes alive over one training step, moment by moment in order (the `timeline` JSON of
-    `fit --timeline`): the total and each category that holds bytes at some moment; with `traced`
+    """Bytes alive over one training step or one prefill, moment by moment in order (the `timeline`
+    JSON of `fit --timeline`): the total and each category that holds bytes at some moment; with `traced`
     (the measured moments, [{"phase", "moment", "bytes"}]) the traced total at the moments both
     have, and the traced peak as a line. x is the moment's index. `peak_mark` draws the predicted
     peak as a line named with its phase (the Fit screen's picture; the note names its moment)."""
@@ -161,10 +205,189 @@ def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str
     marks: tuple[Mark, ...] = (Mark(f"peak, in {peak['phase']}", float(peak["bytes"])),) if peak_mark else ()
     if traced_peak is not None:
         marks += (Mark("traced peak", float(traced_peak)),)
+    prefill = all(entry.get("phase") == "prefill" for entry in timeline)
     # The Fit screen's picture: the forward ramp rises to the peak on the left, the right's upper half stays free.
-    return Chart(title="memory alive over one training step", x_label="moment", x_unit="", y_label="alive",
-                 y_unit="B", series=tuple(series), x_log=False, notes=tuple(notes), y_marks=marks,
-                 legend_corner="top right" if peak_mark else "")
+    return Chart(title="memory alive over one prefill" if prefill else "memory alive over one training step",
+                 x_label="moment", x_unit="", y_label="alive", y_unit="B", series=tuple(series), x_log=False,
+                 notes=tuple(notes), y_marks=marks, legend_corner="top right" if peak_mark else "")
+
+
+# ---- lanes: what ran when, one row per rank or bucket (schedules, overlap) -------------------------
+
+@dataclass(frozen=True)
+class Span:
+    """One block on a lane: from start to end (seconds from the lanes' origin), of a kind ("F", "B",
+    "comm", ...), labelled at its start ("F3": micro-batch 3's forward)."""
+
+    start: float
+    end: float
+    kind: str
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Lane:
+    label: str
+    spans: tuple[Span, ...]
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """Timelines on one time axis from 0 to `length` seconds: a pipeline's stages, DDP's buckets.
+    `kinds` names each span kind for the legend, in order; every span was measured, or laid out by
+    a schedule, elsewhere."""
+
+    title: str
+    lanes: tuple[Lane, ...]
+    kinds: tuple[tuple[str, str], ...]
+    length: float
+    idle: str = "idle"
+    notes: tuple[str, ...] = ()
+    period: float | None = None  # the time idle shares are of (a step); None: up to the latest block's end
+
+    def idle_period(self) -> float:
+        if self.period is not None:
+            return self.period
+        return max((span.end for lane in self.lanes for span in lane.spans), default=0.0)
+
+
+LANE_STYLES = ("bold black on cyan", "bold black on magenta", "bold black on green", "bold black on yellow")
+
+
+class LanesPicture:
+    """Lanes as terminal art: one row per lane scaled to the width Rich gives it, each block opened by
+    its label so edges stay visible without colour, idle time as dots; under it the time axis and a
+    legend. The same renderable serves the command line and the app (a lab's drawing)."""
+
+    def __init__(self, lanes: Lanes) -> None:
+        self.lanes = lanes
+
+    def _label_width(self) -> int:
+        return max(len(lane.label) for lane in self.lanes.lanes) + 1
+
+    def _row(self, lane: Lane, width: int):
+        from rich.text import Text
+
+        styles = {kind: LANE_STYLES[index % len(LANE_STYLES)] for index, (kind, _words) in enumerate(self.lanes.kinds)}
+        cells: list[tuple[str, str]] = [("·", "dim")] * width
+        length = self.lanes.length
+        for span in lane.spans:
+            first = min(width - 1, max(0, round(span.start / length * width)))
+            last = max(first + 1, min(width, round(span.end / length * width)))
+            label = span.label[: last - first]
+            text = label + "─" * (last - first - len(label))
+            for offset, char in enumerate(text):
+                cells[first + offset] = (char, styles.get(span.kind, "reverse"))
+        line = Text()
+        for char, style in cells:
+            line.append(char, style)
+        return line
+
+    def __rich_console__(self, console, options):
+        from rich.markup import escape
+        from rich.text import Text
+
+        from tutor.formatting import format_duration
+
+        lanes = self.lanes
+        if lanes.length <= 0 or not lanes.lanes:
+            yield Text(f"{lanes.title}: nothing to draw")
+            return
+        label_width = self._label_width()
+        width = max(10, options.max_width - label_width)
+        yield Text(lanes.title)
+        for lane in lanes.lanes:
+            yield Text(lane.label.ljust(label_width)) + self._row(lane, width)
+        end = format_duration(lanes.length)
+        yield Text(" " * label_width + "0".ljust(max(1, width - len(end))) + end, style="dim")
+        legend = Text(" " * label_width)
+        for index, (kind, words) in enumerate(lanes.kinds):
+            legend.append(f" {kind} ", LANE_STYLES[index % len(LANE_STYLES)])
+            legend.append(f" {words}  ")
+        legend.append(f"· {lanes.idle}")
+        yield legend
+        for note in lanes.notes:
+            yield Text(escape(note), style="dim")
+
+
+def lanes_rows(lanes: Lanes) -> tuple[list[str], list[list[str]]]:
+    """The text behind lanes (for a pipe or a screen reader): per lane its busy time, its idle share
+    of the period (Lanes.idle_period: a step), and its blocks in order with their start and end."""
+    from tutor.formatting import format_duration, format_percent
+
+    header = ["lane", "busy", "idle", "blocks (start-end)"]
+    rows = []
+    for lane in lanes.lanes:
+        busy = sum(span.end - span.start for span in lane.spans)
+        period = lanes.idle_period()
+        idle = 1 - busy / period if period > 0 else 0.0
+        blocks = ", ".join(f"{span.label or span.kind} {format_duration(span.start)}-{format_duration(span.end)}"
+                           for span in lane.spans)
+        rows.append([lane.label, format_duration(busy), format_percent(max(0.0, idle)), blocks])
+    return header, rows
+
+
+def lanes_table(lanes: Lanes) -> Any:
+    from rich.markup import escape
+    from rich.table import Table
+
+    header, rows = lanes_rows(lanes)
+    table = Table(title=f"{escape(lanes.title)} (table)", title_justify="left")
+    for index, column in enumerate(header):
+        table.add_column(escape(column), justify="right" if index in (1, 2) else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    return table
+
+
+def lanes_with_table(*pictures: Lanes) -> Any:
+    """Each picture, then its table: what a lab prints and a lesson shows."""
+    from rich.console import Group
+
+    parts: list[Any] = []
+    for lanes in pictures:
+        parts += [LanesPicture(lanes), lanes_table(lanes)]
+    return Group(*parts)
+
+
+def pipeline_lanes(timeline: Sequence[Sequence[dict[str, Any]]], *, title: str, length: float,
+                   step: float | None = None) -> Lanes:
+    """A pipeline's stages as lanes from a timeline [[{"kind": "F"|"B", "microbatch", "start_s",
+    "end_s"}] per stage] (the pipeline lab's measured step, or its schedule with equal blocks)."""
+    lanes = tuple(Lane(f"stage {stage}", tuple(Span(float(e["start_s"]), float(e["end_s"]), str(e["kind"]),
+                                                     f"{e['kind']}{e['microbatch']}") for e in events))
+                  for stage, events in enumerate(timeline))
+    return Lanes(title=title, lanes=lanes, kinds=(("F", "forward"), ("B", "backward")), length=length,
+                 idle="idle (bubble, send/recv waits)", period=step)
+
+
+# ---- shares: one bar per item and column (the MoE lab's tokens per expert) --------------------------
+
+def share_bars(columns: Sequence[tuple[str, Sequence[float]]], *, title: str, row_label: str,
+               width: int = 8) -> Any:
+    """A table with one row per item and one column per (heading, shares): each cell a bar of
+    `width` cells scaled to the largest share of all columns, then the share as a percentage (the
+    text a screen reader reads). Eight cells keep four columns inside 80 terminal columns."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from tutor.formatting import format_percent
+
+    busiest = max((max(shares) for _heading, shares in columns if shares), default=0.0)
+
+    def bar(share: float) -> str:
+        filled = 0 if busiest <= 0 else round(width * share / busiest)
+        return "█" * filled + "·" * (width - filled)
+
+    table = Table(title=escape(title), title_justify="left")
+    table.add_column(escape(row_label), justify="right", no_wrap=True)
+    for heading, _shares in columns:
+        table.add_column(escape(heading), no_wrap=True)
+    for item in range(max((len(shares) for _heading, shares in columns), default=0)):
+        table.add_row(str(item), *(Text(f"{bar(shares[item])} {format_percent(shares[item]):>5}")
+                                   if item < len(shares) else Text("-") for _heading, shares in columns))
+    return table
 
 
 # ---- text: the picture (uniplot) and its table ---------------------------------------------------
@@ -292,9 +515,11 @@ def caches_from_machine_json(machine: dict[str, Any] | None) -> list[tuple[str, 
 
 
 def bench_charts(results: Sequence[dict[str, Any]], header: dict[str, Any] | None = None) -> list[Chart]:
-    """The pictures of one bench run (its results' JSON and header): the matmul sweep, the bandwidth sweep."""
+    """The pictures of one bench run (its results' JSON and header): the matmul sweep, the bandwidth
+    sweep, the collectives' busbw sweep (with the GPU's link when the collectives ran on GPUs)."""
     header = header or {}
     caches = caches_from_machine_json(header.get("machine")) if str(
         header.get("device_under_test") or "cpu").startswith("cpu") else []
-    charts = [matmul_sweep_chart(results), bandwidth_sweep_chart(results, caches)]
+    charts = [matmul_sweep_chart(results), bandwidth_sweep_chart(results, caches),
+              collective_sweep_chart(results, collective_link(results, header))]
     return [chart for chart in charts if chart is not None]

@@ -77,6 +77,19 @@ class WaterfallStep:
     source: str
 
 
+def intra_node_link_rate(spec_key: str) -> tuple[str, float] | None:
+    """(name, bytes/s per direction) of a card's intra-node link from the datasheets (the NVIDIA
+    NVLink page, PCI-SIG; tutor.theory.interconnect): the rate a busbw curve saturates below
+    (nccl-tests doc/PERFORMANCE.md: busbw is comparable to the link's unidirectional bandwidth).
+    None for a card not in INTRA_NODE_LINKS."""
+    if spec_key not in INTRA_NODE_LINKS:
+        return None
+    link_kind, generation = INTRA_NODE_LINKS[spec_key]
+    if link_kind == "nvlink":
+        return f"NVLink {generation}", nvlink_bandwidth_bytes_per_s(generation)
+    return f"PCIe Gen{generation} x16", pcie_bandwidth_bytes_per_s(generation)
+
+
 def card_ceilings(spec: GpuSpec, dtype: str = "bf16") -> Ceilings:
     """Ceilings of a card from its datasheet and published achieved fractions, each with its citation."""
     peak_tflops = spec.peak_tflops(dtype)

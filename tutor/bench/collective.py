@@ -34,7 +34,10 @@ from tutor.bench.counting import gbps
 from tutor.errors import UserError
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter")
-DEFAULT_SIZES = (2**20, 16 * 2**20, 64 * 2**20)  # bytes of S per op
+# Bytes of S per op: a sweep from 4 KiB (latency-bound) up by 4x to 64 MiB (bandwidth-bound), the
+# curve nccl-tests draws (busbw rises with the message size until the link saturates).
+DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))
+QUICK_SIZES = (2**20, 16 * 2**20)  # `bench --quick`: two sizes, as before the sweep
 WARMUP_ITERS = 2
 MAX_ITERS = 20  # nccl-tests -n 20
 MIN_ITERS = 3
@@ -63,6 +66,9 @@ class CollectiveResult:
     noisy: bool = False
     spread: float | None = None
     kind: str = "collective"
+    # Every size this op was run at in the same run, this one among them (sweep_points): one result
+    # read alone gives the busbw-against-size curve.
+    sweep: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,8 +76,22 @@ class CollectiveResult:
             "dtype": self.dtype, "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
             "time_median_s": self.time_median_s, "time_best_s": self.time_best_s, "iters": self.iters,
             "device": self.device, "state": self.state, "message": self.message, "noisy": self.noisy,
-            "spread": self.spread,
+            "spread": self.spread, "sweep": [dict(point) for point in self.sweep],
         }
+
+
+def sweep_points(results: list[CollectiveResult]) -> list[CollectiveResult]:
+    """The results, each carrying the sweep of its op: [{"size_bytes", "busbw_gbps", "algbw_gbps",
+    "time_median_s", "state"}] over the sizes measured, smallest first."""
+    from dataclasses import replace
+
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for result in sorted(results, key=lambda r: r.bytes):
+        if result.bytes:
+            by_op.setdefault(result.op, []).append({
+                "size_bytes": result.bytes, "busbw_gbps": result.busbw_gbps, "algbw_gbps": result.algbw_gbps,
+                "time_median_s": result.time_median_s, "state": result.state})
+    return [replace(result, sweep=tuple(by_op.get(result.op, ()))) for result in results]
 
 
 def bus_bandwidth_gbps(op: str, algbw_gbps: float, ranks: int) -> float:
@@ -254,7 +274,7 @@ def collective_bandwidth(*, ranks: int, budget_s: float, ops: tuple[str, ...] = 
     except RankFailure as error:  # a rank that failed, died or hung is a reported state (the suite goes on)
         state, payload = ("timeout" if error.reason == "timeout" else "failed"), str(error)
     if state == "ok":
-        return _rows_to_results(payload, backend=backend, world=ranks, device=device, budget_s=budget_s)
+        return sweep_points(_rows_to_results(payload, backend=backend, world=ranks, device=device, budget_s=budget_s))
     return [CollectiveResult(op=op, backend=backend, ranks=ranks, bytes=0, dtype="fp32", algbw_gbps=None,
                              busbw_gbps=None, time_median_s=None, time_best_s=None, iters=0, device=device,
                              state=state, message=str(payload)) for op in ops]

@@ -123,7 +123,8 @@ class MemoryTrace:
     transformers_version: str
     torch_version: str
     notes: tuple[str, ...] = field(default=())
-    # Training: the bytes alive per category at every decoder layer's boundary (measure_training_timeline),
+    # The bytes alive per category at every decoder layer's boundary (measure_training_timeline; a
+    # prefill: measure_prefill_timeline),
     # as {"phase", "moment", "layer", "bytes", "per_category_bytes"}; `fit --timeline --trace` draws it.
     timeline: tuple[dict, ...] = field(default=())
 
@@ -634,6 +635,20 @@ def cache_tensors(cache) -> list:
 def measure_prefill(model, ids) -> StepMeasurement:
     """A prefill of `ids` as generate() runs it, measured: no autograd, a DynamicCache, logits for the
     last position only, copied to fp32 for sampling. The cache's storages are the KV cache."""
+    tracker, _marks, notes = _traced_prefill(model, ids, mark_layers=False)
+    return tracker.measurement(notes)
+
+
+def measure_prefill_timeline(model, ids) -> tuple[tuple[TimelineMoment, ...], StepMeasurement]:
+    """`measure_prefill`, marked as each decoder layer starts ("into layer i": the moment between two
+    layers) and at the end (the last position's fp32 logits beside the whole cache): the moments
+    in order, by each storage's final category (the cache's storages are kv_cache from their birth),
+    and the prefill's measurement (its peak)."""
+    tracker, marks, notes = _traced_prefill(model, ids, mark_layers=True)
+    return _replay(tracker, marks), tracker.measurement(notes)
+
+
+def _traced_prefill(model, ids, mark_layers: bool):
     torch = _torch()
     from transformers import DynamicCache
 
@@ -641,11 +656,26 @@ def measure_prefill(model, ids) -> StepMeasurement:
     tracker = storage_tracker_class()()
     register_model_states(tracker, model)
     tracker.register(ids, "activations")
-    with tracker, torch.no_grad():
-        tracker.set_phase("prefill")
-        cache = DynamicCache(config=model.config)
-        out = model(input_ids=ids, **{_cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
-        next_token_logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+    marks: list[tuple[str, str, int | None, int]] = []
+    handles = []
+
+    def into(index):
+        def hook(_module, _args):
+            marks.append(("prefill", f"into layer {index}", index, len(tracker.events)))
+        return hook
+
+    if mark_layers:
+        handles = [layer.register_forward_pre_hook(into(index)) for index, layer in enumerate(decoder_layers(model))]
+    try:
+        with tracker, torch.no_grad():
+            tracker.set_phase("prefill")
+            cache = DynamicCache(config=model.config)
+            out = model(input_ids=ids, **{_cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
+            next_token_logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+            marks.append(("prefill", "end of prefill: the next token's logits", None, len(tracker.events)))
+    finally:
+        for handle in handles:
+            handle.remove()
     kv = cache_tensors(cache)
     tracker.mark(kv, "kv_cache")
     notes = []
@@ -655,7 +685,7 @@ def measure_prefill(model, ids) -> StepMeasurement:
         notes.append(f"KV cache storages hold {stored:,} B, the cache's views {viewed:,} B "
                      "(sliding layers keep the whole prompt until the first decode step)")
     del next_token_logits, out, cache, kv
-    return tracker.measurement(tuple(notes))
+    return tracker, marks, tuple(notes)
 
 
 @contextmanager
@@ -756,7 +786,7 @@ def _model_and_optimizer(torch, config: dict, setup: TraceSetup):
 
 
 def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: str) -> tuple[StepMeasurement, tuple]:
-    """The setup's step, measured, and (training) its timeline at the layer boundaries; a failure
+    """The setup's step, measured, and its timeline at the layer boundaries; a failure
     inside transformers becomes one UserError line."""
     torch = _torch()
     vocab = model.config.get_text_config().vocab_size
@@ -764,7 +794,8 @@ def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: st
     try:
         with _fake_tensor_workarounds(setup.fake):
             if setup.mode == "inference":
-                return measure_prefill(model, ids), ()
+                moments, measured = measure_prefill_timeline(model, ids)
+                return measured, tuple(moment.to_json() for moment in moments)
             labels = ids.clone()  # as transformers' language-modelling data collator makes them
             moments, measured = measure_training_timeline(
                 model, optimizer, ids, labels, autocast_dtype=torch.bfloat16 if setup.autocast else None)

@@ -135,7 +135,7 @@ def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: S
     (tutor.bench.matmul.fixed_size_matmul); one matmul sweep per dtype (fp32 first: the bf16/fp16
     notes compare with it), one bandwidth case, one transfer case, one collective case."""
     from tutor.bench.bandwidth import host_device_transfer, memory_bandwidth
-    from tutor.bench.collective import COLLECTIVE_OPS, DEFAULT_SIZES, collective_bandwidth
+    from tutor.bench.collective import COLLECTIVE_OPS, DEFAULT_SIZES, QUICK_SIZES, collective_bandwidth
     from tutor.bench.matmul import fixed_matmul_size, fixed_size_matmul, matmul_throughput
 
     cases: list[BenchCase] = []
@@ -171,7 +171,7 @@ def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: S
             run=lambda budget, cancel: host_device_transfer(device, budget_s=budget, machine=machine, cancel=cancel)))
     if "collective" in kinds:
         world = ranks if ranks is not None else 2
-        chosen_sizes = tuple(sizes) if sizes else DEFAULT_SIZES[:2] if quick else DEFAULT_SIZES
+        chosen_sizes = tuple(sizes) if sizes else QUICK_SIZES if quick else DEFAULT_SIZES
         chosen_ops = tuple(ops) if ops else COLLECTIVE_OPS
         if world > 1:  # too many local ranks: one UserError line (exit 2) before anything is measured
             from tutor.bench.memory import collective_buffer_bytes

@@ -39,7 +39,7 @@ _OPTIONS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "ops": click.option("--ops", default=None, metavar="OPS",
                         help="Collectives, comma-separated: all_reduce,all_gather,reduce_scatter (default: all)."),
     "sizes": click.option("--sizes", default=None, metavar="SIZES",
-                          help="Buffer sizes, comma-separated, e.g. 1M,16M,64MiB (default 1MiB,16MiB,64MiB); "
+                          help="Buffer sizes, comma-separated, e.g. 1M,16M,64MiB (default 4KiB to 64MiB by 4x); "
                                "measured smallest first, and sizes left when the budget is spent are skipped."),
     "svg": click.option("--svg", "svg", default=None, metavar="FILE",
                         help="Also save the run's pictures (sweeps, with their tables) as an SVG file."),
@@ -109,7 +109,7 @@ def transfer(ctx: click.Context, **options: Any) -> None:
 
 
 @bench.command(short_help="all_reduce, all_gather, reduce_scatter algbw/busbw across local ranks.")
-@_run_options("ranks", "ops", "sizes", "budget", "as_json")
+@_run_options("ranks", "ops", "sizes", "budget", "svg", "as_json")
 @click.pass_context
 def collective(ctx: click.Context, **options: Any) -> None:
     """all_reduce, all_gather, reduce_scatter algbw/busbw across local ranks (gloo, or NCCL with a
@@ -121,7 +121,8 @@ def collective(ctx: click.Context, **options: Any) -> None:
 @bench.command(short_help="List stored runs, or compare two of them.")
 @click.option("--compare", nargs=2, type=int, default=None, metavar="A B", help="Ratios B/A per matching case.")
 @click.option("--plot", "plot", type=int, default=None, metavar="N",
-              help="Draw run N's sweeps (matmul throughput, bandwidth across the caches) with their tables.")
+              help="Draw run N's sweeps (matmul throughput, bandwidth across the caches, busbw against message "
+                   "size) with their tables.")
 @click.option("--svg", "svg", default=None, metavar="FILE", help="With --plot: also save the pictures as SVG.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
 @click.pass_context

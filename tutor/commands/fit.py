@@ -34,8 +34,9 @@ def _gb(value: int) -> str:
               help="Also build the real transformers model at full size on fake tensors and trace one step "
                    "(needs the [trace] extra: pip install -e '.[trace]' from a clone).")
 @click.option("--timeline", is_flag=True,
-              help="Training: the memory alive per category at every layer boundary of one step, as the formula "
-                   "predicts it (a picture and its table; JSON: \"timeline\").")
+              help="The memory alive per category at every layer boundary of one training step (or of one "
+                   "prefill, --mode inference), as the formula predicts it (a picture and its table; "
+                   "JSON: \"timeline\").")
 @click.option("--svg", "svg", default=None, metavar="FILE", help="With --timeline: also save the picture as SVG.")
 def fit(model, params, device, as_json, trace, timeline, svg, **request) -> None:
     """Does MODEL fit this machine for inference or training, on how many devices, and what would make it fit?
@@ -78,15 +79,13 @@ def fit(model, params, device, as_json, trace, timeline, svg, **request) -> None
 
 
 def _timeline(answer: FitAnswer):
-    """The predicted step timeline (tutor.theory.fit_timeline); bad input (inference, a bare count) is a UserError."""
-    from tutor.theory.fit_timeline import training_timeline
+    """The predicted step or prefill timeline (tutor.theory.fit_timeline); a bare count is a UserError."""
+    from tutor.theory.fit_timeline import step_timeline
 
     estimate = answer.estimate
     if estimate.arch is None:
         raise UserError("--timeline needs the model's architecture (a preset, config.json or folder), not --params")
-    if estimate.request.mode != fitting.Mode.TRAIN:
-        raise UserError("--timeline is for training (--mode train): a prefill's peak is one moment")
-    return training_timeline(estimate.arch, estimate.request)
+    return step_timeline(estimate.arch, estimate.request)
 
 
 def _timeline_chart(moments, traced):

@@ -16,6 +16,11 @@ Measured on every rank, each a median over the steps, every phase started after 
   communication hidden behind the backward pass. On CPU ranks gloo's threads and the backward share
   the same cores, so the overlap here is small; on GPUs NCCL runs on its own streams.
 
+The same communication hook times each bucket of the DDP step: when DDP handed it over (its last
+gradient was ready) and when its all-reduce completed; the step of the median time on rank 0 is
+reported as `bucket_timeline`, each bucket with the share of its all-reduce that ran before the last
+bucket was ready (while backward still computed: bucket_overlap), and drawn as lanes (tutor.plots).
+
 The gradient bytes handed to all-reduce per step are counted by a communication hook (the sum of the
 bucket buffers), beside the parameter count x 4 bytes (FP32 gradients) and the ring traffic of
 tutor.theory.parallel.data_parallel_comm_bytes (ZeRO paper arXiv 1910.02054 section 7: 2 Psi per
@@ -82,11 +87,26 @@ def _ddp_rank(ctx: RankContext, p: dict) -> dict:
     ddp = DistributedDataParallel(model, bucket_cap_mb=p["bucket_cap_mb"],
                                   device_ids=[device.index] if device.type == "cuda" else None)
     buckets: list[int] = []  # bytes of each bucket handed to all-reduce in the current step
+    # The current step's moments, seconds from its start: forward's end, backward's return, and per
+    # bucket when DDP handed it to all-reduce (its last gradient was ready) and when the all-reduce
+    # completed (the future's callback, on gloo's or NCCL's completion thread).
+    marks: dict = {"start": 0.0, "buckets": []}
 
     def counting_hook(state, bucket):  # no annotations: DDP checks them against dist.GradBucket
         buffer = bucket.buffer()
         buckets.append(buffer.numel() * buffer.element_size())
-        return allreduce_hook(state, bucket)
+        entry = {"index": bucket.index(), "bytes": buckets[-1], "ready_s": time.perf_counter() - marks["start"]}
+        marks["buckets"].append(entry)
+
+        def completed(future):
+            if device.type == "cuda":
+                # NCCL: the callback may run before the all-reduce's kernels finish, on a stream that
+                # waits for them (torch.futures.Future.then): wait on that stream alone, not on backward's.
+                torch.cuda.current_stream(device).synchronize()
+            entry["done_s"] = time.perf_counter() - marks["start"]
+            return future.value()
+
+        return allreduce_hook(state, bucket).then(completed)
 
     ddp.register_comm_hook(dist.group.WORLD, counting_hook)
     optimizer = torch.optim.AdamW(ddp.parameters(), lr=LR)
@@ -97,9 +117,14 @@ def _ddp_rank(ctx: RankContext, p: dict) -> dict:
         return torch.randint(0, VOCAB, (p["batch"], p["seq"] + 1), generator=data).to(device)
 
     def forward_backward(ids: torch.Tensor) -> float:
+        marks.update(start=time.perf_counter(), buckets=[])
         logits = ddp(ids[:, :-1])
         loss = F.cross_entropy(logits.view(-1, VOCAB), ids[:, 1:].reshape(-1))
+        sync()
+        marks["forward_s"] = time.perf_counter() - marks["start"]
         loss.backward()
+        sync()
+        marks["backward_s"] = time.perf_counter() - marks["start"]
         return float(loss.detach())
 
     def timed(work: Callable[[], T]) -> tuple[float, T]:
@@ -117,6 +142,7 @@ def _ddp_rank(ctx: RankContext, p: dict) -> dict:
         return bool(value.item() == 1.0)
 
     compute, comm, step, losses = [], [], [], []
+    step_moments: list[tuple[float, dict]] = []
     step_buckets: list[int] = []
     deadline = time.perf_counter() + p["budget_s"]
     warmup = 1
@@ -134,6 +160,8 @@ def _ddp_rank(ctx: RankContext, p: dict) -> dict:
         buckets.clear()
         t_step, loss = timed(lambda: forward_backward(ids))
         step_buckets = list(buckets)
+        moments = {"forward_s": marks["forward_s"], "backward_s": marks["backward_s"], "step_s": t_step,
+                   "buckets": [dict(entry) for entry in marks["buckets"]]}
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         flats = [torch.zeros(size // 4, device=device) for size in step_buckets]
@@ -148,6 +176,7 @@ def _ddp_rank(ctx: RankContext, p: dict) -> dict:
             compute.append(t_compute)
             step.append(t_step)
             comm.append(t_comm)
+            step_moments.append((t_step, moments))
             done += 1
     with torch.no_grad():
         flat = torch.cat([w.detach().reshape(-1).float() for w in model.parameters()])
@@ -161,7 +190,26 @@ def _ddp_rank(ctx: RankContext, p: dict) -> dict:
             "loss_last": losses[-1] if losses else None, "param_digest": digest,
             "max_difference_from_rank0": difference, "max_change_from_init": moved,
             "params": int(flat.numel()), "device": ctx.device, "backend": ctx.backend, "world": ctx.world,
-            "cancelled": ctx.cancelled()}
+            "cancelled": ctx.cancelled(),
+            # The DDP step of the median time: its forward, backward and every bucket's all-reduce.
+            "step_moments": sorted(step_moments, key=lambda item: item[0])[len(step_moments) // 2][1]
+            if step_moments else None}
+
+
+def bucket_overlap(moments: dict) -> list[dict]:
+    """Per bucket of one DDP step, in the order DDP handed them to all-reduce: its bytes, when it was
+    ready and done, and the share of its all-reduce that ran while backward was still computing
+    (before the last bucket was ready: the last gradient is computed then), the rest exposed."""
+    entries = sorted((b for b in moments.get("buckets") or () if "done_s" in b), key=lambda b: b["ready_s"])
+    if not entries:
+        return []
+    compute_end = max(b["ready_s"] for b in entries)
+    out = []
+    for entry in entries:
+        length = entry["done_s"] - entry["ready_s"]
+        hidden = max(0.0, min(entry["done_s"], compute_end) - entry["ready_s"])
+        out.append({**entry, "hidden_share": hidden / length if length > 0 else 1.0})
+    return out
 
 
 def overlap_fraction(compute_s: float, comm_s: float, step_s: float) -> float:
@@ -258,6 +306,7 @@ def ddp_result(reports: list[dict], params: dict) -> ProbeResult:
                        "communication_share": (step - compute) / step if step > 0 else 0.0,
                        **{k: v for k, v in step_terms(compute, comm, step).items() if k != "compute_s"}},
         "per_rank": per_rank,
+        "bucket_timeline": _bucket_timeline(first.get("step_moments")),
     }
     metrics = {"replicas_identical": 1.0 if identical else 0.0, "max_replica_difference": max_difference,
                "compute_ms": compute * 1e3, "communication_ms": comm * 1e3, "step_ms": step * 1e3,
@@ -286,8 +335,53 @@ def ddp_result(reports: list[dict], params: dict) -> ProbeResult:
                        details=details)
 
 
+def _bucket_timeline(moments: dict | None) -> dict | None:
+    """Rank 0's DDP step of the median time: forward and backward ends, per bucket its all-reduce
+    and the share of it hidden behind backward (bucket_overlap); None when nothing was measured."""
+    if not moments:
+        return None
+    return {"forward_s": moments["forward_s"], "backward_s": moments["backward_s"], "step_s": moments["step_s"],
+            "buckets": bucket_overlap(moments)}
+
+
+def ddp_lanes(timeline: dict):
+    """Rank 0's DDP step as lanes (tutor.plots): the forward and the backward, then one lane per bucket
+    with its all-reduce, in the order DDP handed them over."""
+    from tutor.formatting import format_bytes, format_percent
+    from tutor.plots import Lane, Lanes, Span
+
+    buckets = timeline["buckets"]
+    compute_end = max((b["ready_s"] for b in buckets), default=timeline["backward_s"])
+    lanes = [Lane("rank 0 compute", (Span(0.0, timeline["forward_s"], "F", "F"),
+                                     Span(timeline["forward_s"], max(compute_end, timeline["forward_s"]), "B", "B")))]
+    for number, bucket in enumerate(buckets):
+        lanes.append(Lane(f"bucket {number} {format_bytes(bucket['bytes'])}",
+                          (Span(bucket["ready_s"], bucket["done_s"], "AR",
+                                f"{format_percent(bucket['hidden_share'])} hidden"),)))
+    hidden = [b["hidden_share"] for b in buckets]
+    notes = (f"backward returned at {format_duration(timeline['backward_s'])} (it waits for the last bucket); "
+             "hidden: the share of each all-reduce that ran while backward still computed",) if hidden else ()
+    return Lanes(title="one DDP step on rank 0: compute, and each bucket's all-reduce from ready to done",
+                 lanes=tuple(lanes), kinds=(("F", "forward"), ("B", "backward"), ("AR", "all-reduce")),
+                 length=max(timeline["backward_s"], max((b["done_s"] for b in buckets), default=0.0)),
+                 idle="waiting", period=timeline["backward_s"], notes=notes)
+
+
 def render_ddp(result: ProbeResult) -> RenderableType:
-    """Per-rank bars: compute alone, communication alone, and the DDP step, on one time scale."""
+    """Per-rank bars: compute alone, communication alone, and the DDP step, on one time scale; under
+    them rank 0's step with each bucket's all-reduce against the backward pass."""
+    from rich.console import Group
+
+    bars = _rank_bars(result)
+    timeline = result.details.get("bucket_timeline")
+    if not timeline or not timeline.get("buckets"):
+        return bars
+    from tutor.plots import lanes_with_table
+
+    return Group(bars, lanes_with_table(ddp_lanes(timeline)))
+
+
+def _rank_bars(result: ProbeResult) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 

@@ -650,21 +650,15 @@ def _measure(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pro
 # ---------------------------------------------------------------- drawing (no torch)
 
 
-BAR_WIDTH = 8  # four columns of bar + percent fit an 80-column terminal
 RUN_SHORT = {"none": "no balancing", "aux_loss": "aux loss", "bias": "bias (DSv3)"}
 
 
-def _bar(share: float, busiest: float) -> str:
-    filled = 0 if busiest <= 0 else round(BAR_WIDTH * share / busiest)
-    return "█" * filled + "·" * (BAR_WIDTH - filled)
-
-
 def render_loads(result: ProbeResult):
-    """Per-expert load bars, one column per run (and the start), with each run's busiest-over-mean."""
-    from rich.table import Table
+    """Per-expert load bars (tutor.plots.share_bars), one column per run (and the start), with each
+    run's busiest-over-mean."""
     from rich.text import Text
 
-    from tutor.formatting import format_percent
+    from tutor.plots import share_bars
 
     by_run = result.details.get("expert_load_by_run") or {}
     start = result.details.get("expert_load_start")
@@ -672,15 +666,8 @@ def render_loads(result: ProbeResult):
                                                                  for name, load in by_run.items()]
     if not columns:
         return Text("no run finished")
-    busiest = max(max(load) for _title, load in columns)
-    table = Table(title="Share of token-slots per expert (bars scaled to the busiest)", title_justify="left")
-    table.add_column("expert", justify="right", no_wrap=True)
-    for title, load in columns:
-        table.add_column(f"{title}\nbusiest {max_over_mean(load):.2f}x", no_wrap=True)
-    for expert in range(len(columns[0][1])):
-        table.add_row(str(expert), *(Text(f"{_bar(load[expert], busiest)} {format_percent(load[expert]):>5}")
-                                     for _title, load in columns))
-    return table
+    return share_bars([(f"{title}\nbusiest {max_over_mean(load):.2f}x", load) for title, load in columns],
+                      title="Share of token-slots per expert (bars scaled to the busiest)", row_label="expert")
 
 
 def _metrics_of(params: dict) -> tuple[str, ...]:

@@ -36,7 +36,9 @@ communication inside the bubble is visible. On a machine whose cores are shared 
 descheduled time inflates both; `core_wait_share` (Linux schedstat: time the stages' threads were
 ready to run but had no core) says how much. The first step (warm-up: allocation, socket buffers) is not
 counted; of the others, the step with the median bubble is reported, with its timeline. Beside it:
-tutor.theory.parallel.pipeline_bubble_fraction, (P-1)/(M+P-1).
+tutor.theory.parallel.pipeline_bubble_fraction, (P-1)/(M+P-1), and the theory's schedule drawn on the
+same time scale: every block at the median measured forward or backward length, replayed through the
+schedule with free hand-overs (equal_block_durations, replay_timeline), whose bubble is the formula's.
 
 Activations in flight: for each stage, the most micro-batches whose forward has finished and whose
 backward has not, read off the timeline, against pipeline_microbatches_in_flight (GPipe: M; 1F1B:
@@ -94,6 +96,17 @@ def source_stage(kind: str, stage: int, stages: int) -> int | None:
 def block_durations(timeline: list[list[dict]]) -> list[dict[tuple[str, int], float]]:
     """Per stage: (kind, microbatch) -> how long that block ran."""
     return [{(e["kind"], e["microbatch"]): e["end_s"] - e["start_s"] for e in events} for events in timeline]
+
+
+def equal_block_durations(timeline: list[list[dict]]) -> list[dict[tuple[str, int], float]]:
+    """Per stage: every forward the median measured forward, every backward the median measured
+    backward (over all stages): the equal blocks the bubble formula assumes, so that replayed with
+    free hand-overs they give the theory's schedule (its bubble (P-1)/(M+P-1) when F = B)."""
+    import statistics
+
+    medians = {kind: statistics.median([e["end_s"] - e["start_s"] for events in timeline for e in events
+                                        if e["kind"] == kind] or [0.0]) for kind in (FORWARD, BACKWARD)}
+    return [{(e["kind"], e["microbatch"]): medians[e["kind"]] for e in events} for events in timeline]
 
 
 def replay_timeline(schedule: str, durations: list[dict[tuple[str, int], float]]) -> list[list[dict]]:
@@ -609,6 +622,7 @@ def _pipeline(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
     handovers = transfers(timeline, [r["steps"][chosen].get("receives", []) for r in results])
     replayed = replay_timeline(schedule, block_durations(timeline))
     free_handovers = measured_bubble_fraction(replayed, step_time(replayed, [0.0] * stages))
+    schedule_of_theory = replay_timeline(schedule, equal_block_durations(timeline))
     core_waits = [r["steps"][chosen].get("core_wait_s") for r in results]
     core_wait_share = None if None in core_waits else sum(core_waits) / (stages * span)
     details = {"bubble_fraction": {"measured": bubble, "theory": theory},
@@ -617,7 +631,11 @@ def _pipeline(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
                "transfer_delay_s": transfer_delay_summary(handovers),
                "bubble_per_step": [round(fraction, 6) for fraction, _i, _s in per_step],
                "bubble_with_free_handovers": free_handovers,
-               "in_flight": in_flight, "losses": losses, "core_wait_share": core_wait_share}
+               "in_flight": in_flight, "losses": losses, "core_wait_share": core_wait_share,
+               "theory_timeline": schedule_of_theory,
+               "theory_step_s": step_time(schedule_of_theory, [0.0] * stages),
+               "theory_schedule_bubble": measured_bubble_fraction(
+                   schedule_of_theory, step_time(schedule_of_theory, [0.0] * stages))}
     metrics = {"bubble_measured": bubble, "bubble_theory": theory, "bubble_over_theory": bubble / theory if theory else 0.0,
                "step_s": span, "peak_in_flight_first_stage": float(in_flight[0]["measured"])}
     progress(1.0, "done")
@@ -669,65 +687,32 @@ def _summary(details: dict) -> str:
             f"step {format_duration(details['step_s'])}")
 
 
-class PipelineTimeline:
-    """The timeline as terminal art: one row per stage, forward (F) and backward (B) blocks labelled
-    by micro-batch ("F3───" is micro-batch 3's forward), idle time as dots, scaled to the width Rich
-    gives it."""
-
-    LABEL_WIDTH = 9  # "stage 12 "
-
-    def __init__(self, details: dict) -> None:
-        self.details = details
-
-    def _row(self, events: list[dict], width: int, step_s: float):
-        from rich.text import Text
-
-        cells: list[tuple[str, str]] = [("·", "dim")] * width
-        for event in events:
-            first = min(width - 1, round(event["start_s"] / step_s * width))
-            last = max(first + 1, min(width, round(event["end_s"] / step_s * width)))
-            # The label opens the block, so block edges stay visible without colour.
-            label = f"{event['kind']}{event['microbatch']}"[: last - first]
-            text = label + "─" * (last - first - len(label))
-            style = "bold black on cyan" if event["kind"] == "F" else "bold black on magenta"
-            for offset, char in enumerate(text):
-                cells[first + offset] = (char, style)
-        line = Text()
-        for char, style in cells:
-            line.append(char, style)
-        return line
-
-    def __rich_console__(self, console, options):
-        from rich.text import Text
-
-        from tutor.formatting import format_duration, format_percent
-
-        details = self.details
-        step_s = details.get("step_s") or 0.0
-        timeline = details.get("timeline") or []
-        if step_s <= 0 or not timeline:
-            yield Text("no timeline")
-            return
-        width = max(10, options.max_width - self.LABEL_WIDTH)
-        bubble = details["bubble_fraction"]
-        yield Text(f"{details['schedule']} timeline: {details['stages']} stages x {details['microbatches']} "
-                   f"micro-batches, one step of {format_duration(step_s)}; bubble {format_percent(bubble['measured'])} "
-                   f"(theory {format_percent(bubble['theory'])})")
-        for stage, events in enumerate(timeline):
-            yield Text(f"stage {stage}".ljust(self.LABEL_WIDTH)) + self._row(events, width, step_s)
-        end = format_duration(step_s)
-        yield Text(" " * self.LABEL_WIDTH + "0".ljust(max(1, width - len(end))) + end, style="dim")
-        legend = Text(" " * self.LABEL_WIDTH)
-        legend.append(" F ", "bold black on cyan")
-        legend.append(" forward  ")
-        legend.append(" B ", "bold black on magenta")
-        legend.append(" backward  · idle (bubble, send/recv waits)")
-        yield legend
-
-
 def render_pipeline(result: ProbeResult):
-    """The per-stage timeline of the reported step (no torch)."""
-    return PipelineTimeline(result.details)
+    """The per-stage timeline of the reported step and, beside it on the same time scale, the
+    theory's schedule (equal blocks, free hand-overs), each with its table (tutor.plots; no torch)."""
+    from rich.text import Text
+
+    from tutor.formatting import format_duration, format_percent
+    from tutor.plots import lanes_with_table, pipeline_lanes
+
+    details = result.details
+    step_s = details.get("step_s") or 0.0
+    timeline = details.get("timeline") or []
+    if step_s <= 0 or not timeline:
+        return Text("no timeline")
+    theory = details.get("theory_timeline") or []
+    theory_s = details.get("theory_step_s") or 0.0
+    length = max(step_s, theory_s)
+    bubble = details["bubble_fraction"]
+    head = f"{details['schedule']}, {details['stages']} stages x {details['microbatches']} micro-batches"
+    pictures = [pipeline_lanes(timeline, length=length, step=step_s, title=(
+        f"measured: {head}, one step of {format_duration(step_s)}; bubble {format_percent(bubble['measured'])}"))]
+    if theory and theory_s > 0:
+        pictures.append(pipeline_lanes(theory, length=length, step=theory_s, title=(
+            f"theory's schedule: the same blocks at their median length, hand-overs free, "
+            f"{format_duration(theory_s)}; bubble {format_percent(details.get('theory_schedule_bubble'))} "
+            f"(P-1)/(M+P-1) {format_percent(bubble['theory'])}")))
+    return lanes_with_table(*pictures)
 
 
 PIPELINE = make_probe(

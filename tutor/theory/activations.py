@@ -797,6 +797,25 @@ def hf_attention_mask_bytes(*, seq_len: int, batch: int, backend: str, precision
     return s * s if model_type == "qwen2_moe" else 0
 
 
+def hf_prefill_held_bytes(shape: HfLayerShape, *, seq_len: int, batch: int, precision: str = "bf16",
+                          mask_bytes: int = 0) -> int:
+    """Activation bytes a transformers prefill holds between two decoder layers (and under every
+    moment of `hf_prefill_moments`): the token ids (int64, b x s) and position ids (int64, s); RoPE's
+    cos and sin (1 x s x rope dim, model dtype; fp32 for OLMo; GPT-2: its learned position embeddings,
+    1 x s x h); the embedding output the model's forward keeps and the input of the layer being run
+    (b x s x h each: at the first layer most models hand it the embedding output itself, one tensor);
+    the attention masks. Measured on transformers 5.24 / torch 2.13 (CPU), see `hf_prefill_moments`."""
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    _choice(precision, "activation precision", PRECISIONS)
+    v = 4 if precision == "fp32" else 2
+    # OLMo's apply_rotary_pos_emb keeps cos and sin in fp32 (not cast to the model dtype): RoPE's
+    # products on Q and K are fp32, cast back at the end (measured, transformers 5.24).
+    rope = 4 if shape.model_type == "olmo" else v
+    positions = 2 * rope * s * shape.rope_dim if shape.rope_dim else v * s * shape.hidden
+    return TOKEN_ID_BYTES * (s * b + s) + positions + 2 * v * s * b * shape.hidden + mask_bytes
+
+
 def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: int, precision: str = "bf16",
                        backend: str = "flash", tp: int = 1, gpu: bool = True, mask_bytes: int = 0) -> dict[str, int]:
     """Activation bytes alive at each moment of a transformers prefill that can hold its peak.
@@ -843,11 +862,8 @@ def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: 
     a = _heads_per_rank(shape.heads, t)
     g = kv_heads_per_rank(shape.kv_heads, t)
     d, dv = shape.head_dim, shape.v_head_dim
-    # OLMo's apply_rotary_pos_emb keeps cos and sin in fp32 (not cast to the model dtype): RoPE's
-    # products on Q and K are fp32, cast back at the end (measured, transformers 5.24).
-    rope = 4 if shape.model_type == "olmo" else v
-    positions = 2 * rope * s * shape.rope_dim if shape.rope_dim else v * s * h
-    held = TOKEN_ID_BYTES * (T + s) + positions + 2 * v * T * h + mask_bytes
+    rope = 4 if shape.model_type == "olmo" else v  # OLMo's RoPE products are fp32 (hf_prefill_held_bytes)
+    held = hf_prefill_held_bytes(shape, seq_len=s, batch=b, precision=precision, mask_bytes=mask_bytes)
     # fp32 copies a kernel makes of 16-bit inputs: none when the model is fp32 already.
     upcast = 4 if v < 4 and not gpu else v
 

@@ -38,6 +38,7 @@ from tutor.theory.fit import (
     _hf_attention_backend,
     estimate,
 )
+from tutor.theory.activations import TOKEN_ID_BYTES, hf_attention_mask_bytes, hf_layer_shape, hf_prefill_held_bytes
 from tutor.theory.models import Architecture, count_parameters, parameters_per_layer
 from tutor.theory.parallel import pipeline_stages
 
@@ -65,9 +66,9 @@ class TimelineMoment:
 def training_timeline(arch: Architecture, request: FitRequest) -> tuple[TimelineMoment, ...]:
     """The predicted memory of one training step of the worst device, moment by moment.
 
-    Raises ValueError for inference (a prefill has no backward: its peak is one moment)."""
+    Raises ValueError for inference (a prefill has no backward: see prefill_timeline)."""
     if request.mode != Mode.TRAIN:
-        raise ValueError("the step timeline is for training (a prefill's peak is one moment)")
+        raise ValueError("the step timeline is for training (a prefill has prefill_timeline)")
     answer = estimate(arch, request)
     worst = answer.worst
     params = count_parameters(arch)
@@ -166,6 +167,72 @@ def _embedding_grad_bytes(arch: Architecture, request: FitRequest, stage, grads:
     if arch.tie_word_embeddings and stage.output_head:
         return 0  # one matrix: its gradient is summed at the embedding's backward, counted with the head
     return math.ceil(Fraction(grads * embedding, max(resident.total, 1)))
+
+
+def prefill_timeline(arch: Architecture, request: FitRequest) -> tuple[TimelineMoment, ...]:
+    """The predicted memory of one prefill of the worst device (generate()'s call: no grad, the
+    whole prompt at once), moment by moment: entering each layer (the weights, the KV cache of the
+    layers before it, what the forward holds between layers: `hf_prefill_held_bytes`), inside each
+    layer (its K and V written to the cache, and the estimate's one layer's live tensors: the largest
+    moment of any layer, as the estimate takes it), and the end (the last position's logits in the
+    model dtype and their fp32 copy, 4 b V, and the token ids, beside the whole cache). Under no grad each layer's
+    tensors are freed before the next runs (PyTorch, "Autograd mechanics": no graph, nothing saved),
+    so the cache is what grows: the KV-cache's bytes are split evenly over the stage's layers.
+    The last layer's inner moment is the estimate's peak (every category at its maximum at once),
+    so the timeline's maximum is `peak.bytes`.
+
+    Raises ValueError for training (see training_timeline)."""
+    if request.mode != Mode.INFERENCE:
+        raise ValueError("the prefill timeline is for inference (training has training_timeline)")
+    answer = estimate(arch, request)
+    worst = answer.worst
+    stages = pipeline_stages(arch.num_layers, request.pp, tied_embeddings=arch.tie_word_embeddings)
+    start = sum(stage.layers for stage in stages[:worst.stage])
+    stage = stages[worst.stage]
+    stage_layers = range(start, start + stage.layers)
+    by_name = {c.name: c.bytes for c in worst.components}
+    weights, kv, live = by_name.get("weights", 0), by_name.get("kv_cache", 0), by_name.get("activations", 0)
+    held = _prefill_held_bytes(arch, request, stage_layers)
+    count = max(len(stage_layers), 1)
+
+    def cache(layers_done: int) -> int:
+        return math.ceil(Fraction(kv * layers_done, count))
+
+    def moment(name: str, layer: int | None, acts: int, kv_bytes: int) -> TimelineMoment:
+        return TimelineMoment("prefill", name, layer, {"weights": weights, "gradients": 0, "optimizer": 0,
+                                                       "activations": acts, "kv_cache": kv_bytes,
+                                                       "optimizer_temporaries": 0})
+
+    moments = []
+    for done, i in enumerate(stage_layers):
+        moments.append(moment(f"into layer {i}", i, held, cache(done)))
+        moments.append(moment(f"inside layer {i}", i, max(live, held), cache(done + 1)))
+    if stage.index == len(stages) - 1:  # the stage with the head (output_head is False for a tied one)
+        width = 4 if activation_precision(request) == "fp32" else 2
+        logits = math.ceil(Fraction((width + 4) * request.batch * arch.vocab_size, request.tp))
+        ids = TOKEN_ID_BYTES * request.batch * request.seq_len
+        moments.append(moment("end of prefill: the next token's logits", None, ids + logits, kv))
+    return tuple(moments)
+
+
+def _prefill_held_bytes(arch: Architecture, request: FitRequest, stage_layers: range) -> int:
+    """What a prefill holds between two layers: `hf_prefill_held_bytes`, with the attention masks
+    transformers builds under --impl hf (a fused kernel builds none)."""
+    precision = activation_precision(request)
+    masks = 0
+    if request.impl == Impl.HF:
+        sliding = [arch.layer_uses_sliding_window[i] for i in stage_layers]
+        kinds = 2 if any(sliding) and not all(sliding) else 1
+        masks = hf_attention_mask_bytes(seq_len=request.seq_len, batch=request.batch,
+                                        backend=_hf_attention_backend(arch, request), precision=precision,
+                                        mask_kinds=kinds, model_type=arch.model_type)
+    return hf_prefill_held_bytes(hf_layer_shape(arch, moe_layer=False), seq_len=request.seq_len,
+                                 batch=request.batch, precision=precision, mask_bytes=masks)
+
+
+def step_timeline(arch: Architecture, request: FitRequest) -> tuple[TimelineMoment, ...]:
+    """The timeline of the request's mode: a training step or a prefill."""
+    return training_timeline(arch, request) if request.mode == Mode.TRAIN else prefill_timeline(arch, request)
 
 
 def timeline_peak(timeline: tuple[TimelineMoment, ...]) -> TimelineMoment:

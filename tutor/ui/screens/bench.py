@@ -170,6 +170,7 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
 
                 yield ChartView(id="matmul-chart")
                 yield ChartView(id="bandwidth-chart")
+                yield ChartView(id="collective-chart")
             yield LivePane(self.services.machine, self.services.sampler, id="live")
         yield Footer()
 
@@ -234,9 +235,10 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
         self.show_charts(run.results, run.header)
 
     def show_charts(self, results: Any, header: dict[str, Any]) -> None:
-        """The run's sweeps (tutor.plots): matmul throughput against size, bandwidth across the caches;
-        a chart without a sweep of two sizes is hidden."""
-        from tutor.plots import bandwidth_sweep_chart, caches_from_machine_json, matmul_sweep_chart
+        """The run's sweeps (tutor.plots): matmul throughput against size, bandwidth across the caches,
+        busbw against message size; a chart without a sweep of two sizes is hidden."""
+        from tutor.plots import (bandwidth_sweep_chart, caches_from_machine_json, collective_link,
+                                 collective_sweep_chart, matmul_sweep_chart)
         from tutor.ui.widgets.plot import ChartView
 
         results = [dict(result) for result in results]
@@ -244,6 +246,8 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
             header.get("device_under_test") or "cpu").startswith("cpu") else []
         self.query_one("#matmul-chart", ChartView).chart = matmul_sweep_chart(results)
         self.query_one("#bandwidth-chart", ChartView).chart = bandwidth_sweep_chart(results, caches)
+        self.query_one("#collective-chart", ChartView).chart = collective_sweep_chart(
+            results, collective_link(results, header))
 
     def action_mark(self) -> None:
         """Mark the highlighted run for comparison (again: unmark it); two marked runs are compared."""

@@ -1,7 +1,7 @@
 """The Fit screen: `tensor-tutor fit` as a form. Pick a model and a layout; the memory per device,
 term by term, follows as you type, against this machine's memory, with what would make it fit; beside
 it the time, as `tensor-tutor time` answers it (step by phase, tokens/s, MFU, the ceilings' sources),
-and for training the memory alive over the step (`fit --timeline`), worked out in a thread."""
+and the memory alive over the training step or the prefill (`fit --timeline`), worked out in a thread."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ activations and KV cache per device, each with its formula, against this machine
   a training step by phase, tokens per second, MFU against the datasheet peak and against the measured
   matmul maximum, and where each ceiling came from (this machine's latest `bench` run, or a card's
   datasheet times a published achieved fraction). On this machine it needs a bench run (Bench, r).
-- Training also draws the **memory alive over the step** (`fit --timeline`), the peak marked with its
-  phase; `t` on the picture leaves only its table.
+- Under it the **memory alive over the step** (`fit --timeline`): a training step, or for inference the
+  prefill, the peak marked with its phase; `t` on the picture leaves only its table.
 - **Ctrl+S** saves the picture as SVG (its data as CSV and JSON beside it) under the data dir's
   exports folder and says where.
 - Ctrl+P, *Export*: this report as JSON (the same as `tensor-tutor fit --json`), CSV or Markdown.
@@ -105,7 +105,7 @@ activations and KV cache per device, each with its formula, against this machine
         return FitValues(dict(self.query_one("#fit-form", CalcBlock).values), self.services.machine)
 
     def pictures(self) -> tuple[str, list[Chart]]:
-        """What Ctrl+S saves: the memory timeline on screen (none for inference)."""
+        """What Ctrl+S saves: the memory timeline on screen (none while the form has no answer)."""
         from tutor.ui.widgets.plot import ChartView
 
         chart = self.query_one("#timeline", ChartView).chart
