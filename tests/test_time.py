@@ -260,7 +260,7 @@ def test_verify_runs_a_tiny_real_model_and_compares_per_phase() -> None:
     assert "measured now" in result["sources"]["matmul"]
 
 
-def _fake_verification(model: str, size: str) -> dict:
+def _fake_verification(model: str, size: str, recipe: str = "fp32") -> dict:
     phases = {name: {"predicted_s": 0.1, "measured_s": 0.11} for name in ("forward", "backward", "optimizer")}
     return {"model": f"{model} scaled ({size})", "size": size, "scaled": "1 layer", "predicted_s": 0.3,
             "measured_s": 0.33, "measured_wall_s": 0.5, "phases": phases, "notes": [],
