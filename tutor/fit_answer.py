@@ -57,7 +57,7 @@ class FitInputs:
     read_checkpoint: bool = True
     """Read a model folder's safetensors headers (inference without a dtype then counts the stored bytes)."""
     times: bool = False
-    """Time each suggestion's step on the device's ceilings (`suggestion_times`): `fit` asks for it."""
+    """Time each suggestion's step on the device's ceilings (`suggestion_times`): `fit` and the calculators ask."""
 
     @classmethod
     def from_command(cls, model: str | None, params: str | None, device: str | None, *,
@@ -89,8 +89,9 @@ class FitInputs:
             budget = chosen_budget(values, machine)
         params = values.get("params") or None
         model = None if params else str(values.get("model") or FIELDS["model"].starting_value)
-        return cls(model=model, params=params, request=request, budget=budget, machine=machine, searches=searches,
-                   read_checkpoint=False)
+        device = values.get("device")
+        return cls(model=model, params=params, device=str(device) if device else None, request=request, budget=budget,
+                   machine=machine, searches=searches, read_checkpoint=False, times=True)
 
 
 @dataclass(frozen=True)

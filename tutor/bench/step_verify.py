@@ -178,12 +178,39 @@ def _median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _gemm_call(torch, op, dtype, conv1d: bool = False):
+REUSE_LIMIT_BYTES = 256 * 2**20
+"""The most memory a decode GEMM's operand copies may take (8x this machine's 32 MiB L3: past it they come from DRAM)."""
+
+
+def reuse_distance_bytes(ops) -> int:
+    """The bytes a pass touches between two uses of the same weight: in a decode step each weight is read once per
+    step, so everything else the step moves (all its operations' bytes) passes through the caches in between."""
+    return sum(op.calls * op.bytes for op in ops)
+
+
+DECODE_SAMPLE_SECONDS = 0.02
+
+
+def _repeats(fn) -> int:
+    """Timed calls for a short kernel: as many as fill DECODE_SAMPLE_SECONDS of CPU time (between GEMM_REPEATS and
+    100), so a decode GEMM of a few hundred microseconds is a median of many calls, not of three."""
+    start = CLOCK()
+    fn()
+    one = max(CLOCK() - start, 1e-6)
+    return max(GEMM_REPEATS, min(100, int(DECODE_SAMPLE_SECONDS / one)))
+
+
+def _gemm_call(torch, op, dtype, conv1d: bool = False, reuse_bytes: int | None = None):
     """A callable running one GEMM in the layout its call uses (y = x·Wᵀ, dX = dY·W, dW = dYᵀ·x, bmm),
-    rotating over enough operand copies that they do not stay in the caches between calls."""
+    rotating over enough operand copies that they do not stay in the caches between calls. With `reuse_bytes`
+    (decode) the copies span the step's own reuse distance, so a weight comes from where the real step finds it
+    (DRAM once the model's weights pass the last-level cache, a cache when the whole step fits in it)."""
     m, n, k, batch = op.m, op.n, op.k, op.batch
     per_call = 4 * batch * (m * k + k * n)
-    copies = max(1, min(16, ROTATE_BYTES // max(1, per_call)))
+    if reuse_bytes is None:
+        copies = max(1, min(16, ROTATE_BYTES // max(1, per_call)))
+    else:
+        copies = max(1, min(reuse_bytes, REUSE_LIMIT_BYTES) // max(1, per_call))
     if batch > 1:
         pairs = [(torch.randn(batch, m, k, dtype=dtype), torch.randn(batch, k, n, dtype=dtype)) for _ in range(copies)]
         run = lambda a, b: torch.bmm(a, b)  # noqa: E731
@@ -362,7 +389,11 @@ def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = 
     from transformers import AutoConfig, AutoModelForCausalLM
 
     times = {}
-    for layers in (1, 2):
+    # A decode step is a few milliseconds, most of it this code: measured over 1 and 3 layers and more calls, so the
+    # per-layer figure (a difference of two timings) is not mostly noise.
+    depths = (1, 3) if mode == "decode" else (1, 2)
+    calls = 40 if mode == "decode" else 15
+    for layers in depths:
         sized = sized_config(config, layers=layers, **FRAMEWORK_SHAPE)
         hf = AutoConfig.for_model(**{k: v for k, v in sized.items() if k != "architectures"})
         hf._attn_implementation = "sdpa"
@@ -399,10 +430,11 @@ def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = 
                     state["cache"] = result.past_key_values
 
                 step()
-                times[layers] = {"forward": _median_seconds(step, 15)}
+                times[layers] = {"forward": _median_seconds(step, calls)}
     out = []
-    for phase in times[1]:
-        layer = max(0.0, times[2][phase] - times[1][phase])
+    low, high = depths
+    for phase in times[low]:
+        layer = max(0.0, (times[high][phase] - times[low][phase]) / (high - low))
         out += [(f"{phase}:{LAYER_CODE}", layer), (f"{phase}:{MODEL_CODE}", max(0.0, times[1][phase] - layer))]
     return out
 
@@ -415,14 +447,15 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
     dtype = torch.float32
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     points: dict[tuple, GemmPoint] = {}
+    reuse = reuse_distance_bytes(ops)
     for op in ops:
         if op.kind != GEMM or op.name.startswith("attention") or (op.batch, op.m, op.n, op.k) in points:
             continue
         conv1d = arch.model_type == "gpt2" and op.name in ("c_attn", "attn.c_proj", "c_fc", "mlp.c_proj",
                                                            "c_attn dX", "attn.c_proj dX", "c_fc dX", "mlp.c_proj dX")
-        fn = _gemm_call(torch, op, dtype, conv1d)
+        fn = _gemm_call(torch, op, dtype, conv1d, reuse_bytes=reuse if mode == "decode" else None)
         fn()
-        seconds = _median_seconds(fn, GEMM_REPEATS)
+        seconds = _median_seconds(fn, _repeats(fn) if mode == "decode" else GEMM_REPEATS)
         points[(op.batch, op.m, op.n, op.k)] = GemmPoint(op.m, op.n, op.k, op.flops / seconds, op.batch)
     attention = [op for op in ops if op.name.startswith("attention")]
     heads, kv = arch.num_heads, max(1, arch.num_kv_heads)

@@ -92,12 +92,12 @@ LABS: dict[str, LabEntry] = {entry.name: entry for entry in (
     LabEntry("exercise", "tutor.labs.exercise", "EXERCISE", "Check an exercise", ("check", "answer")),
     LabEntry("step-time", "tutor.labs.step_time", "STEP_TIME", "How long a step takes: predicted, then measured",
              ("model", "size")),
-    LabEntry("time-to-train", "tutor.labs.time_to_train", "TIME_TO_TRAIN", "How long a training run takes on a cluster",
-             ("model", "tokens", "device", "devices", "tp", "pp", "seq", "batch", "mfu")),
     LabEntry("evaluation", "tutor.labs.evaluation", "EVALUATION",
              "A held-out loss every N steps: its time, and no_grad and eval()",
              ("steps", "eval_every", "eval_batches", "train_batches", "batch", "hidden", "layers", "dropout", "lr",
               "seed", "budget_s")),
+    LabEntry("time-to-train", "tutor.labs.time_to_train", "TIME_TO_TRAIN", "How long a training run takes on a cluster",
+             ("model", "tokens", "device", "devices", "tp", "pp", "seq", "batch", "mfu")),
 )}
 
 
