@@ -1,6 +1,7 @@
 """`tensor-tutor time --verify` at several architectures and sizes: measured / predicted, per phase.
 
     python benchmarks/time_vs_transformers.py [--models llama-3.2-1b,gpt2,qwen3-0.6b] [--sizes small,medium,large]
+                                              [--recipe fp32|lora]
 
 For each preset and size: the architecture scaled down (tutor.bench.step_verify.SIZES), the ceilings
 measured at its own shapes in the same process, then training steps, a prefill and decode steps, in
@@ -21,6 +22,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="llama-3.2-1b,gpt2,qwen3-0.6b")
     parser.add_argument("--sizes", default="small,medium,large")
+    parser.add_argument("--recipe", default="fp32", choices=("fp32", "lora"),
+                        help="full fp32 training, or LoRA r=16 on a frozen fp32 base (training step only)")
     parser.add_argument("--json", action="store_true", help="one JSON object per run")
     args = parser.parse_args()
 
@@ -32,12 +35,17 @@ def main() -> None:
     for model in args.models.split(","):
         for size in args.sizes.split(","):
             start = time.perf_counter()
-            result = run_verification(read_model_config(model).config, size)
+            result = run_verification(read_model_config(model).config, size, recipe=args.recipe)
             if args.json:
                 print(json.dumps({"preset": model, **result}))
                 continue
             ratio = lambda row: row["measured_s"] / row["predicted_s"]  # noqa: E731
             phases = result["phases"]
+            if "decode" not in result:  # LoRA: the training step only
+                print(f"{model:<14} {size:<7} {ratio(result):6.3f} {ratio(phases['forward']):6.3f} "
+                      f"{ratio(phases['backward']):6.3f} {ratio(phases['optimizer']):6.3f} {'-':>8} {'-':>10} "
+                      f"{result['measured_wall_s']:7.3f}  [{time.perf_counter() - start:.0f} s] {result['scaled']}")
+                continue
             decode = result["decode"]
             print(f"{model:<14} {size:<7} {ratio(result):6.3f} {ratio(phases['forward']):6.3f} "
                   f"{ratio(phases['backward']):6.3f} {ratio(phases['optimizer']):6.3f} {ratio(result['prefill']):8.3f} "
