@@ -31,7 +31,8 @@ def main() -> None:
     from tutor.model_files import read_model_config
 
     print(f"{'model':<14} {'size':<7} {'step':>6} {'fwd':>6} {'bwd':>6} {'opt':>6} {'prefill':>8} {'decode t/s':>10} "
-          f"{'wall s':>7}  (measured / predicted; decode: measured / predicted tokens/s)")
+          f"{'min t/s':>8} {'wall s':>7}  (measured / predicted; decode: measured median / predicted tokens/s, "
+          "then the fastest step's)")
     for model in args.models.split(","):
         for size in args.sizes.split(","):
             start = time.perf_counter()
@@ -43,13 +44,14 @@ def main() -> None:
             phases = result["phases"]
             if "decode" not in result:  # LoRA: the training step only
                 print(f"{model:<14} {size:<7} {ratio(result):6.3f} {ratio(phases['forward']):6.3f} "
-                      f"{ratio(phases['backward']):6.3f} {ratio(phases['optimizer']):6.3f} {'-':>8} {'-':>10} "
+                      f"{ratio(phases['backward']):6.3f} {ratio(phases['optimizer']):6.3f} {'-':>8} {'-':>10} {'-':>8} "
                       f"{result['measured_wall_s']:7.3f}  [{time.perf_counter() - start:.0f} s] {result['scaled']}")
                 continue
             decode = result["decode"]
             print(f"{model:<14} {size:<7} {ratio(result):6.3f} {ratio(phases['forward']):6.3f} "
                   f"{ratio(phases['backward']):6.3f} {ratio(phases['optimizer']):6.3f} {ratio(result['prefill']):8.3f} "
                   f"{decode['measured_tokens_per_second'] / decode['predicted_tokens_per_second']:10.3f} "
+                  f"{decode['measured_min_tokens_per_second'] / decode['predicted_tokens_per_second']:8.3f} "
                   f"{result['measured_wall_s']:7.3f}  [{time.perf_counter() - start:.0f} s] {result['scaled']}")
 
 

@@ -64,7 +64,7 @@ SIZES = {
 WARMUP_STEPS = 2
 ROUNDS = 3
 STEPS_PER_ROUND = 2
-DECODE_STEPS = 6
+DECODE_STEPS = 12
 GEMM_REPEATS = 3
 
 
@@ -683,5 +683,9 @@ def _verify_inference(torch, model, arch, request: FitRequest, config: dict) -> 
         "decode": {"predicted_s": decode_predicted, "measured_s": measured_decode,
                    "predicted_tokens_per_second": infer.batch / decode_predicted,
                    "measured_tokens_per_second": infer.batch / measured_decode, "batch": infer.batch,
-                   "context": infer.seq_len},
+                   "context": infer.seq_len,
+                   # A decode step lasts a few milliseconds, about one scheduler time slice: on a shared machine
+                   # most steps are preempted once and restart on cold caches, which the short kernels the
+                   # ceilings time mostly escape. The fastest step is the one nobody interrupted (timeit's advice).
+                   "measured_min_s": min(decodes), "measured_min_tokens_per_second": infer.batch / min(decodes)},
     }
