@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from tutor.bench.notebook import Notebook, Run, read_notebook
 from tutor.errors import UserError
 from tutor.hardware.specs import GpuSpec
 from tutor.theory.interconnect import nvlink_bandwidth_bytes_per_s, pcie_bandwidth_bytes_per_s
 from tutor.theory.step_time import BandwidthPoint, Ceilings, GemmPoint, Sourced
 
 if TYPE_CHECKING:
+    from tutor.bench.notebook import Notebook, Run
     from tutor.theory.fit import FitRequest
 
 _MAMF = ("Stas Bekman's mamf-finder table, stas00/ml-engineering compute/accelerator/README.md "
@@ -149,6 +149,8 @@ def _positive(value) -> float | None:
 
 def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebook | None = None) -> Ceilings:
     """This machine's ceilings from the latest bench run in the results notebook, each naming the run."""
+    from tutor.bench.notebook import read_notebook  # only this machine's ceilings read the notebook
+
     book = notebook if notebook is not None else read_notebook()
     run = latest_run_with_matmul(book, device, dtype)
     if run is None:
