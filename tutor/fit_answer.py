@@ -394,10 +394,10 @@ def checkpoint_json(checkpoint: SafetensorsSummary | None, params_total: int) ->
 def suggestion_json(suggestion: fitting.Suggestion, time: SuggestionTime | None = None) -> dict[str, Any]:
     """One suggestion: `change` as flags (for people and old scripts), `changes` as FitRequest fields, and when
     timed its step's seconds (`step_seconds`, null when not timed), what step that is, and the figure's source."""
-    out = {"change": change_flags(suggestion),
-           "changes": [{"field": c.field, "value": list(c.value) if isinstance(c.value, tuple) else c.value}
-                       for c in suggestion.changes],
-           "reason": suggestion.reason or None, "devices": suggestion.devices, "total_bytes": suggestion.total}
+    changes = [{"field": c.field, "value": list(c.value) if isinstance(c.value, tuple) else c.value}
+               for c in suggestion.changes]
+    out: dict[str, Any] = {"change": change_flags(suggestion), "changes": changes, "reason": suggestion.reason or None,
+                           "devices": suggestion.devices, "total_bytes": suggestion.total}
     if time is not None:
         out.update(step_seconds=time.seconds, step_kind=time.kind, step_source=time.source)
     return out

@@ -126,7 +126,7 @@ def add_lora_adapters(torch, model, request: FitRequest) -> list:
     wanted = set(request.lora_targets)
     rank = request.lora_rank
 
-    class LoraWrapped(nn.Module):
+    class LoraWrapped(nn.Module):  # type: ignore[name-defined]  # torch is imported by the caller
         def __init__(self, base, d_in: int, d_out: int):
             super().__init__()
             self.base_layer = base
@@ -362,9 +362,9 @@ def _adapter_shapes(arch, request: FitRequest) -> list[tuple[int, int]]:
 def _optimizer_rate(torch, op, arch, request: FitRequest | None = None) -> tuple[str, float]:
     """Measured bytes/s of torch.optim.AdamW's step on parameters shaped like the model's largest (LoRA: on
     the adapters' own shapes, many small tensors, where the per-tensor cost counts)."""
-    adapter = request is not None and request.adapter
-    if adapter:
-        shapes = _adapter_shapes(arch, request)
+    adapter = request if request is not None and request.adapter else None
+    if adapter is not None:
+        shapes = _adapter_shapes(arch, adapter)
     else:
         shapes = [(arch.intermediate_size, arch.hidden_size)] * 3 + [(arch.hidden_size, arch.hidden_size)] * 2
     params = [torch.nn.Parameter(torch.randn(*s)) for s in shapes]
@@ -375,7 +375,8 @@ def _optimizer_rate(torch, op, arch, request: FitRequest | None = None) -> tuple
     seconds = _median_seconds(optimizer.step, 5)
     count = sum(p.numel() for p in params)
     # one device, no ZeRO: every parameter (LoRA: every adapter parameter)
-    bytes_per_param = op.bytes / (adapter_params_on_device(arch, request) if adapter else count_parameters(arch).total)
+    bytes_per_param = op.bytes / (adapter_params_on_device(arch, adapter) if adapter is not None
+                                  else count_parameters(arch).total)
     return f"optimizer:{op.name}", bytes_per_param * count / seconds
 
 
