@@ -16,7 +16,7 @@ from tutor.labs import Measurement, ProbeResult, get_probe
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
             "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "moe-alltoall",
             "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
-            "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time", "evaluation")
+            "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time", "evaluation", "time-to-train")
 
 
 def test_registry_holds_exactly_the_agreed_probe_names() -> None:
@@ -163,6 +163,7 @@ TINY_PARAMS = {
                    "layers": 1},
     "exercise": {"check": "expert-placement", "answer": "rank 0: 0 7\nrank 1: 1 6\nrank 2: 2 5\nrank 3: 3 4"},
     "step-time": {"model": "llama-3.2-1b", "size": "tiny"},
+    "time-to-train": {"model": "llama-3.2-1b", "tokens": "1B", "devices": 8, "tp": 1, "pp": 1, "seq": 1024},
 }
 
 

@@ -15,6 +15,7 @@ from tutor.hardware.specs import SPECS_BY_KEY
 from tutor.model_files import resolve_model
 from tutor.theory.fit import FitRequest
 from tutor.theory.models import count_parameters
+from tutor.theory.lora import lora_trainable_params
 from tutor.theory.step_operations import GEMM, backward_of, layer_forward, PassShape, training_operations
 from tutor.theory.step_time import (
     collective_seconds,
@@ -242,6 +243,99 @@ def test_the_text_view_shows_the_phases_and_the_sources() -> None:
         assert words in out
 
 
+# ---------------------------------------------------------------------------------------------- LoRA / QLoRA
+
+
+def test_a_lora_step_has_no_base_weight_gradients_and_steps_only_the_adapters() -> None:
+    model = arch("llama-3.2-1b")
+    full = training_operations(model, FitRequest(mode="train", batch=1, seq_len=256),
+                               params_on_device=count_parameters(model).total)
+    lora = training_operations(model, FitRequest(mode="train", recipe="lora", batch=1, seq_len=256),
+                               params_on_device=count_parameters(model).total)
+    weight_grads = [op.name for op in lora.phase("backward") if op.name.endswith(" dW")]
+    assert weight_grads and all(" lora_" in name for name in weight_grads)
+    assert not any(op.name.startswith("embedding") for op in lora.phase("backward"))
+    assert any(op.name == "q_proj lora_A" for op in lora.phase("forward"))
+    (optimizer,) = lora.phase("optimizer")
+    adapters = lora_trainable_params(model, rank=16)
+    assert optimizer.bytes == pytest.approx(adapters * (20 + 1) * 4, rel=1e-6)  # fp32 adapters + the bf16 copy
+    # The frozen base skips its dW (a third of full training's GEMM FLOPs) and the first layer's input grads.
+    assert lora.flops("backward") < 0.6 * full.flops("backward")
+    assert lora.flops("forward") > full.flops("forward")  # the adapters' own GEMMs
+
+
+def test_qlora_dequantizes_every_base_weight_before_each_use() -> None:
+    model = arch("llama-3.2-1b")
+    request = FitRequest(mode="train", recipe="qlora", batch=1, seq_len=256)
+    ops = training_operations(model, request, params_on_device=count_parameters(model).total)
+    forward = [op for op in ops.phase("forward") if op.name.endswith("dequantize (4-bit to 16-bit)")]
+    backward = [op for op in ops.phase("backward") if op.name.endswith("dequantize (4-bit to 16-bit)")]
+    assert {op.name.split(" ")[0] for op in forward} == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                          "up_proj", "down_proj"}
+    down = next(op for op in forward if op.name.startswith("down_proj"))
+    assert down.bytes == pytest.approx(model.hidden_size * model.intermediate_size * (4.127 / 8 + 2), rel=1e-3)
+    # dX needs the weight again; the first layer's q/k/v need no dX, so their calls are one layer fewer.
+    q_back = next(op for op in backward if op.name.startswith("q_proj"))
+    assert q_back.calls == model.num_layers - 1 and down.calls == model.num_layers
+
+
+def test_time_answers_lora_and_qlora_from_the_cli() -> None:
+    full = _time_json(["llama-3.1-8b", "--mode", "train", "--device", "h100", "--seq", "4096"])
+    lora = _time_json(["llama-3.1-8b", "--mode", "train", "--recipe", "lora", "--device", "h100", "--seq", "4096"])
+    qlora = _time_json(["llama-3.1-8b", "--mode", "train", "--recipe", "qlora", "--device", "h100", "--seq", "4096"])
+    assert lora["step"]["seconds"] < full["step"]["seconds"]
+    assert lora["step"]["phases"]["optimizer"] < 0.02 * full["step"]["phases"]["optimizer"]
+    assert qlora["step"]["seconds"] > lora["step"]["seconds"]  # the dequantization is extra memory traffic
+    params = count_parameters(arch("llama-3.1-8b")).total
+    assert 4 < lora["model_flops_per_token"] / params < 4.6  # 2N forward + 2N dX + adapters and attention
+
+
+# ---------------------------------------------------------------------------------------------- fit's suggestions
+
+
+def test_fit_shows_what_each_suggestion_costs_in_seconds_per_step() -> None:
+    code, out, err = run(["fit", "llama-3.1-70b", "--mode", "train", "--device", "h100", "--json"])
+    assert code == 0, err
+    suggestions = json.loads(out)["suggestions"]
+    assert suggestions
+    for suggestion in suggestions:
+        assert suggestion["step_seconds"] > 0 and suggestion["step_kind"] == "training step"
+        assert "H100" in suggestion["step_source"] and "mamf-finder" in suggestion["step_source"]
+    from tutor.theory.fit import FitRequest as Request
+    first = suggestions[0]
+    changed = {c["field"]: c["value"] for c in first["changes"]}
+    step = training_step_time(arch("llama-3.1-70b"), Request(mode="train", **changed),
+                              card_ceilings(SPECS_BY_KEY["h100-sxm"], "bf16"))
+    assert first["step_seconds"] == pytest.approx(step.seconds)
+    code, text, err = run(["fit", "llama-3.1-70b", "--mode", "train", "--device", "h100"])
+    assert code == 0 and "per training step" in text and "seconds per step" in text
+
+
+def test_fit_on_a_bare_memory_size_says_why_its_suggestions_are_not_timed() -> None:
+    code, out, err = run(["fit", "llama-3.1-70b", "--mode", "train", "--device", "24GiB", "--json"])
+    assert code == 0, err
+    suggestions = json.loads(out)["suggestions"]
+    assert suggestions and all(s["step_seconds"] is None and "not timed" in s["step_source"] for s in suggestions)
+
+
+# ---------------------------------------------------------------------------------------------- the lessons' lab
+
+
+def test_the_time_to_train_lab_reproduces_the_llama_405b_gpu_hours_from_public_figures() -> None:
+    import threading
+
+    from tutor.labs.registry import load_lab
+
+    result = load_lab("time-to-train").run({}, lambda *_: None, threading.Event())
+    assert abs(result.metrics["device_hours"] / LLAMA31_405B_GPU_HOURS - 1) < 0.15
+    assert result.metrics["days"] == pytest.approx(result.metrics["device_hours"] / 16384 / 24)
+    assert result.metrics["mfu"] == pytest.approx(LLAMA3_MFU)
+    counted = load_lab("time-to-train").run({"mfu": 0.0}, lambda *_: None, threading.Event())
+    assert counted.metrics["days"] != pytest.approx(result.metrics["days"])  # the counted step, not the stated MFU
+    with pytest.raises(UserError, match="multiple"):
+        load_lab("time-to-train").run({"devices": 1000}, lambda *_: None, threading.Event())
+
+
 # ---------------------------------------------------------------------------------------------- --verify
 
 
@@ -260,7 +354,7 @@ def test_verify_runs_a_tiny_real_model_and_compares_per_phase() -> None:
     assert "measured now" in result["sources"]["matmul"]
 
 
-def _fake_verification(model: str, size: str) -> dict:
+def _fake_verification(model: str, size: str, recipe: str = "fp32") -> dict:
     phases = {name: {"predicted_s": 0.1, "measured_s": 0.11} for name in ("forward", "backward", "optimizer")}
     return {"model": f"{model} scaled ({size})", "size": size, "scaled": "1 layer", "predicted_s": 0.3,
             "measured_s": 0.33, "measured_wall_s": 0.5, "phases": phases, "notes": [],
@@ -284,3 +378,18 @@ def test_verify_joins_the_json_and_runs_even_without_a_bench_run(tmp_path, monke
     code, out, err = run(["time", "llama-3.2-1b", "--mode", "train", "--verify"])
     assert code == 0, err
     assert "Verified on this machine" in out and "predicted" in out
+
+
+@pytest.mark.slow
+def test_verify_runs_a_tiny_lora_model_with_frozen_base_and_adapters_only() -> None:
+    pytest.importorskip("transformers")
+    from tutor.bench.step_verify import run_verification
+    from tutor.model_files import read_model_config
+
+    result = run_verification(read_model_config("llama-3.2-1b").config, "tiny", recipe="lora")
+    assert result["recipe"] == "lora" and "LoRA r=16" in result["scaled"]
+    for phase in result["phases"].values():
+        assert phase["predicted_s"] > 0 and phase["measured_s"] > 0
+    assert "decode" not in result
+    with pytest.raises(UserError, match="qlora"):
+        run_verification(read_model_config("llama-3.2-1b").config, "tiny", recipe="qlora")

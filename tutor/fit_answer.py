@@ -56,6 +56,8 @@ class FitInputs:
     trace: bool = False
     read_checkpoint: bool = True
     """Read a model folder's safetensors headers (inference without a dtype then counts the stored bytes)."""
+    times: bool = False
+    """Time each suggestion's step on the device's ceilings (`suggestion_times`): `fit` and the calculators ask."""
 
     @classmethod
     def from_command(cls, model: str | None, params: str | None, device: str | None, *,
@@ -74,7 +76,7 @@ class FitInputs:
             typed[name] = value
         if isinstance(typed.get("lora_targets"), str):
             typed["lora_targets"] = parse_lora_targets(typed["lora_targets"])
-        return cls(model=model, params=params, device=device, request=typed, given=given, trace=trace)
+        return cls(model=model, params=params, device=device, request=typed, given=given, trace=trace, times=True)
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], machine: Machine | None = None, *, budget: DeviceBudget | None
@@ -87,8 +89,9 @@ class FitInputs:
             budget = chosen_budget(values, machine)
         params = values.get("params") or None
         model = None if params else str(values.get("model") or FIELDS["model"].starting_value)
-        return cls(model=model, params=params, request=request, budget=budget, machine=machine, searches=searches,
-                   read_checkpoint=False)
+        device = values.get("device")
+        return cls(model=model, params=params, device=str(device) if device else None, request=request, budget=budget,
+                   machine=machine, searches=searches, read_checkpoint=False, times=True)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ class FitAnswer:
     suggestions: tuple[fitting.Suggestion, ...] = ()
     flag_notes: tuple[str, ...] = ()
     traced: TracedFit | None = None
+    suggestion_times: tuple[SuggestionTime, ...] = ()
+    """One per suggestion (same order) when FitInputs.times asked for them, else empty."""
 
     @property
     def request(self) -> fitting.FitRequest:
@@ -177,7 +182,8 @@ class FitAnswer:
             # the figure is "at least", not the largest that fits.
             "largest_batch_at_search_bound": self.largest_batch == fitting.BATCH_SEARCH_BOUND,
             "largest_seq_len_at_search_bound": self.largest_seq_len == fitting.SEQ_SEARCH_BOUND,
-            "suggestions": [suggestion_json(s) for s in self.suggestions],
+            "suggestions": [suggestion_json(s, t) for s, t in
+                            zip(self.suggestions, self.suggestion_times or (None,) * len(self.suggestions))],
             "notes": list(self.notes),
             "checkpoint": checkpoint_json(self.checkpoint, estimate.total_params),
         }
@@ -259,6 +265,14 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
         largest_seq_len = fitting.largest_seq_len(arch, request, capacity)
         if estimate.worst.total > capacity:
             found = tuple(fitting.suggestions(arch, request, capacity))
+    times: tuple[SuggestionTime, ...] = ()
+    if inputs.times and found and arch is not None:
+        if budget.kind == "given":  # a bare memory size: no device whose ceilings could time a step
+            times = tuple(SuggestionTime(None, "", "not timed: a memory size has no matmul or bandwidth ceilings; "
+                                                   "pass a card such as --device h100 to see each step's seconds")
+                          for _ in found)
+        else:
+            times = suggestion_times(arch, found, None if inputs.device == THIS_DEVICE else inputs.device)
     traced = None
     if inputs.trace:
         from tutor.fit_trace import traced_fit
@@ -267,7 +281,56 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
     return FitAnswer(name=name, source=source, estimate=estimate, budget=budget, checkpoint=checkpoint,
                      largest_batch=largest_batch, largest_seq_len=largest_seq_len, suggestions=found,
                      flag_notes=scheme_notes + tuple(ignored_flag_notes(inputs.given, request.mode, request.recipe)),
-                     traced=traced)
+                     traced=traced, suggestion_times=times)
+
+
+# ---- what each suggestion costs in time ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class SuggestionTime:
+    """A suggestion's step time on the device's ceilings, as `tensor-tutor time` counts it, or why there is none.
+
+    kind: "training step" (forward, backward, optimizer and exposed communication: step_time.training_step_time)
+    or "decode step" (one token for every sequence of the batch at the full context: step_time.decode_step);
+    source: the device and where its ceilings come from (or the one line saying why it has none)."""
+
+    seconds: float | None
+    kind: str
+    source: str
+
+
+def suggestion_times(arch: Architecture, suggestions: tuple[fitting.Suggestion, ...],
+                     device: str | None) -> tuple[SuggestionTime, ...]:
+    """Each suggestion's changed request timed by the time model on `device`'s ceilings (None: this machine's
+    latest bench run; a card by name: its datasheet x published fractions), the ceilings resolved once per dtype."""
+    from tutor.bench.ceilings import compute_dtype, device_ceilings
+    from tutor.theory.step_time import decode_step, training_step_time
+
+    resolved: dict[str, Any] = {}
+    out = []
+    for suggestion in suggestions:
+        request = suggestion.request
+        kind = "training step" if request.mode == fitting.Mode.TRAIN else "decode step"
+        dtype = compute_dtype(request)
+        try:
+            if dtype not in resolved:
+                try:
+                    resolved[dtype] = device_ceilings(device, dtype)
+                except UserError as error:
+                    resolved[dtype] = error
+            found = resolved[dtype]
+            if isinstance(found, UserError):
+                raise found
+            ceilings, words = found
+            if request.mode == fitting.Mode.TRAIN:
+                seconds = training_step_time(arch, request, ceilings).seconds
+            else:
+                seconds = decode_step(arch, request, ceilings, batch=request.batch, context=request.seq_len).seconds
+            out.append(SuggestionTime(seconds, kind, f"tensor-tutor time's model on {words}; "
+                                                     f"matmul: {ceilings.gemm_source}"))
+        except UserError as error:
+            out.append(SuggestionTime(None, kind, f"not timed: {error}"))
+    return tuple(out)
 
 
 # ---- suggestions as flags ---------------------------------------------------------------------
@@ -328,9 +391,13 @@ def checkpoint_json(checkpoint: SafetensorsSummary | None, params_total: int) ->
             "format": checkpoint.checkpoint_format, "skipped_files": list(checkpoint.skipped)}
 
 
-def suggestion_json(suggestion: fitting.Suggestion) -> dict[str, Any]:
-    """One suggestion: `change` as flags (for people and old scripts), `changes` as FitRequest fields."""
-    return {"change": change_flags(suggestion),
-            "changes": [{"field": c.field, "value": list(c.value) if isinstance(c.value, tuple) else c.value}
-                        for c in suggestion.changes],
-            "reason": suggestion.reason or None, "devices": suggestion.devices, "total_bytes": suggestion.total}
+def suggestion_json(suggestion: fitting.Suggestion, time: SuggestionTime | None = None) -> dict[str, Any]:
+    """One suggestion: `change` as flags (for people and old scripts), `changes` as FitRequest fields, and when
+    timed its step's seconds (`step_seconds`, null when not timed), what step that is, and the figure's source."""
+    changes = [{"field": c.field, "value": list(c.value) if isinstance(c.value, tuple) else c.value}
+               for c in suggestion.changes]
+    out: dict[str, Any] = {"change": change_flags(suggestion), "changes": changes, "reason": suggestion.reason or None,
+                           "devices": suggestion.devices, "total_bytes": suggestion.total}
+    if time is not None:
+        out.update(step_seconds=time.seconds, step_kind=time.kind, step_source=time.source)
+    return out

@@ -194,13 +194,10 @@ def _check_device(value: Any) -> str:
 
 
 def unknown_device_message(text: str) -> str:
-    """One line for a card name the spec table does not know: the closest known names, and where the rest are."""
-    from tutor.hardware.specs import close_gpu_names
+    """tutor.hardware.specs.unknown_device_message, imported when needed (the spec table is not light)."""
+    from tutor.hardware import specs
 
-    close = close_gpu_names(text)
-    nearest = f"did you mean {', '.join(close)}? " if close else ""
-    return (f"unknown GPU {text!r}: {nearest}use 'this' (the detected device) or a card such as h100, h200, "
-            "a100-40gb, rtx-4090 (tensor-tutor models --devices lists them all)")
+    return specs.unknown_device_message(text)
 
 
 @dataclass(frozen=True)

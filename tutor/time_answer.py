@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from tutor.bench.ceilings import compute_dtype as ceilings_dtype  # noqa: F401  (re-exported)
+from tutor.bench.ceilings import device_ceilings as resolve_ceilings  # noqa: F401
 from tutor.errors import UserError
 from tutor.theory import fit as fitting
 from tutor.theory.step_operations import inference_operations
@@ -45,65 +47,6 @@ def parse_fraction(text: str | None, name: str) -> float | None:
     if not 0 <= value <= 1 or not math.isfinite(value):
         raise UserError(f"{name} must be between 0 and 1 (or 0% and 100%), got {text!r}")
     return value
-
-
-def ceilings_dtype(request: fitting.FitRequest) -> str:
-    """The matmul dtype the step computes in: fp32 for the fp32 recipe (or fp32 weights), else bf16/fp16."""
-    if request.mode == "train":
-        return "fp32" if request.recipe == "fp32" else "bf16"
-    return {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16"}.get(request.dtype, "bf16")
-
-
-def resolve_ceilings(device: str | None, dtype: str) -> tuple[Ceilings, str]:
-    """(ceilings, what the device is) for --device: this machine (measured), a GPU index, or a card by name."""
-    from tutor.bench.ceilings import card_ceilings, measured_ceilings
-    from tutor.hardware.specs import lookup_gpu_spec
-
-    text = device.strip() if isinstance(device, str) else None
-    if text == "":
-        raise UserError("--device is empty: give cpu, a GPU index, or a card such as h100")
-    if text is None or text.lower() == "cpu" or text.isdigit() or text.lower().startswith("cuda"):
-        if text is None or text.lower() == "cpu":
-            name = "cpu"
-            if text is None:
-                from tutor.hardware import detect_machine
-
-                if detect_machine().gpus:
-                    name = "cuda:0"
-        else:
-            name = text.lower() if text.lower().startswith("cuda") else f"cuda:{text}"
-            card = lookup_gpu_spec(text) if text.isdigit() else None
-            if card is not None:  # '4090' is a card, not GPU 4090
-                spec = card[0]
-                return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
-        ceilings = measured_ceilings(name, dtype)
-        if name.startswith("cuda"):
-            ceilings = replace(ceilings, clock_fraction=_clock_now(name))
-        return ceilings, f"this machine's {name} (measured)"
-    found = lookup_gpu_spec(text)
-    if found is None:
-        from tutor.fit_fields import unknown_device_message
-
-        raise UserError(unknown_device_message(text).replace("use 'this' (the detected device) or",
-                                                             "use cpu, a GPU index, or"))
-    spec, _note = found
-    return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
-
-
-def _clock_now(device: str):
-    """The SM clock now over the boost clock the datasheet peak assumes (NVML), with the clock-event reasons."""
-    from tutor.hardware import detect_machine
-    from tutor.theory.step_time import Sourced
-
-    machine = detect_machine()
-    gpu = machine.gpu_for(device)
-    assumed = machine.peak_clock_hz(device)
-    if gpu is None or not gpu.sm_clock_mhz or not assumed:
-        return None
-    reasons = ", ".join(gpu.clock_event_reasons or ()) or "none"
-    return Sourced(gpu.sm_clock_mhz * 1e6 / assumed, "fraction",
-                   f"NVML SM clock now {gpu.sm_clock_mhz} MHz over the {assumed / 1e6:g} MHz the datasheet peak assumes "
-                   f"(spec derivation); clock events: {reasons}")
 
 
 def apply_devices(request: fitting.FitRequest, devices: int | None) -> fitting.FitRequest:
@@ -197,11 +140,8 @@ def inference_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, batc
 
 
 def check_time_request(arch, request: fitting.FitRequest) -> None:
-    """A UserError for a request `time` cannot answer: one tutor.theory.fit rejects, or a LoRA/QLoRA step."""
+    """A UserError for a request `time` cannot answer: one tutor.theory.fit rejects."""
     fitting.validate_request(arch, request)
-    if request.adapter:
-        raise UserError("time counts full training steps; LoRA/QLoRA steps are not modelled yet (use --recipe mixed, "
-                        "bf16 or fp32)")
 
 
 def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, device_words: str, *, name: str,

@@ -13,13 +13,17 @@ Importing this module imports no torch: `tensor-tutor time` answers from the not
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from tutor.bench.notebook import Notebook, Run, read_notebook
 from tutor.errors import UserError
 from tutor.hardware.specs import GpuSpec
 from tutor.theory.interconnect import nvlink_bandwidth_bytes_per_s, pcie_bandwidth_bytes_per_s
 from tutor.theory.step_time import BandwidthPoint, Ceilings, GemmPoint, Sourced
+
+if TYPE_CHECKING:
+    from tutor.bench.notebook import Notebook, Run
+    from tutor.theory.fit import FitRequest
 
 _MAMF = ("Stas Bekman's mamf-finder table, stas00/ml-engineering compute/accelerator/README.md "
          "(bf16, mean of 100 iterations at the best shape)")
@@ -158,6 +162,8 @@ def _positive(value) -> float | None:
 
 def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebook | None = None) -> Ceilings:
     """This machine's ceilings from the latest bench run in the results notebook, each naming the run."""
+    from tutor.bench.notebook import read_notebook  # only this machine's ceilings read the notebook
+
     book = notebook if notebook is not None else read_notebook()
     run = latest_run_with_matmul(book, device, dtype)
     if run is None:
@@ -227,3 +233,64 @@ def waterfall(ceilings: Ceilings, *, gemm_flops: float, gemm_seconds: float, mod
     steps.append(WaterfallStep("achieved step", achieved, achieved / shapes,
                                "model FLOPs over the whole step: memory-bound ops, optimizer, communication, bubble"))
     return tuple(steps)
+
+
+# The ceilings for a --device, as `time` and `fit`'s suggestions ask for them
+
+
+def compute_dtype(request: FitRequest) -> str:
+    """The matmul dtype the step computes in: fp32 for the fp32 recipe (or fp32 weights), else bf16/fp16."""
+    if request.mode == "train" and request.adapter:  # LoRA computes in its base's dtype
+        return "fp32" if request.dtype in ("fp32", "tf32") else "bf16"
+    if request.mode == "train":
+        return "fp32" if request.recipe == "fp32" else "bf16"
+    return {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16"}.get(request.dtype, "bf16")
+
+
+def device_ceilings(device: str | None, dtype: str) -> tuple[Ceilings, str]:
+    """(ceilings, what the device is) for --device: this machine (measured), a GPU index, or a card by name."""
+    from tutor.hardware.specs import lookup_gpu_spec
+
+    text = device.strip() if isinstance(device, str) else None
+    if text == "":
+        raise UserError("--device is empty: give cpu, a GPU index, or a card such as h100")
+    if text is None or text.lower() == "cpu" or text.isdigit() or text.lower().startswith("cuda"):
+        if text is None or text.lower() == "cpu":
+            name = "cpu"
+            if text is None:
+                from tutor.hardware import detect_machine
+
+                if detect_machine().gpus:
+                    name = "cuda:0"
+        else:
+            name = text.lower() if text.lower().startswith("cuda") else f"cuda:{text}"
+            card = lookup_gpu_spec(text) if text.isdigit() else None
+            if card is not None:  # '4090' is a card, not GPU 4090
+                spec = card[0]
+                return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
+        ceilings = measured_ceilings(name, dtype)
+        if name.startswith("cuda"):
+            ceilings = replace(ceilings, clock_fraction=_clock_now(name))
+        return ceilings, f"this machine's {name} (measured)"
+    found = lookup_gpu_spec(text)
+    if found is None:
+        from tutor.hardware.specs import unknown_device_message
+
+        raise UserError(unknown_device_message(text).replace("use 'this' (the detected device) or",
+                                                             "use cpu, a GPU index, or"))
+    spec, _note = found
+    return card_ceilings(spec, dtype), f"{spec.name} (datasheet x published fractions)"
+
+
+def _clock_now(device: str):
+    """The SM clock now over the boost clock the datasheet peak assumes (NVML), with the clock-event reasons."""
+    from tutor.hardware import detect_machine
+    machine = detect_machine()
+    gpu = machine.gpu_for(device)
+    assumed = machine.peak_clock_hz(device)
+    if gpu is None or not gpu.sm_clock_mhz or not assumed:
+        return None
+    reasons = ", ".join(gpu.clock_event_reasons or ()) or "none"
+    return Sourced(gpu.sm_clock_mhz * 1e6 / assumed, "fraction",
+                   f"NVML SM clock now {gpu.sm_clock_mhz} MHz over the {assumed / 1e6:g} MHz the datasheet peak assumes "
+                   f"(spec derivation); clock events: {reasons}")

@@ -14,9 +14,21 @@ from tutor.commands.safe_text import markup_safe, plain
 from tutor.errors import UserError
 from tutor.fit_answer import FitAnswer, FitInputs, answer_fit, change_flags
 from tutor.fit_fields import fit_options
+from tutor.formatting import format_duration
 from tutor.theory import fit as fitting
 from tutor.theory.activations import IMPLEMENTATION_MEANING
 from tutor.theory.units import GB, GiB
+
+
+def _times_note(times) -> str:
+    """The one line under the suggestions saying where their seconds per step come from (or why they are missing)."""
+    said = []
+    for timed in times:
+        words = timed.source.split("; ")[0] if timed.seconds is not None else timed.source
+        if words not in said:
+            said.append(words)
+    timed = any(t.seconds is not None for t in times)
+    return "seconds per step: " + "; ".join(said) + (" (each figure's source: fit --json, step_source)" if timed else "")
 
 
 def _size(value: int) -> str:
@@ -247,8 +259,13 @@ def _render(answer: FitAnswer) -> None:
                       if seq else f"No sequence length fits at batch {request.batch}.")
     if answer.suggestions:
         console.print("\nWhat would make it fit:")
-        for suggestion in answer.suggestions:
-            console.print(f"  {markup_safe(change_flags(suggestion))}: {_size(suggestion.total)} GiB per device")
+        times = answer.suggestion_times or (None,) * len(answer.suggestions)
+        for suggestion, timed in zip(answer.suggestions, times):
+            cost = "" if timed is None or timed.seconds is None else \
+                f", {format_duration(timed.seconds)} per {timed.kind}"
+            console.print(f"  {markup_safe(change_flags(suggestion))}: {_size(suggestion.total)} GiB per device{cost}")
+        if answer.suggestion_times:
+            console.print(f"  [dim]{markup_safe(_times_note(answer.suggestion_times))}[/dim]")
     elif answer.nothing_fits:
         text = answer.nothing_fits_text()
         console.print(f"\n{text[0].upper()}{text[1:]}.")

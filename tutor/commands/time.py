@@ -33,7 +33,7 @@ from tutor.time_answer import (  # noqa: F401
 )
 
 
-def verify_model(model: str, size: str) -> dict:
+def verify_model(model: str, size: str, recipe: str = "fp32") -> dict:
     """--verify: MODEL's architecture scaled down, predicted from ceilings measured now, then run (tutor.bench.step_verify)."""
     try:
         import torch  # noqa: F401
@@ -43,7 +43,7 @@ def verify_model(model: str, size: str) -> dict:
     from tutor.bench.step_verify import run_verification
     from tutor.model_files import read_model_config
 
-    return run_verification(read_model_config(model).config, size)
+    return run_verification(read_model_config(model).config, size, recipe=recipe)
 
 
 @click.command("time")
@@ -101,7 +101,8 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
         if not verify:
             raise
         ceilings, device_words, missing = None, "this machine", str(error)
-    verified = verify_model(model, verify_size) if verify else None
+    # --verify runs full steps in fp32, or LoRA steps for a LoRA request (QLoRA's kernels need a GPU: refused there)
+    verified = verify_model(model, verify_size, str(request.recipe) if request.adapter else "fp32") if verify else None
     if ceilings is None:
         assert verified is not None  # without ceilings only --verify gets this far
         report = {"model": {"name": name, "source": source, "model_type": arch.model_type},

@@ -333,3 +333,11 @@ def close_gpu_names(text: str, limit: int = 4) -> list[str]:
     by_compact = {_compact(name): name for name in gpu_names()}
     found = difflib.get_close_matches(_compact(text), list(by_compact), n=limit, cutoff=0.5)
     return [by_compact[name] for name in found]
+
+
+def unknown_device_message(text: str) -> str:
+    """One line for a card name the spec table does not know: the closest known names, and where the rest are."""
+    close = close_gpu_names(text)
+    nearest = f"did you mean {', '.join(close)}? " if close else ""
+    return (f"unknown GPU {text!r}: {nearest}use 'this' (the detected device) or a card such as h100, h200, "
+            "a100-40gb, rtx-4090 (tensor-tutor models --devices lists them all)")

@@ -96,6 +96,8 @@ LABS: dict[str, LabEntry] = {entry.name: entry for entry in (
              "A held-out loss every N steps: its time, and no_grad and eval()",
              ("steps", "eval_every", "eval_batches", "train_batches", "batch", "hidden", "layers", "dropout", "lr",
               "seed", "budget_s")),
+    LabEntry("time-to-train", "tutor.labs.time_to_train", "TIME_TO_TRAIN", "How long a training run takes on a cluster",
+             ("model", "tokens", "device", "devices", "tp", "pp", "seq", "batch", "mfu")),
 )}
 
 

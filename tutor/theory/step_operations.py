@@ -20,6 +20,14 @@ transformers 5's stacked experts), and torch's kernels under it:
   add). An elementwise backward reads the output gradient and the saved inputs and writes the input
   gradients: counted as twice the forward traffic (a unary op reads 2 and writes 1 where its forward
   read 1 and wrote 1; the stated approximation for the others).
+- LoRA / QLoRA (Hu et al. arXiv 2106.09685 §4.1; Dettmers et al. arXiv 2305.14314): every adapted
+  linear adds x·Aᵀ (r x in) and ·Bᵀ (out x r) GEMMs and PEFT's `result + lora_B(lora_A(x)) * scaling`
+  (a multiply and an add over the output: peft/tuners/lora/layer.py Linear.forward). The base is
+  frozen: its linears' backward is dX only (no dW), the embedding has no backward, and the first
+  layer's attention inputs need no gradient at all (nothing before them requires one). The adapters
+  get both dX and dW; the optimizer steps only them. QLoRA dequantizes each 4-bit base weight to 16
+  bits before every use, forward and again in the backward's dX (bitsandbytes autograd MatMul4Bit):
+  memory-bound, the packed weight and its scales read, the 16-bit copy written.
 - Optimizer: torch.optim.AdamW as torch runs it by default, one tensor at a time or foreach
   (torch/optim/adam.py `_single_tensor_adam` / `_multi_tensor_adam`): mul_ (weight decay), lerp_,
   mul_, addcmul_, sqrt, div_, add_, addcdiv_: 20 element reads and writes per parameter in the state
@@ -37,7 +45,9 @@ from dataclasses import dataclass, replace
 from tutor.errors import UserError
 from tutor.theory.checks import positive_int
 from tutor.theory.fit import FitRequest
-from tutor.theory.models import Architecture
+from tutor.theory.lora import lora_trainable_params
+from tutor.theory.memory import weight_format
+from tutor.theory.models import Architecture, count_parameters
 from tutor.theory.parallel import layers_per_pipeline_stage
 
 PHASES = ("forward", "backward", "optimizer")
@@ -120,8 +130,8 @@ def memory_op(name: str, phase: str, elements: int, accesses: float, element_byt
 
 def activation_bytes(request: FitRequest) -> int:
     """Bytes of one activation element: 4 for fp32 training or fp32 inference, else 2 (bf16/fp16; quantized
-    weights compute in 16 bits)."""
-    if request.mode == "train":
+    weights compute in 16 bits). LoRA computes in its base's dtype (fp32 only for an fp32 base)."""
+    if request.mode == "train" and not request.adapter:
         return FP32 if request.recipe == "fp32" else 2
     return FP32 if request.dtype in ("fp32", "tf32") else 2
 
@@ -378,17 +388,93 @@ def optimizer_operation(params_on_device: int, request: FitRequest, *, fused: bo
     """The optimizer step on this device's parameters (ZeRO 1+ shards the update over dp), memory-bound.
 
     State dtype: fp32 for the fp32, mixed, megatron and hf-amp recipes, bf16 for pure bf16; a recipe
-    with an fp32 master also writes the 16-bit weights back (2 B read + 2 B written per parameter)."""
+    with an fp32 master also writes the 16-bit weights back (2 B read + 2 B written per parameter).
+    LoRA/QLoRA: `params_on_device` are the adapters only, fp32, in mixed precision over a 16-bit base."""
     params = params_on_device
     if request.zero >= 1:
         params = math.ceil(params / request.dp)
     state = 2 if request.recipe == "bf16" else FP32
     accesses = optimizer_accesses(request.optimizer, fused=fused)
     copy_back = 2 * 2 if request.recipe in ("mixed", "megatron") else 0
+    if request.adapter:  # fp32 adapters (as tutor.theory.fit counts them); a 16-bit base gets its 16-bit copy
+        copy_back = 0 if activation_bytes(request) == FP32 else 2 * 2
     return memory_op(f"{request.optimizer} step", "optimizer", params, accesses + copy_back / state, state, calls=1,
                      kernels=1 if fused else 8,
                      formula=f"{params:,} params x {accesses} accesses x {state} B"
                              + (" + the 16-bit weight copy" if copy_back else ""))
+
+# Which adapter roles (tutor.theory.lora: q, k, v, o, gate, up, down) each counted linear serves.
+LINEAR_ROLES: dict[str, tuple[str, ...]] = {
+    "q_proj": ("q",), "k_proj": ("k",), "v_proj": ("v",), "o_proj": ("o",), "c_attn": ("q", "k", "v"),
+    "attn.c_proj": ("o",), "qkv_proj": ("q", "k", "v"), "q_a_proj": ("q",), "q_b_proj": ("q",),
+    "kv_a_proj": ("k", "v"), "kv_b_proj": ("k", "v"), "gate_proj": ("gate",), "up_proj": ("up",),
+    "down_proj": ("down",), "gate_up_proj": ("gate", "up"), "c_fc": ("up",), "mlp.c_proj": ("down",),
+    "experts gate_up": ("gate", "up"), "experts down": ("down",), "shared expert gate": ("gate",),
+    "shared expert up": ("up",), "shared expert down": ("down",),
+}
+# The first layer's inputs to attention: nothing before them requires a gradient under a frozen base.
+ATTENTION_INPUTS = ("q_proj", "k_proj", "v_proj", "c_attn", "qkv_proj", "q_a_proj", "kv_a_proj")
+LORA_A, LORA_B = " lora_A", " lora_B"
+LORA_SCALE_ADD = " lora scale + add"
+DEQUANTIZE = " dequantize (4-bit to 16-bit)"
+
+
+def lora_forward(ops: list[Operation], request: FitRequest, e: int) -> list[Operation]:
+    """`ops` with each adapted linear's adapter GEMMs and PEFT's scale-and-add after it (and, for QLoRA, the
+    dequantization of its base weight before it): see the module docstring."""
+    r = request.lora_rank
+    wanted = set(request.lora_targets)
+    packed = float(weight_format("nf4-dq").bits_per_weight) / 8  # bytes per stored 4-bit weight, scales included
+    out: list[Operation] = []
+    for op in ops:
+        roles = LINEAR_ROLES.get(op.name) if op.kind == GEMM else None
+        if roles is None:
+            out.append(op)
+            continue
+        if request.recipe == "qlora":
+            out.append(memory_op(op.name + DEQUANTIZE, op.phase, op.batch * op.n * op.k, packed + e, 1,
+                                 calls=op.calls, formula=f"{op.n:,} x {op.k:,} weights: {packed:.3g} B read + {e} B "
+                                                         "written each (nf4 with double quantization)"))
+        out.append(op)
+        if wanted & set(roles):
+            out.append(gemm(op.name + LORA_A, op.phase, op.m, r, op.k, calls=op.calls, element_bytes=e, batch=op.batch))
+            out.append(gemm(op.name + LORA_B, op.phase, op.m, op.n, r, calls=op.calls, element_bytes=e, batch=op.batch))
+            out.append(memory_op(op.name + LORA_SCALE_ADD, op.phase, op.batch * op.m * op.n, 5, e, calls=op.calls,
+                                 kernels=2, formula="lora_B(lora_A(x)) * scaling, then + result: 5 accesses"))
+    return out
+
+
+def lora_backward(ops: list[Operation], attention: str, *, first_layer_calls: int) -> list[Operation]:
+    """The backward of LoRA forward operations on a frozen base: base linears dX only, adapters dX and dW,
+    QLoRA's dequantization again before each dX, no embedding backward; the first layer's attention inputs
+    (`first_layer_calls` of their calls) need no backward at all."""
+    out: list[Operation] = []
+    for op in backward_of(ops, attention):
+        base = op.name.removesuffix(" dX").removesuffix(" dW")
+        if op.name.startswith(("embedding lookup", "position embedding")):
+            continue  # frozen tables, and nothing before them
+        adapter = base.endswith((LORA_A, LORA_B))
+        linear = base.removesuffix(LORA_A).removesuffix(LORA_B)
+        if op.kind == GEMM and op.name.endswith(" dW") and not adapter:
+            continue  # a frozen weight gets no gradient
+        calls = op.calls
+        first_input = (linear in ATTENTION_INPUTS and op.name.endswith(" dX") and not base.endswith(LORA_B)) \
+            or base == "input norm" or base in tuple(name + DEQUANTIZE for name in ATTENTION_INPUTS)
+        if first_input and op.kind != FRAMEWORK:
+            calls -= first_layer_calls
+        if base.endswith(DEQUANTIZE):  # dequantized once more for dX, not twice the forward's traffic
+            op = replace(op, bytes=op.bytes // BACKWARD_MEMORY_RATIO, formula="again for dX (MatMul4Bit backward)")
+        if calls > 0:
+            out.append(replace(op, calls=calls))
+    return out
+
+
+def adapter_params_on_device(arch: Architecture, request: FitRequest) -> int:
+    """The LoRA parameters one device trains: the model's (tutor.theory.lora) in the base's share per device."""
+    total = count_parameters(arch).total
+    on_device = math.ceil(total / (request.tp * request.pp))
+    return math.ceil(lora_trainable_params(arch, rank=request.lora_rank, targets=request.lora_targets)
+                     * on_device / total)
 
 
 @dataclass(frozen=True)
@@ -422,13 +508,24 @@ def training_operations(arch: Architecture, request: FitRequest, *, params_on_de
     shape = PassShape(request.batch, request.seq_len, request.seq_len)
     forward: list[Operation] = []
     moe_layers = sum(arch.layer_is_moe[: layers])
+    backward: list[Operation] = []
     for is_moe, count in ((False, layers - moe_layers), (True, moe_layers)):
         if count:
-            forward += layer_forward(arch, moe_layer=is_moe, shape=shape, tp=request.tp, ep=request.ep, e=e,
-                                     attention=request.attention, calls=count * microbatches, training=True)
-    forward += model_ends_forward(arch, shape=shape, tp=request.tp, e=e, calls=microbatches, first=True,
-                                  last=request.pp == 1, loss=True)
-    backward = backward_of(forward, request.attention)
+            ops = layer_forward(arch, moe_layer=is_moe, shape=shape, tp=request.tp, ep=request.ep, e=e,
+                                attention=request.attention, calls=count * microbatches, training=True)
+            if request.adapter:
+                ops = lora_forward(ops, request, e)
+                first = microbatches if is_moe == arch.layer_is_moe[0] else 0
+                backward += lora_backward(ops, request.attention, first_layer_calls=first)
+            forward += ops
+    ends = model_ends_forward(arch, shape=shape, tp=request.tp, e=e, calls=microbatches, first=True,
+                              last=request.pp == 1, loss=True)
+    forward += ends
+    if request.adapter:
+        backward += lora_backward(ends, request.attention, first_layer_calls=0)
+        params_on_device = adapter_params_on_device(arch, request)
+    else:
+        backward = backward_of(forward, request.attention)
     if request.recompute == "full":
         backward = [replace(op, phase="backward", name=f"recompute {op.name}") for op in forward] + backward
     elif request.recompute == "selective":

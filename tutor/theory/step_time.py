@@ -40,6 +40,7 @@ from tutor.theory.parallel import (
 from tutor.theory.memory import training_recipe
 from tutor.theory.step_operations import (
     FRAMEWORK,
+    adapter_params_on_device,
     GEMM,
     Operation,
     PassShape,
@@ -268,6 +269,8 @@ def step_communication(arch: Architecture, request: FitRequest, ceilings: Ceilin
     if request.dp > 1:
         grad_bytes = training_recipe(request.recipe).grad_bytes if request.recipe in ("mixed", "megatron", "hf-amp",
                                                                                        "bf16", "fp32") else 2
+        if request.adapter:  # only the adapters have gradients to all-reduce
+            per_device, grad_bytes = adapter_params_on_device(arch, request), e
         volume = data_parallel_comm_bytes(params=per_device, dp=request.dp, stage=request.zero,
                                           bytes_per_grad=grad_bytes)
         link = "intra_node_link" if request.tp * request.dp <= node else "inter_node_link"
@@ -366,6 +369,15 @@ def model_flops_per_token(arch: Architecture, *, seq_len: int, attention: str = 
     return sum(op.total_flops for op in forward + backward) / seq_len
 
 
+def adapter_model_flops_per_token(arch: Architecture, request: FitRequest) -> float:
+    """Forward + backward FLOPs of one token of a LoRA/QLoRA step, counted op by op on one device without
+    recomputation: the frozen base's forward and dX, the adapters' forward, dX and dW (no base dW: the
+    2N that full training spends on weight gradients is not work a frozen base needs)."""
+    single = replace(request, batch=1, dp=1, tp=1, pp=1, ep=1, zero=0, recompute="none", microbatches=None)
+    ops = training_operations(arch, single, params_on_device=1)
+    return sum(op.total_flops for op in ops.operations if op.phase != "optimizer") / request.seq_len
+
+
 def training_step_time(arch: Architecture, request: FitRequest, ceilings: Ceilings, *, overlap: float = 1.0,
                        mfu: float | None = None, fused_optimizer: bool = False) -> StepTime:
     """The time of one training step of `request` on `ceilings`, phase by phase.
@@ -383,7 +395,10 @@ def training_step_time(arch: Architecture, request: FitRequest, ceilings: Ceilin
     out = {"forward": forward, "backward": backward, "optimizer": phases.get("optimizer", 0.0),
            "pipeline_bubble": bubble, "communication": sum(c.exposed_seconds for c in collectives)}
     tokens = request.batch * request.seq_len * microbatches * request.dp
-    model_flops = model_flops_per_token(arch, seq_len=request.seq_len, attention=request.attention) * tokens
+    if request.adapter:
+        model_flops = adapter_model_flops_per_token(arch, request) * tokens
+    else:
+        model_flops = model_flops_per_token(arch, seq_len=request.seq_len, attention=request.attention) * tokens
     total = sum(out.values())
     if mfu is not None:
         if not 0 < mfu <= 1:
