@@ -41,6 +41,7 @@ GOAL = 0.7
 LAUNCHES = 10
 BENCH_BUDGET_S = 12.0
 RESULT_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 20.0
 SUMMARY = re.compile(r"fp32 (\d[\d.,]*) ([kMGTP]?)FLOP/s on \w+")
 PREFIX = {"": 1e-12, "k": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3}
 
@@ -76,10 +77,10 @@ def one_launch(env: dict[str, str]) -> dict[str, object]:
         shown = terminal.wait_for(lambda screen: RUN_PROMPT in screen, 60.0)
         sent = terminal.send("Enter")
         try:
-            terminal.wait_for(lambda screen: RUN_PROMPT not in screen, 2.0)
-        except TimeoutError:  # nothing focused yet: what a learner would do next
-            sent = terminal.send("Tab")
-            terminal.send("Enter")
+            terminal.wait_for(lambda screen: RUN_PROMPT not in screen, START_TIMEOUT_S)
+        except TimeoutError:
+            return {"tflops": None, "summary": f"Enter did not start the run within {START_TIMEOUT_S:g} s",
+                    "shown_s": shown - launched, "enter_to_number_s": float("nan")}
         terminal.wait_for(lambda screen: tflops_from_screen(screen) is not None, RESULT_TIMEOUT_S)
         screen = terminal.screen()
         rate, cell = tflops_from_screen(screen)  # type: ignore[misc]
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         for index, launch in enumerate(launches, 1):
             launch["reference"] = ref
             report(index, launch, ref, args.goal)
-    passed = sum(launch["tflops"] / launch["reference"]["tflops_median"] >= args.goal for launch in launches)  # type: ignore[index, operator]
+    passed = sum(launch["tflops"] is not None and launch["tflops"] / launch["reference"]["tflops_median"] >= args.goal
+                 for launch in launches)  # type: ignore[index, operator]
     print(f"{load()} at the end")
     print(f"{passed} of {args.launches} >= {args.goal:g} of bench matmul's fp32 best: "
           f"{'PASS' if passed == args.launches else 'FAIL'}")
@@ -148,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
 def report(index: int, launch: dict, ref: dict, goal: float) -> None:
     from tutor.formatting import format_rate
 
+    if launch["tflops"] is None:
+        print(f"launch {index:2d}: no number: {launch['summary']}; {launch['load']}  LOW")
+        return
     ratio = launch["tflops"] / ref["tflops_median"]
     print(f"launch {index:2d}: app {format_rate(launch['tflops'], 'TFLOP/s')}, bench "
           f"{format_rate(ref['tflops_median'], 'TFLOP/s')} at {ref['m']}x{ref['n']}x{ref['k']} ({ref['backend']}): "
