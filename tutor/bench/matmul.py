@@ -431,13 +431,18 @@ def _gap_notes(device: str, dtype: str, best: MatmulShape, timing: Timing, flags
 
 def matmul_throughput(device: str, dtype: str, *, budget_s: float, machine: Machine,
                       cancel: threading.Event | None = None, include_numpy: bool = True,
-                      fp32_tflops: float | None = None) -> list[MatmulResult]:
+                      fp32_tflops: float | None = None, threads: int | None = None) -> list[MatmulResult]:
     """Sweep `dtype` on `device` within `budget_s` seconds: one result per backend (torch, and
     numpy for fp32 on a CPU), the faster marked `headline`. Empty if cancelled before any shape.
-    torch is warmed up (`warm_up`) before the budget starts."""
+    torch is warmed up (`warm_up`) before the budget starts. `threads` (CPU only) sets torch's
+    intra-op threads for the sweep instead of every usable CPU (tutor.bench.free_cores picks it)."""
     if dtype not in supported_matmul_dtypes(device):
         raise UserError(f"{dtype} matmul is not available on {device}")
     warm_up(device)
+    if threads is not None and device == "cpu":
+        import torch
+
+        torch.set_num_threads(max(1, threads))
     backends: list[tuple[str, Callable[[int, int, int], Any]]] = [
         (torch_backend_name(device), lambda m, n, k: _TorchCase(m, n, k, dtype, device))]
     if device == "cpu" and dtype == "fp32" and include_numpy:

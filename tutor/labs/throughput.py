@@ -45,11 +45,15 @@ def _headline_details(result) -> dict:
             "busy": result.busy.to_json() if result.busy is not None else None}
 
 
-def _matmul_summary(rates: dict[str, float], device: str, busy, any_noisy: bool) -> str:
+def _matmul_summary(rates: dict[str, float], device: str, busy, any_noisy: bool,
+                    unsettled: list[str] | None = None) -> str:
     from tutor.formatting import format_rate
 
     summary = ", ".join(f"{dtype} {format_rate(rate, 'TFLOP/s')}" for dtype, rate in rates.items()) or "nothing measured"
     summary += f" on {device}"
+    if unsettled:
+        summary += (f"; {', '.join(unsettled)} could not get a stable timing at any size, even swept twice: the "
+                    "figure is the best median it saw, and it may read low")
     if busy.busy:
         summary += f"; {busy.describe()}, so it may read low: run it again when the machine is quiet"
     elif any_noisy:
@@ -92,8 +96,7 @@ def _check_bandwidth_memory(device: str, machine) -> None:
 
 def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     progress(0.0, "loading torch")
-    from tutor.bench.busy import BusyMeter
-    from tutor.bench.matmul import matmul_throughput, supported_matmul_dtypes, warm_up
+    from tutor.bench.matmul import supported_matmul_dtypes, warm_up
     from tutor.hardware import detect_machine
 
     device = resolve_device(params["device"])
@@ -103,8 +106,36 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
     if cancel.is_set():
         return ProbeResult("matmul", (), {}, "cancelled before anything was measured", True, device)
     progress(0.0, f"warming up torch on {device}")
-    # The budget is for timing matmuls: loading and warming torch come first, outside it.
+    # The budget is for timing matmuls: loading and warming torch come first, outside it, and on a
+    # CPU so does a short wait for the cores the app's interface or other programs still use.
     warm_up(device)
+    free = None
+    if device == "cpu":
+        from tutor.bench.free_cores import wait_for_free_cores
+
+        # No progress report for the wait: each one repaints the app's interface, the very work it waits out.
+        free = wait_for_free_cores(cancelled=cancel.is_set)
+    try:
+        return _matmul_sweeps(params, progress, cancel, device=device, supported=supported, machine=machine,
+                              free=free)
+    finally:
+        if free is not None and free.threads < free.cores:
+            from tutor.bench.timing import use_all_cpu_threads
+
+            use_all_cpu_threads()  # the next lab in this process starts with every thread again
+
+
+def _better(first, second):
+    """The better of two sweeps' headline results: a stable timing first, then the higher median."""
+    return max(first, second, key=lambda result: (result.stable, result.tflops_median))
+
+
+def _matmul_sweeps(params: dict, progress: ProgressFn, cancel: threading.Event, *, device: str,
+                   supported: tuple[str, ...], machine, free) -> ProbeResult:
+    from tutor.bench.busy import BusyMeter
+    from tutor.bench.matmul import matmul_throughput
+
+    threads = free.threads if free is not None else None
     start = time.perf_counter()
     meter = BusyMeter.start()
     dtypes = [dtype for dtype in params["dtypes"] if dtype in supported]
@@ -118,6 +149,7 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
     peaks: dict[str, float | None] = {}
     sweeps: dict[str, dict[tuple[int, int, int], float]] = {}
     headlines: dict[str, dict] = {}
+    swept_twice: list[str] = []
     cancelled = False
     for index, dtype in enumerate(dtypes):
         if cancel.is_set():
@@ -127,18 +159,29 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
         remaining = budget - (time.perf_counter() - start)
         share = max(remaining / (len(dtypes) - index), MIN_SHARE_S)
         results = matmul_throughput(device, dtype, budget_s=share, machine=machine, cancel=cancel,
-                                    include_numpy=False, fp32_tflops=metrics.get("tflops_fp32"))
+                                    include_numpy=False, fp32_tflops=metrics.get("tflops_fp32"), threads=threads)
         if not results:
             cancelled = True
             break
         best = next(result for result in results if result.headline)
+        if not best.stable and not cancel.is_set():
+            # No size settled within its share: sweep once more (past the budget, at most its share
+            # again) rather than report a figure the timing does not support.
+            progress(index / len(dtypes), f"{dtype} matmul on {device}: timing again, it did not settle")
+            again = matmul_throughput(device, dtype, budget_s=share, machine=machine, cancel=cancel,
+                                      include_numpy=False, fp32_tflops=metrics.get("tflops_fp32"), threads=threads)
+            if again:
+                best = _better(best, next(result for result in again if result.headline))
+                swept_twice.append(dtype)
         metrics[f"tflops_{dtype}"] = best.tflops_median
         headlines[dtype] = _headline_details(best)
         peaks[dtype] = best.peak_tflops
         sweeps[dtype] = {(shape.m, shape.n, shape.k): shape.tflops_median for shape in best.sweep}
         # How busy the machine was is said once, in the summary, over the whole run.
         said_in_summary = best.busy.describe() if best.busy is not None else ""
-        notes = list(dict.fromkeys(note for note in (*best.notes, best.peak_note) if note and note != said_in_summary))
+        cores_note = free.describe() if free is not None else ""
+        notes = list(dict.fromkeys(note for note in (*best.notes, best.peak_note, cores_note)
+                                   if note and note != said_in_summary))
         rows.append(Measurement(
             label=f"{dtype} matmul, {best.m}x{best.n}x{best.k} ({best.backend})", measured=best.tflops_median,
             unit="TFLOP/s", theory=best.peak_tflops, theory_source=best.peak_source or "no peak known",
@@ -173,9 +216,13 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
     busy = meter.stop()
     progress(1.0, "done")
     summary = _matmul_summary({dtype: metrics[f"tflops_{dtype}"] for dtype in measured}, device, busy,
-                              any_noisy=any(headline["sizes_noisy"] for headline in headlines.values()))
+                              any_noisy=any(headline["sizes_noisy"] for headline in headlines.values()),
+                              unsettled=[dtype for dtype in measured if not headlines[dtype]["stable"]])
+    details = {"busy": busy.to_json(), "headline": headlines, "swept_twice": swept_twice}
+    if free is not None:
+        details["cores"] = free.to_json()
     return ProbeResult(probe="matmul", rows=tuple(rows), metrics=metrics, summary=summary, cancelled=cancelled,
-                       device=device, details={"busy": busy.to_json(), "headline": headlines})
+                       device=device, details=details)
 
 
 MATMUL = make_probe(

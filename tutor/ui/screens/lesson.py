@@ -16,7 +16,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Button, Footer, Static
 
 from tutor.lessons import model
 from tutor.ui.host import tutor_app
@@ -103,6 +103,8 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         """Where the learner reads (see _reading_anchor), kept across resizes."""
         self._anchor_size: Size | None = None
         self._restoring = False
+        self._opening = True
+        """Until focus_first_block has run: an Enter on the lesson text presses the opening Run."""
 
     @property
     def info(self) -> LessonInfo:
@@ -195,12 +197,19 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         where the box is cut by the bottom edge). A Run out of sight is not focused: focus stays on
         the lesson text, where arrows and PgDn read on and Enter or Tab go to the first box. A box
         that opens on a text field (bits, quiz, predict) is not focused: n, p and l would be typed."""
+        run = self._opening_run()
+        self._opening = False
+        if run is not None:
+            run.focus(scroll_visible=False)
+
+    def _opening_run(self) -> Button | None:
+        """The first box's Run when the lesson opens on it: the first box is a measurement, its Run
+        is fully on screen and the learner has not moved the focus off the lesson text yet."""
         first = next(iter(self.query(LessonBlock)), None)
         if not isinstance(first, MeasureBlock):
-            return
-        run = first.query_one("#run")
-        if self.focused is self.query_one("#lesson") and fully_visible(run):  # the learner has not moved yet
-            run.focus(scroll_visible=False)
+            return None
+        run = first.query_one("#run", Button)
+        return run if self.focused is self.query_one("#lesson") and fully_visible(run) else None
 
     # ---- moving between boxes -------------------------------------------------------------
 
@@ -251,7 +260,15 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         self._step_block(False)
 
     def action_enter(self) -> None:
-        """Enter where no field or button takes it (the lesson text): go to the next box."""
+        """Enter where no field or button takes it (the lesson text): go to the next box. Before the
+        opening focus has settled (two refreshes after the first paint: under load, seconds after
+        "press Run (Enter)" is painted), an Enter is the one the block asks for and presses Run."""
+        run = self._opening_run() if self._opening else None
+        if run is not None:
+            self._opening = False
+            run.focus(scroll_visible=False)
+            run.press()
+            return
         self._step_block(True)
 
     # ---- the reading position survives a resize ----------------------------------------------
