@@ -51,8 +51,8 @@ def closure(names):
     return seen
 image = closure(roots) | {"torch", "triton"}
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-# CI's own checkers (types, the layers contract) run on the CPU machine, never in `pytest -m gpu`.
-DEV_ONLY = {"mypy", "types-psutil", "import-linter"}
+# CI's own checkers (types, the layers contract, the wheel's contents) run on the CPU machine, never in `pytest -m gpu`.
+DEV_ONLY = {"mypy", "types-psutil", "import-linter", "hatchling"}
 wanted = [r for r in project["dependencies"] + project["optional-dependencies"]["test"]
           if norm(Requirement(r).name) not in image | DEV_ONLY]
 open(f"{tmp}/wanted.txt", "w").write("\n".join(wanted) + "\n")

@@ -24,3 +24,20 @@ def test_the_readme_points_to_the_architecture_and_nothing_outside_the_project()
     shipped = [ROOT / "README.md", ARCHITECTURE, *(ROOT / "lessons").rglob("*.md"), *(ROOT / "tutor").rglob("*.py")]
     outside = [str(path.relative_to(ROOT)) for path in shipped if "../shared" in path.read_text(encoding="utf-8")]
     assert not outside, outside
+
+
+NUMBER_WORDS = {"three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+
+
+def test_the_readme_counts_the_lessons_tracks_and_presets_that_ship() -> None:
+    import re
+
+    from tutor.lessons.loader import load_curriculum
+    from tutor.model_files import list_presets
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lessons, tracks = re.search(r"The tutor: (\d+) lessons in (\w+) tracks", readme).groups()
+    curriculum = load_curriculum()
+    assert (int(lessons), NUMBER_WORDS[tracks]) == (len(curriculum.lessons), len(curriculum.tracks))
+    presets = re.search(r"The (\d+) bundled model presets", readme).group(1)
+    assert int(presets) == len(list_presets())

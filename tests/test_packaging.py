@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from tests.cli_runner import run
 from tutor import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT, BUILD_BACKEND = PYPROJECT["project"], PYPROJECT["build-system"]["build-backend"]
 
 
 def test_the_license_file_is_the_license_the_metadata_names() -> None:
@@ -30,6 +32,27 @@ def test_the_shipped_lessons_folder_holds_only_lessons() -> None:
     stray = [p.relative_to(ROOT).as_posix() for p in (ROOT / "lessons").rglob("*")
              if p.is_file() and p.suffix not in (".md", ".toml")]
     assert not stray, f"would ship in the wheel: {stray}"
+
+
+def _wheel_names(tmp_path: Path) -> list[str]:
+    """The wheel `pip wheel .` would build, built in-process by the build backend pyproject names."""
+    wheel = pytest.importorskip("hatchling.builders.wheel")  # the test extra brings it
+    assert BUILD_BACKEND == "hatchling.build"
+    (path,) = wheel.WheelBuilder(str(ROOT)).build(directory=str(tmp_path), versions=["standard"])
+    with zipfile.ZipFile(path) as built:
+        return built.namelist()
+
+
+def test_the_wheel_holds_the_license_the_lessons_and_no_stray_files(tmp_path: Path) -> None:
+    names = _wheel_names(tmp_path)
+    info = f"tensor_tutor-{__version__}.dist-info"
+    assert f"{info}/licenses/LICENSE" in names
+    assert "tutor/cli.py" in names and "tutor/_lessons/README.md" in names
+    shipped_lessons = {p.relative_to(ROOT / "lessons").as_posix() for p in (ROOT / "lessons").rglob("*.toml")}
+    assert shipped_lessons <= {n.removeprefix("tutor/_lessons/") for n in names}
+    stray = [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".gitkeep", "~", ".orig", ".rej"))
+             or n.split("/")[0] not in ("tutor", info)]
+    assert not stray, f"stray files in the wheel: {stray}"
 
 
 def _pins(requirements: list[str], name: str) -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import FakeProbe, FakeSampler, FakeSettings, ProbeResult, fake_machine, until  # noqa: E402
+from ui_fakes import real_services, text_of, until, walk_lessons  # noqa: E402
 
 lessons = pytest.importorskip("tutor.lessons")
 labs = pytest.importorskip("tutor.labs")
@@ -28,48 +28,6 @@ from tutor.ui.widgets.exercise import ExerciseBlock  # noqa: E402
 from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
 from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
 from tutor.ui.widgets.quiz import QuizBlock  # noqa: E402
-
-
-class AnyMetric(dict):
-    """Metrics that answer every name a predict block may ask for."""
-
-    def get(self, key, default=None):
-        return 2.0
-
-
-class NamedFakeProbe(FakeProbe):
-    def run(self, params, progress, cancel):
-        progress(1.0, "done")
-        result = super().run(params, progress, cancel)
-        details = {"passed": True, "findings": []} if self.name == "exercise" else {}  # every exercise solved
-        return ProbeResult(self.name, result.rows, AnyMetric(), result.summary, details=details)
-
-
-def real_services(tmp_path) -> Services:
-    from tutor.ui.services import torch_cast
-
-    return Services(
-        curriculum=lessons.load_curriculum(),
-        progress=lessons.ProgressStore(tmp_path / "progress.json"),
-        machine=fake_machine(),
-        sampler=FakeSampler(),
-        probes={name: NamedFakeProbe(name) for name in labs.PROBES},
-        render_values=lessons.render_values,
-        grade=lessons.grade,
-        expected_answer=lessons.expected_answer,
-        run_bench=lambda progress, cancel: None,
-        torch_cast=torch_cast,
-        settings=FakeSettings(),
-        save_settings=lambda settings: None,
-    )
-
-
-def text_of(widget) -> str:
-    from rich.console import Console
-
-    console = Console(width=200, record=True)
-    console.print(widget.content)
-    return console.export_text()
 
 
 async def answer(quiz: QuizBlock, services: Services, pilot) -> None:
@@ -91,51 +49,45 @@ def test_every_lesson_opens_and_every_block_works(tmp_path):
         ids = [info.id for info in services.curriculum.lessons]
         assert len(ids) >= 14
         seen: set[str] = set()
-        app = TutorApp(services)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            for lesson_id in ids:
-                app.open_lesson(lesson_id)
-                await pilot.pause()
-                screen = app.screen
-                assert isinstance(screen, LessonScreen) and screen.lesson_id == lesson_id
-                for markdown in screen.query(".prose"):
-                    assert "could not compute a value" not in markdown.source, (lesson_id, markdown.source)
-                    assert "{{" not in markdown.source, lesson_id
-                for bits in screen.query(BitsBlock):
-                    seen.add("bits")
-                    assert not bits.query_one("#status").has_class("error"), lesson_id
-                for calc in screen.query(CalcBlock):
-                    seen.add("calc")
-                    output = calc.query_one("#output", Static)
-                    assert not output.has_class("error"), (lesson_id, calc.block, text_of(output))
-                for quiz in screen.query(QuizBlock):
-                    seen.add("quiz")
-                    await answer(quiz, services, pilot)
-                    assert "✓ right" in text_of(quiz.query_one("#feedback")), (lesson_id, quiz.block.id)
-                for runner in screen.query(MeasureBlock):
-                    seen.add("measure")
-                    runner.start_probe()
-                    await until(pilot, lambda: not runner.running, f"{lesson_id}'s probe to finish")
-                    assert runner.result is not None, (lesson_id, text_of(runner.query_one("#status")))
-                for predict in screen.query(PredictBlock):
-                    seen.add("predict")
-                    predict.query_one("#guess").value = "1"
-                    predict.query_one("#commit").press()
-                    # The press is a message: the probe starts once it is handled, then posts its result.
-                    await until(pilot, lambda: "measured" in text_of(predict.query_one("#verdict")),
-                                f"{lesson_id}'s verdict", limit_s=60)
-                    assert "measured 2" in text_of(predict.query_one("#verdict")), lesson_id
-                for exercise in screen.query(ExerciseBlock):
-                    seen.add("exercise")
-                    exercise.start_probe()
-                    await until(pilot, lambda: "✓" in text_of(exercise.query_one("#status")),
-                                f"{lesson_id}'s exercise to be checked")
-                if not screen.graded_ids():
-                    screen.action_next()
-                # The last block's result reaches the lesson as a message: wait for the completion it saves.
-                await until(pilot, lambda: services.progress.lesson_state(lesson_id).completed,
-                            f"{lesson_id} to be completed", limit_s=60)
+        async for lesson_id, screen, pilot in walk_lessons(services, ids):
+            assert isinstance(screen, LessonScreen) and screen.lesson_id == lesson_id
+            for markdown in screen.query(".prose"):
+                assert "could not compute a value" not in markdown.source, (lesson_id, markdown.source)
+                assert "{{" not in markdown.source, lesson_id
+            for bits in screen.query(BitsBlock):
+                seen.add("bits")
+                assert not bits.query_one("#status").has_class("error"), lesson_id
+            for calc in screen.query(CalcBlock):
+                seen.add("calc")
+                output = calc.query_one("#output", Static)
+                assert not output.has_class("error"), (lesson_id, calc.block, text_of(output))
+            for quiz in screen.query(QuizBlock):
+                seen.add("quiz")
+                await answer(quiz, services, pilot)
+                assert "✓ right" in text_of(quiz.query_one("#feedback")), (lesson_id, quiz.block.id)
+            for runner in screen.query(MeasureBlock):
+                seen.add("measure")
+                runner.start_probe()
+                await until(pilot, lambda: not runner.running, f"{lesson_id}'s probe to finish")
+                assert runner.result is not None, (lesson_id, text_of(runner.query_one("#status")))
+            for predict in screen.query(PredictBlock):
+                seen.add("predict")
+                predict.query_one("#guess").value = "1"
+                predict.query_one("#commit").press()
+                # The press is a message: the probe starts once it is handled, then posts its result.
+                await until(pilot, lambda: "measured" in text_of(predict.query_one("#verdict")),
+                            f"{lesson_id}'s verdict", limit_s=60)
+                assert "measured 2" in text_of(predict.query_one("#verdict")), lesson_id
+            for exercise in screen.query(ExerciseBlock):
+                seen.add("exercise")
+                exercise.start_probe()
+                await until(pilot, lambda: "✓" in text_of(exercise.query_one("#status")),
+                            f"{lesson_id}'s exercise to be checked")
+            if not screen.graded_ids():
+                screen.action_next()
+            # The last block's result reaches the lesson as a message: wait for the completion it saves.
+            await until(pilot, lambda: services.progress.lesson_state(lesson_id).completed,
+                        f"{lesson_id} to be completed", limit_s=60)
         assert seen == {"bits", "calc", "quiz", "measure", "predict", "exercise"}
         done, total = services.progress.track_progress(services.curriculum.tracks[0])
         assert done == total

@@ -13,11 +13,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("textual")
 
-from test_ui_lessons import real_services, text_of  # noqa: E402
-from ui_fakes import until  # noqa: E402
+from ui_fakes import real_services, text_of, until, walk_lessons  # noqa: E402
 
 from tutor.lessons.model import Predict  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
 from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -34,24 +32,19 @@ def test_every_prediction_is_followed_by_its_explanation(tmp_path: Path) -> None
         with_predicts = [info.id for info in services.curriculum.lessons
                          if any(isinstance(b, Predict) for b in services.curriculum.lesson(info.id).blocks)]
         shown = 0
-        app = TutorApp(services)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            for lesson_id in with_predicts:
-                app.open_lesson(lesson_id)
-                await pilot.pause()
-                for predict in app.screen.query(PredictBlock):
-                    assert predict.query_one("#explain").display is False  # not before the measurement
-                    predict.query_one("#guess").value = "1"
-                    predict.query_one("#commit").press()
-                    await _wait_for_verdict(predict, pilot)
-                    verdict = text_of(predict.query_one("#verdict"))
-                    assert "you predicted" in verdict and "measured 2" in verdict, lesson_id
-                    explain = text_of(predict.query_one("#explain"))
-                    assert predict.block.explain, (lesson_id, predict.block.id)
-                    assert explain.startswith("Why: ") and predict.block.explain[:40] in " ".join(explain.split()), (
-                        lesson_id, predict.block.id, explain)
-                    shown += 1
+        async for lesson_id, screen, pilot in walk_lessons(services, with_predicts):
+            for predict in screen.query(PredictBlock):
+                assert predict.query_one("#explain").display is False  # not before the measurement
+                predict.query_one("#guess").value = "1"
+                predict.query_one("#commit").press()
+                await _wait_for_verdict(predict, pilot)
+                verdict = text_of(predict.query_one("#verdict"))
+                assert "you predicted" in verdict and "measured 2" in verdict, lesson_id
+                explain = text_of(predict.query_one("#explain"))
+                assert predict.block.explain, (lesson_id, predict.block.id)
+                assert explain.startswith("Why: ") and predict.block.explain[:40] in " ".join(explain.split()), (
+                    lesson_id, predict.block.id, explain)
+                shown += 1
         return shown
 
     from tutor.lessons.loader import load_curriculum

@@ -12,7 +12,7 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,6 +291,68 @@ def fake_services(*, gpu: bool = False, curriculum: Any = None, progress: Any = 
     import dataclasses
 
     return dataclasses.replace(services, **changes)
+
+
+class AnyMetric(dict):
+    """Metrics that answer every name a predict block may ask for."""
+
+    def get(self, key, default=None):
+        return 2.0
+
+
+class NamedFakeProbe(FakeProbe):
+    """A fake under a real lab's name: done at once, every metric 2, every exercise solved."""
+
+    def run(self, params, progress, cancel):
+        progress(1.0, "done")
+        result = super().run(params, progress, cancel)
+        details = {"passed": True, "findings": []} if self.name == "exercise" else {}
+        return ProbeResult(self.name, result.rows, AnyMetric(), result.summary, details=details)
+
+
+def real_services(tmp_path: Any) -> Services:
+    """The real curriculum, grading and value rendering, with fake probes under the real lab names."""
+    from tutor import labs, lessons
+    from tutor.ui.services import torch_cast
+
+    return Services(
+        curriculum=lessons.load_curriculum(),
+        progress=lessons.ProgressStore(tmp_path / "progress.json"),
+        machine=fake_machine(),
+        sampler=FakeSampler(),
+        probes={name: NamedFakeProbe(name) for name in labs.PROBES},
+        render_values=lessons.render_values,
+        grade=lessons.grade,
+        expected_answer=lessons.expected_answer,
+        run_bench=lambda progress, cancel: None,
+        torch_cast=torch_cast,
+        settings=FakeSettings(),
+        save_settings=lambda settings: None,
+    )
+
+
+def text_of(widget: Any) -> str:
+    """A widget's content as the terminal shows it, markup rendered."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(widget.content)
+    return console.export_text()
+
+
+async def walk_lessons(services: Services, lesson_ids: Iterable[str], *,
+                       size: tuple[int, int] = (120, 40)) -> AsyncIterator[tuple[str, Any, Any]]:
+    """The app with `services`, each of `lesson_ids` opened in turn: yields (id, its lesson screen, the
+    pilot) once the screen is mounted, for the caller to work through before the next one opens."""
+    from tutor.ui.app import TutorApp
+
+    app = TutorApp(services)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        for lesson_id in lesson_ids:
+            app.open_lesson(lesson_id)
+            await pilot.pause()
+            yield lesson_id, app.screen, pilot
 
 
 def sync(test):
