@@ -10,10 +10,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from tutor.ui.widgets.calc import DEFAULT_FIELDS, CalcBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
+from tutor.ui.widgets.footer import TutorFooter
 
 if TYPE_CHECKING:
     from tutor.export import FitValues
@@ -83,7 +83,7 @@ activations and KV cache per device, each with its formula, against this machine
         yield DeviceHeader(device_title(self.services.machine), "Fit check", label=device_label(self.services.machine))
         with VerticalScroll(id="fit"):
             yield CalcBlock(self.form, lesson_id="", services=self.services, id="fit-form")
-        yield Footer()
+        yield TutorFooter()
 
     def on_mount(self) -> None:
         form = self.query_one("#fit-form", CalcBlock)

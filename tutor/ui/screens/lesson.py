@@ -16,7 +16,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tutor.lessons import model
 from tutor.ui.host import tutor_app
@@ -31,6 +31,7 @@ from tutor.ui.widgets.live_pane import LivePane
 from tutor.ui.widgets.measure import MeasureBlock, ProbeRunner
 from tutor.ui.widgets.predict import PredictBlock
 from tutor.ui.widgets.quiz import QuizBlock
+from tutor.ui.widgets.footer import TutorFooter
 
 if TYPE_CHECKING:
     from tutor.lessons.model import Block, LessonInfo
@@ -119,7 +120,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
                 yield from self._blocks()
                 yield Static(self._footer_line(), id="lesson-end")
             yield LivePane(self.services.machine, self.services.sampler, id="live")
-        yield Footer()
+        yield TutorFooter()
 
     def _heading(self) -> Text:
         info = self.info
@@ -227,7 +228,9 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         """Focus the box's first field or button and bring the box into view."""
         target = next((node for node in block.query("*") if node.focusable), None)
         if target is not None:
-            target.focus(scroll_visible=False)
+            # At once, not target.focus() (which waits its turn behind keys already queued): what is
+            # typed right after Ctrl+Down goes into the box it moved to.
+            self.set_focus(target, scroll_visible=False)
         block.scroll_visible(animate=False, top=True)
 
     def _step_block(self, forward: bool) -> None:
