@@ -6,6 +6,7 @@ to a few rows; `l` hides or shows it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -95,6 +96,10 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         Binding("l", "toggle_live", "Live"),
     ]
 
+    NARROW_HIDDEN_KEYS = ("n", "l")
+    """Keys the footer leaves out below 100 columns, where the line has room for Enter, Tab, the next
+    box, Escape, Ctrl+Q and F1 only; they still work (the lesson's last line names n; F1 lists both)."""
+
     def __init__(self, services: Services, lesson_id: str) -> None:
         super().__init__()
         self.services = services
@@ -183,6 +188,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         self.services.progress.set_last_lesson(self.lesson_id)
         self.query_one("#lesson").focus(scroll_visible=False)
         self.call_after_refresh(self.settle_then_focus)
+        self.call_after_refresh(self.fit_footer)
         self.watch(self.query_one("#lesson"), "scroll_y", self._remember_reading, init=False)
 
     def settle_then_focus(self) -> None:
@@ -280,6 +286,20 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     def on_resize(self) -> None:
         self._restoring = True
         self.call_after_refresh(self._restore_reading)
+        self.call_after_refresh(self.fit_footer)
+
+    def fit_footer(self) -> None:
+        """Show the NARROW_HIDDEN_KEYS in the footer on a wide screen only."""
+        show = not self.has_class("-narrow")
+        keys = self._bindings.key_to_bindings
+        changed = False
+        for key in self.NARROW_HIDDEN_KEYS:
+            bindings = keys.get(key, [])
+            if any(binding.show != show for binding in bindings):
+                keys[key] = [dataclasses.replace(binding, show=show) for binding in bindings]
+                changed = True
+        if changed:
+            self.refresh_bindings()
 
     def _restore_reading(self) -> None:
         scroller = self.query_one("#lesson", VerticalScroll)
