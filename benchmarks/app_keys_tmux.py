@@ -195,10 +195,11 @@ class Session:
         return MEASURING in self.terminal.screen().splitlines()[0]
 
     def focus(self, field: str) -> None:
-        order = ["run", "predict", "quiz"]
-        step = order.index(field) - order.index(self.field)
-        for _ in range(abs(step)):
-            self.send_counted("C-Down" if step > 0 else "C-Up")
+        """Focus Run, the predict guess or the quiz answer (boxes 1-3 of the lesson) from anywhere:
+        Ctrl+Up to the first box (more presses than boxes: a press there only says "no more
+        boxes"), then Ctrl+Down to the one wanted."""
+        steps = ["run", "predict", "quiz"].index(field)
+        self.send_counted(*["C-Up"] * 4, *["C-Down"] * steps)
         self.field = field
         time.sleep(0.2)
 
@@ -211,6 +212,7 @@ class Session:
             self.send_counted("Enter")
             try:
                 self.terminal.wait_for(lambda screen: MEASURING in screen.splitlines()[0], 5.0)
+                time.sleep(0.5)  # a run that starts may move the focus: navigate after it
                 break
             except TimeoutError:
                 continue
@@ -269,8 +271,8 @@ def measure(width: int, height: int, keys: int, bursts: int, seed: int, env: dic
             terminal.wait_for(lambda screen: RUN_PROMPT in screen, 30.0)
             time.sleep(0.5)  # Run is focused once the layout settles
             session = Session(terminal, log)
-            session.send_counted("Enter")
-            terminal.wait_for(lambda screen: MEASURING in screen.splitlines()[0], 60.0)
+            session.ensure_measuring()  # Enter on Run (again, if the first only brought the focus to it)
+            session.restarts = 0
             latencies, idle, loads = [], 0, []
             while len(latencies) < keys:
                 session.ensure_measuring()
