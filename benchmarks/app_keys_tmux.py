@@ -18,7 +18,8 @@ every key its loop receives (tutor.ui.app.KEYLOG_ENV). Press Run, and while it m
 
 Whenever the measurement has ended (the header no longer says "measuring"), Run is pressed again
 (Ctrl+Up to the measure box, Enter, Ctrl+Down back), so every key and burst is sent during one.
-Keys sent while none ran are left out and counted. The machine is shared: the load (`os.getloadavg`)
+Keys sent while none ran are left out and counted. A control follows: the same key timing on a
+bare Textual app (Header, Static, Footer), to tell the app's own stalls from the load's. The machine is shared: the load (`os.getloadavg`)
 is printed beside every figure. The last line is the verdict.
 """
 
@@ -297,6 +298,55 @@ def measure(width: int, height: int, keys: int, bursts: int, seed: int, env: dic
             terminal.close()
 
 
+BARE_APP = """
+import os, sys, time
+from textual import events
+from textual.app import App
+from textual.widgets import Footer, Header, Static
+
+LOG = open(sys.argv[1], "a", buffering=1)
+
+
+class Bare(App):
+    async def on_event(self, event):
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            LOG.write(f"{time.monotonic_ns()} {event.key}\\n")
+        await super().on_event(event)
+
+    def compose(self):
+        yield Header()
+        yield Static("bare textual app painted")
+        yield Footer()
+
+
+Bare().run()
+"""
+
+
+def bare_latencies(keys: int, seed: int, env: dict[str, str]) -> tuple[list[float], list[float]]:
+    """The control: the same key timing on a bare Textual app (Header, Static, Footer) with the
+    same key log, on the same machine a moment later: what the load alone costs a key."""
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(prefix="tensor-tutor-bare-") as folder:
+        script, log = Path(folder) / "bare.py", KeyLog(Path(folder) / "keys.log")
+        script.write_text(BARE_APP, encoding="utf-8")
+        terminal = Terminal(120, 40)
+        try:
+            terminal.start(f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.quote(str(log.path))}",
+                           env)
+            terminal.wait_for(lambda screen: "bare textual app painted" in screen, 30.0)
+            latencies, loads = [], []
+            for index in range(keys):
+                sent = terminal.send(IDLE_KEY)
+                stamp, _ = log.wait_count(index + 1, 10.0)[index]
+                latencies.append((stamp - sent) / 1e6)
+                loads.append(os.getloadavg()[0])
+                time.sleep(rng.uniform(0.5, 1.0))
+            return latencies, loads
+        finally:
+            terminal.close()
+
+
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
@@ -308,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bursts", type=int, default=50, help="burst edits per size")
     parser.add_argument("--sizes", default="120x40,80x24", help="terminal sizes, COLSxROWS, comma-separated")
     parser.add_argument("--seed", type=int, default=20, help="seed of the bursts and the key spacing")
+    parser.add_argument("--no-control", action="store_true", help="skip the bare Textual app's key timing")
     parser.add_argument("--show-screen", action="store_true", help="print the screen of a corrupted edit")
     args = parser.parse_args(argv)
     if shutil.which("tmux") is None:
@@ -343,6 +394,11 @@ def main(argv: list[str] | None = None) -> int:
             if corrupted and args.show_screen:
                 print(f"  the screen of the last corrupted edit:\n{run.bad_screen}")
             met = met and high <= KEY_GOAL_MS and len(corrupted) <= BURST_GOAL
+        if not args.no_control:
+            control, loads = bare_latencies(args.keys, args.seed, env)
+            print(f"control, bare Textual app 120x40, same keys: median {statistics.median(control):.0f} ms, "
+                  f"p95 {p95(control):.0f} ms, max {max(control):.0f} ms over {len(control)} keys "
+                  f"(load {min(loads):.1f}-{max(loads):.1f})")
     print(f"verdict: {'PASS' if met else 'FAIL'} (key p95 <= {KEY_GOAL_MS:.0f} ms and {BURST_GOAL} corrupted "
           f"burst edits at every size)")
     return 0 if met else 1
