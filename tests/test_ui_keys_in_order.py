@@ -106,3 +106,17 @@ async def test_typing_right_after_ctrl_down_goes_to_the_box_it_moved_to():
         await pilot.pause()
         await send_at_once(pilot, ["1", "ctrl+down", *"42", "ctrl+up", "2"])
         assert (answer.value, guess.value) == ("12", "42")
+
+
+@sync
+async def test_enter_grades_the_answer_typed_before_it_not_the_keys_after():
+    app = TutorApp(services(), lesson_id="learner/busy")
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        answer = app.screen.query_one(QuizBlock).query_one("#answer", Input)
+        answer.focus()
+        await pilot.pause()
+        # The pipeline quiz: `50` Enter, Backspace twice, `0.368` Enter, sent together.
+        await send_at_once(pilot, ["5", "0", "enter", "backspace", "backspace", *"0.368", "enter"])
+        graded = [given for _, quiz_id, given, _ in app.services.progress.answers if quiz_id == "pipeline"]
+        assert graded == ["50", "0.368"] and answer.value == "0.368"
