@@ -146,8 +146,10 @@ def stored_run(tmp_path, monkeypatch):
 
 async def bench_scrolled_to_bandwidth(pilot) -> None:
     pilot.app.action_bench()
+    await pilot.app.workers.wait_for_complete()
     await pilot.pause()
-    pilot.app.screen.query_one("#bandwidth-chart").scroll_visible(animate=False, top=True)
+    await pilot.pause()  # the charts laid out: a scroll before that stopped short (a flaky snapshot)
+    pilot.app.screen.query_one("#bandwidth-chart").scroll_visible(animate=False, top=True, immediate=True)
     await pilot.pause()
 
 

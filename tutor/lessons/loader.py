@@ -17,7 +17,6 @@ from typing import Any
 
 import tutor
 from tutor.errors import UserError
-from tutor.lessons.directives import parse_blocks
 from tutor.lessons.model import Lesson, LessonInfo, Track
 from tutor.safe_text import strings_without_controls, without_controls
 from tutor.storage import TooDeepError, loads_toml_bounded, read_regular_text
@@ -249,6 +248,10 @@ class Curriculum:
             path = self.root / lesson_id / LESSON_MD
             shown = _shown_path(path, self.root)
             text = without_controls(_read_lesson_file(path, shown, PAGE_LIMIT_BYTES))
+            # Here, not at the top: the directives check calc blocks against the fit fields (much
+            # of tutor.theory), which the home screen, listing lessons, never needs.
+            from tutor.lessons.directives import parse_blocks
+
             page = Lesson(info=self.infos[lesson_id], blocks=parse_blocks(text, shown), path=path)
             self._pages[lesson_id] = page
         return page

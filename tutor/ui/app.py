@@ -10,9 +10,11 @@ and stops it on exit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
+import os
 import time
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, TextIO, runtime_checkable
 
 from textual import events, on
 from textual.app import App
@@ -21,6 +23,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
+from textual.widget import Widget
+from textual.widgets import Input
 
 from tutor.ui.commands import TutorCommands
 from tutor.ui.messages import OpenLesson
@@ -58,6 +62,9 @@ FULL_COLLECTION_EVERY_S = 20.0
 """How often the app runs the collector's full pass itself, when no key came for INPUT_QUIET_S."""
 INPUT_QUIET_S = 1.0
 IDLE_CHECK_S = 2.0
+KEYLOG_ENV = "TENSOR_TUTOR_KEYLOG"
+"""A file the app appends `<time.monotonic_ns()> <key>` to for every key it receives (the tmux key
+benchmarks read it: tmux send -> the app's loop). Unset, nothing is opened or written."""
 HELD_FULL_COLLECTIONS = 1_000_000
 """The collector's third threshold while the app runs: its own full passes never come (see
 `hold_full_collections`); young-generation passes (about 1 ms) run as usual."""
@@ -81,6 +88,30 @@ def hold_full_collections() -> tuple[int, int, int]:
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], thresholds[1], HELD_FULL_COLLECTIONS)
     return thresholds
+
+
+def open_keylog(path: str) -> TextIO | None:
+    """The key log named by $TENSOR_TUTOR_KEYLOG, line-buffered (one write per key), None when unset
+    or not writable (the app runs without it)."""
+    if not path:
+        return None
+    try:
+        return open(path, "a", buffering=1, encoding="utf-8")
+    except OSError:
+        return None
+
+
+@functools.cache
+def _class_handles_keys(cls: type) -> bool:
+    return (getattr(cls, "_on_key", None) is not getattr(Widget, "_on_key", None)
+            or getattr(cls, "handle_key", None) is not getattr(Widget, "handle_key", None)
+            or hasattr(cls, "on_key") or any(name.startswith("key_") for name in dir(cls)))
+
+
+def handles_keys_itself(node: object) -> bool:
+    """Whether a widget acts on keys in its own handlers (Input, TextArea, a Select's list: an
+    `_on_key`, `on_key` or `key_` method), not only through bindings."""
+    return isinstance(node, Widget) and _class_handles_keys(type(node))
 
 
 class TutorApp(App[None]):
@@ -129,6 +160,7 @@ class TutorApp(App[None]):
         """Measure results kept this session, per lesson and block (tutor.ui.widgets.measure.result_store)."""
         self.shut_down = False
         """True once the app ran and shut down (its screens closed, the measurement process killed)."""
+        self._keylog = open_keylog(os.environ.get(KEYLOG_ENV, ""))
 
     def on_mount(self) -> None:
         worker = self.services.worker
@@ -155,7 +187,38 @@ class TutorApp(App[None]):
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseDown)):
             self.last_input_at = time.monotonic()
+            if self._keylog is not None and isinstance(event, events.Key) and not event.is_forwarded:
+                self._keylog.write(f"{time.monotonic_ns()} {event.key}\n")
+        if isinstance(event, events.Key) and not event.is_forwarded and await self.key_in_order(event):
+            return
         await super().on_event(event)
+
+    async def key_in_order(self, event: events.Key) -> bool:
+        """Apply a key here, in the order the keys came, when its effect is known without a trip
+        through the widgets: a character typed into a focused text field, or a key bound on the
+        focus chain where no widget handles keys itself. True when done (nothing is forwarded).
+
+        Textual hands a typed character to the field at once (one hop, the field's queue), but a
+        bound key (Backspace, End, Ctrl+U, arrows, Ctrl+Down) only after it has bubbled from the
+        focused widget up to the app, a hop per widget. Keys that arrive together (a stalled loop,
+        a fast typist, tmux send-keys) were then applied out of order: `50` Enter Backspace
+        Backspace `0.368` became `500.3`, and characters typed right after Ctrl+Down went to the
+        box being left (issue 20). Each key here has the effect Textual gives it after all the hops."""
+        if self.screen.maximized is not None:
+            return False
+        focused = self.focused
+        chain = list(focused.ancestors_with_self) if focused is not None else [self.screen]
+        field = focused if isinstance(focused, Input) else None
+        if any(handles_keys_itself(node) for node in chain if node is not field and node is not self):
+            return False  # a TextArea, a Select's list: Textual's own path
+        self.app_focus = True
+        self.screen._clear_tooltip()
+        if await self._check_bindings(event.key, priority=True):
+            return True
+        if field is not None and event.is_printable:
+            await field._on_key(event)  # what the field does with a character: insert at the cursor
+            return True
+        return await self._check_bindings(event.key)  # the focused widget's binding, else its boxes', screen's, app's
 
     def collect_when_idle(self) -> bool:
         """Run the collector's full pass when FULL_COLLECTION_EVERY_S have passed since the last
@@ -289,4 +352,7 @@ class TutorApp(App[None]):
         self.cancel_measurements()
         self.services.sampler.stop()
         self.stop_measurement_process()  # kills its process group: rank processes of a running lab too
+        if self._keylog is not None:
+            self._keylog.close()
+            self._keylog = None
         self.shut_down = True

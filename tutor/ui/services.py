@@ -194,6 +194,30 @@ class Services:
         return self.probes[name]
 
 
+# The lessons' values and graders import much of tutor.theory: on first use (a lesson opened, an
+# answer checked), not before the home screen is painted (issue 20: launch time).
+
+def render_values_when_used(text: str, *, device: Machine | None = None) -> str:
+    """tutor.lessons.render_values, imported on the first call."""
+    from tutor.lessons.values import render_values
+
+    return render_values(text, device=device)
+
+
+def grade_when_used(quiz: Quiz, answer: str, *, device: Machine | None = None) -> Grade:
+    """tutor.lessons.grade, imported on the first call."""
+    from tutor.lessons.grading import grade
+
+    return grade(quiz, answer, device=device)
+
+
+def expected_answer_when_used(quiz: Quiz, *, device: Machine | None = None) -> str | float | int:
+    """tutor.lessons.expected_answer, imported on the first call."""
+    from tutor.lessons.grading import expected_answer
+
+    return expected_answer(quiz, device=device)
+
+
 def default_services(worker: WorkerClient | None = None) -> Services:
     """The real services: this machine, the shipped curriculum, saved progress and settings, and the
     labs, bench suite and torch cast run by `worker` (a new WorkerClient unless given; the app
@@ -216,9 +240,9 @@ def default_services(worker: WorkerClient | None = None) -> Services:
         machine=detect_machine(),
         sampler=Sampler(1.0 / settings.sample_hz),
         probes=worker_labs(worker, LABS),
-        render_values=lessons.render_values,
-        grade=lessons.grade,
-        expected_answer=lessons.expected_answer,
+        render_values=render_values_when_used,
+        grade=grade_when_used,
+        expected_answer=expected_answer_when_used,
         run_bench=worker_bench(worker),
         torch_cast=worker_cast(worker),
         settings=settings,

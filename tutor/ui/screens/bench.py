@@ -19,7 +19,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Button, Footer, OptionList, ProgressBar, Static
+from textual.widgets import Button, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
 from tutor.bench.notebook import Notebook, Run, compare_runs_at_same_sizes, read_notebook
@@ -31,6 +31,7 @@ from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.live_pane import LivePane
 from tutor.ui.workers import yield_cpu_to_the_interface
+from tutor.ui.widgets.footer import TutorFooter
 
 if TYPE_CHECKING:
     from tutor.ui.services import Services
@@ -172,7 +173,7 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
                 yield ChartView(id="bandwidth-chart")
                 yield ChartView(id="collective-chart")
             yield LivePane(self.services.machine, self.services.sampler, id="live")
-        yield Footer()
+        yield TutorFooter()
 
     def on_mount(self) -> None:
         self.load_history(show_latest=True)

@@ -13,13 +13,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from tutor.calculators import FitTime, fit_time
 from tutor.ui.widgets.calc import DEFAULT_FIELDS, CalcBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.time_panel import TimePanel, peak_text
+from tutor.ui.widgets.footer import TutorFooter
 
 if TYPE_CHECKING:
     from tutor.export import FitValues
@@ -126,7 +127,7 @@ activations and KV cache per device, each with its formula, against this machine
             from tutor.ui.widgets.plot import ChartView
 
             yield ChartView(id="timeline")
-        yield Footer()
+        yield TutorFooter()
 
     def on_mount(self) -> None:
         form = self.query_one("#fit-form", CalcBlock)

@@ -10,11 +10,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from tutor.ui.messages import OpenLesson
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
+from tutor.ui.widgets.footer import TutorFooter
 
 if TYPE_CHECKING:
     from tutor.lessons.model import LessonInfo, Track
@@ -66,7 +67,7 @@ The five tracks of the course, each with how many of its lessons you have comple
         with Vertical(id="home"):
             yield Static(self._welcome(), id="welcome")
             yield OptionList(id="lessons")
-        yield Footer()
+        yield TutorFooter()
 
     def _welcome(self) -> Text:
         lessons = self.services.curriculum.lessons

@@ -6,6 +6,7 @@ to a few rows; `l` hides or shows it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -16,7 +17,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Button, Footer, Static
+from textual.widgets import Button, Static
 
 from tutor.lessons import model
 from tutor.ui.host import tutor_app
@@ -31,6 +32,7 @@ from tutor.ui.widgets.live_pane import LivePane
 from tutor.ui.widgets.measure import MeasureBlock, ProbeRunner
 from tutor.ui.widgets.predict import PredictBlock
 from tutor.ui.widgets.quiz import QuizBlock
+from tutor.ui.widgets.footer import TutorFooter
 
 if TYPE_CHECKING:
     from tutor.lessons.model import Block, LessonInfo
@@ -94,6 +96,10 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         Binding("l", "toggle_live", "Live"),
     ]
 
+    NARROW_HIDDEN_KEYS = ("n", "l")
+    """Keys the footer leaves out below 100 columns, where the line has room for Enter, Tab, the next
+    box, Escape, Ctrl+Q and F1 only; they still work (the lesson's last line names n; F1 lists both)."""
+
     def __init__(self, services: Services, lesson_id: str) -> None:
         super().__init__()
         self.services = services
@@ -121,7 +127,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
                 yield from self._blocks()
                 yield Static(self._footer_line(), id="lesson-end")
             yield LivePane(self.services.machine, self.services.sampler, id="live")
-        yield Footer()
+        yield TutorFooter()
 
     def _heading(self) -> Text:
         info = self.info
@@ -184,6 +190,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         self.services.progress.set_last_lesson(self.lesson_id)
         self.query_one("#lesson").focus(scroll_visible=False)
         self.call_after_refresh(self.settle_then_focus)
+        self.call_after_refresh(self.fit_footer)
         self.watch(self.query_one("#lesson"), "scroll_y", self._remember_reading, init=False)
 
     def settle_then_focus(self) -> None:
@@ -236,7 +243,9 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         """Focus the box's first field or button and bring the box into view."""
         target = next((node for node in block.query("*") if node.focusable), None)
         if target is not None:
-            target.focus(scroll_visible=False)
+            # At once, not target.focus() (which waits its turn behind keys already queued): what is
+            # typed right after Ctrl+Down goes into the box it moved to.
+            self.set_focus(target, scroll_visible=False)
         block.scroll_visible(animate=False, top=True)
 
     def _step_block(self, forward: bool) -> None:
@@ -294,6 +303,20 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     def on_resize(self) -> None:
         self._restoring = True
         self.call_after_refresh(self._restore_reading)
+        self.call_after_refresh(self.fit_footer)
+
+    def fit_footer(self) -> None:
+        """Show the NARROW_HIDDEN_KEYS in the footer on a wide screen only."""
+        show = not self.has_class("-narrow")
+        keys = self._bindings.key_to_bindings
+        changed = False
+        for key in self.NARROW_HIDDEN_KEYS:
+            bindings = keys.get(key, [])
+            if any(binding.show != show for binding in bindings):
+                keys[key] = [dataclasses.replace(binding, show=show) for binding in bindings]
+                changed = True
+        if changed:
+            self.refresh_bindings()
 
     def _restore_reading(self) -> None:
         scroller = self.query_one("#lesson", VerticalScroll)

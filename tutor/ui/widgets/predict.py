@@ -91,7 +91,8 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         event.stop()
         if self.running:
             return
-        text = self.query_one("#guess", Input).value
+        # The guess as it was when Enter was pressed: keys typed after it may already be in the field.
+        text = event.value if isinstance(event, Input.Submitted) else self.query_one("#guess", Input).value
         try:
             self.predicted = parse_guess(text, self.block.unit, self.block.guess_unit)
         except ValueError as error:

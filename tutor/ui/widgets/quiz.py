@@ -123,7 +123,8 @@ Answers are saved with your progress.
     def check(self, event: Input.Submitted | Button.Pressed | None = None) -> None:
         if event is not None:
             event.stop()
-        answer = self.answer_text()
+        # The text as it was when Enter was pressed: keys typed after it may already be in the field.
+        answer = (event.value.strip() or None) if isinstance(event, Input.Submitted) else self.answer_text()
         feedback = self.query_one("#feedback", Static)
         if answer is None:
             say(feedback, Text("type an answer first" if self.block.kind != "choice" else "pick a choice first",
