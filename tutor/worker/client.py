@@ -290,7 +290,9 @@ class WorkerClient:
             job = self._job
             stopped = self._stopped
         if job is not None:
-            job.events.put({"event": "exit", "reason": reason, "on_purpose": generation.killed_on_purpose})
+            # stop() asks the worker to exit before it kills the group: a worker that ends itself first
+            # (its own SIGKILL of its group, a stubborn job) was still ended on purpose.
+            job.events.put({"event": "exit", "reason": reason, "on_purpose": generation.killed_on_purpose or stopped})
         if stopped:
             self._set_state(WorkerState("stopped"))
         elif generation.killed_on_purpose:
@@ -383,7 +385,7 @@ class WorkerClient:
                 if generation.ended is not None and job.events.empty():
                     # It ended before this job was registered to hear so (or the event was missed).
                     job.events.put({"event": "exit", "reason": generation.ended,
-                                    "on_purpose": generation.killed_on_purpose})
+                                    "on_purpose": generation.killed_on_purpose or self._stopped})
                 elif cancel.is_set() and cancel_sent_at is None:
                     cancel_sent_at = time.monotonic()
                     try:
