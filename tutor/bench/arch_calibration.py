@@ -589,8 +589,9 @@ def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) 
 
 # The check shape's largest relative error above which the fit without s x s terms is refitted with
 # them: attention code that keeps scores without saying so (Falcon's multi-query path under SDPA
-# builds them with bmm) is found by the check, not by its attn_implementation.
-SQUARE_REFIT_ERROR = 0.02
+# builds them with bmm: 10.7% off at the check) is found by the check, not by its attn_implementation.
+# Not lower: a few percent off (Granite's prefill, 3.2%) are not s x s terms, and the refit costs two traces.
+SQUARE_REFIT_ERROR = 0.05
 
 
 def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape) -> tuple[list, float]:
