@@ -214,3 +214,40 @@ def test_window_regime_reads_window_lengths_not_layer_patterns() -> None:
     assert within.endswith("within-window-64") and beyond.endswith("beyond-window-64")
     shapes, check = arch_calibration.traced_lengths(((1, 32), (1, 96)), (2, 128), window=64, beyond_window=64)
     assert all(s > 64 for _, s in shapes) and check[1] > 64
+
+
+def test_a_check_the_fit_misses_refits_with_square_terms(monkeypatch) -> None:
+    """Attention code that keeps s x s scores although its attn_implementation says SDPA (Falcon's
+    multi-query path) is caught by the check shape: the fit is redone with b·s² terms."""
+    traced = []
+
+    def synthetic(model, optimizer, setup, batch, seq_len, layers):
+        traced.append((layers, batch, seq_len))
+        bs = batch * seq_len
+        return {"activations@attention": 4096 + 7 * batch + layers * (50 * bs + 3 * bs * seq_len), "kv_cache": 0}
+
+    monkeypatch.setattr(arch_calibration, "_measure_shape", synthetic)
+    config = written("llama", **dict(SMALL, num_hidden_layers=2))
+    setup = arch_calibration.calibrate(config, "k", mode="inference", precision="bf16", attention="sdpa",
+                                       recompute="none")
+    fitted = setup.quantity("activations@attention")
+    assert setup.check_error < 1e-4
+    assert fitted.per_layer[arch_calibration.BASIS.index("b*s^2")] == pytest.approx(3)
+    assert (2, 1, 64) in traced and len(traced) == len(set(traced))  # one more shape, nothing traced twice
+
+
+def test_a_check_the_fit_passes_traces_no_square_shape(monkeypatch) -> None:
+    traced = []
+
+    def synthetic(model, optimizer, setup, batch, seq_len, layers):
+        traced.append((layers, batch, seq_len))
+        return {"activations@attention": 4096 + 7 * batch + layers * 50 * batch * seq_len, "kv_cache": 0}
+
+    monkeypatch.setattr(arch_calibration, "_measure_shape", synthetic)
+    config = written("llama", **dict(SMALL, num_hidden_layers=2))
+    setup = arch_calibration.calibrate(config, "k", mode="inference", precision="bf16", attention="sdpa",
+                                       recompute="none")
+    assert setup.check_error < 1e-4
+    assert sorted(traced) == sorted([(layers, *shape) for layers in arch_calibration.FIT_LAYERS
+                                     for shape in arch_calibration.FIT_SHAPES[("1", "b", "b*s")]]
+                                    + [(arch_calibration.CHECK_LAYERS, *arch_calibration.CHECK_SHAPE)])

@@ -71,3 +71,20 @@ def test_models_lists_hand_profiles_and_the_calibrated_trace() -> None:
     assert {row["profile"] for row in report["models"]} == {"hand"}
     text = CliRunner().invoke(models, [], env={"COLUMNS": "200"}, catch_exceptions=False).output
     assert "Hand-profiled model types" in text and "Calibrated trace: any other" in text and "[trace]" in text
+
+
+def test_multi_head_prefill_peaks_at_k_rope_with_q_rotated_held() -> None:
+    """With as many KV heads as query heads, RoPE on K (three temporaries of K's size, Q's rotated
+    copy held) outgrows RoPE on Q; with GQA (2 of 4 heads) Q's temporaries stay the larger."""
+    def attention(model_type: str, kv_heads: int) -> int:
+        arch = architecture_from_config({"model_type": model_type, **dict(SMALL, num_key_value_heads=kv_heads)})
+        shape = hf_layer_shape(arch, moe_layer=False)
+        return hf_prefill_moments(shape, seq_len=64, batch=1, vocab=512, backend="flash", gpu=False)["attention"]
+
+    rope = {"llama": 2, "olmo": 4}  # OLMo keeps cos, sin and the rotated Q and K in fp32
+    for model_type, element in rope.items():
+        # 4 -> 2 KV heads: 2 heads of K and V projections (16-bit), and the peak moves from K's RoPE
+        # (Q rotated + 3 x 4 heads of K's temporaries) to Q's (3 x 4 heads): 32·element·(4 + 12 - 12).
+        assert attention(model_type, 4) - attention(model_type, 2) == 64 * (2 * 2 * 32 * 2 + 32 * element * 4)
+        # 2 -> 1 KV head: Q's temporaries are the peak in both, only K and V's projections shrink.
+        assert attention(model_type, 2) - attention(model_type, 1) == 64 * 32 * 2 * 2

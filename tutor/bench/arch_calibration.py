@@ -100,6 +100,9 @@ def _require_transformers(model_type: object) -> None:
     if not versions():
         raise UserError(f"model_type {shown(model_type)!r} has no hand profile; counting and tracing its real "
                         f"transformers model needs the [trace] extra: {TRACE_EXTRA}")
+    from tutor.bench.transformers_import import install
+
+    install()
 
 
 def config_hash(config: dict) -> str:
@@ -584,40 +587,16 @@ def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) 
     return tuple(full)
 
 
-def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str,
-              beyond_window: int = 0, window: int = 0) -> CalibratedSetup:
-    """Trace the setup at its FIT_SHAPES with FIT_LAYERS layers, fit every quantity, check at CHECK_SHAPE."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
+# The check shape's largest relative error above which the fit without s x s terms is refitted with
+# them: attention code that keeps scores without saying so (Falcon's multi-query path under SDPA
+# builds them with bmm: 10.7% off at the check) is found by the check, not by its attn_implementation.
+# Not lower: a few percent off (Granite's prefill, 3.2%) are not s x s terms, and the refit costs two traces.
+SQUARE_REFIT_ERROR = 0.05
 
-    from tutor.bench.memory_trace import TraceSetup, _one_line, _quiet, attention_to_run, build_model, enable_recompute
 
-    dtype = {"fp32": "fp32", "amp": "fp32", "bf16": "bf16"}[precision]
-    setup = TraceSetup(mode=mode, dtype=dtype, autocast=precision == "amp", recompute=recompute == "full",
-                       attention=attention, optimizer="adamw", foreach=None, fake=True)
-    measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {}
-    terms = basis_terms(config, mode, attention, beyond_window)
-    fit_shapes, check_shape = traced_lengths(FIT_SHAPES[terms], CHECK_SHAPE, window=window, beyond_window=beyond_window)
-    with _quiet():
-        for layers in FIT_LAYERS:
-            small = layer_config(config, layers)
-            traced_attention, _ = attention_to_run(small, attention)
-            run = replace(setup, attention=traced_attention)
-            shapes = fit_shapes + ((check_shape,) if layers == CHECK_LAYERS else ())
-            try:
-                with FakeTensorMode():
-                    model = build_model(small, run)
-                    model.train(mode == "train")
-                    if mode == "train":
-                        model.config.use_cache = False  # as transformers' Trainer sets it
-                        if run.recompute:
-                            enable_recompute(model)
-                    measured[layers] = {shape: _measure_shape(model, None, run, *shape, layers) for shape in shapes}
-            except UserError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the model's own code on the user's config may raise anything
-                raise UserError(f"calibrating {config.get('model_type')!r} failed in its transformers code: "
-                                f"{_one_line(exc)}") from None
+def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape) -> tuple[list, float]:
+    """Every traced quantity fitted over `terms` from the FIT_LAYERS traces at `fit_shapes`, and the
+    largest relative error at `check_shape` (CHECK_LAYERS layers; quantities above 1 KiB)."""
     low, high = FIT_LAYERS
     names = sorted(measured[low][fit_shapes[0]])
     quantities = []
@@ -635,6 +614,60 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
         predicted = fitted.at(layers=CHECK_LAYERS, batch=check_shape[0], seq_len=check_shape[1])
         if not name.startswith(GRADIENTS_PREFIX) and max(truth, predicted) > 1024:
             worst = max(worst, abs(predicted - truth) / max(truth, 1))
+    return quantities, worst
+
+
+def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str,
+              beyond_window: int = 0, window: int = 0) -> CalibratedSetup:
+    """Trace the setup at its FIT_SHAPES with FIT_LAYERS layers, fit every quantity, check at CHECK_SHAPE;
+    a check off by more than SQUARE_REFIT_ERROR without s x s terms traces one more shape and refits with them."""
+    import torch  # noqa: F401 - imported before FakeTensorMode, as torch requires
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tutor.bench.memory_trace import TraceSetup, _one_line, _quiet, attention_to_run, build_model, enable_recompute
+
+    dtype = {"fp32": "fp32", "amp": "fp32", "bf16": "bf16"}[precision]
+    setup = TraceSetup(mode=mode, dtype=dtype, autocast=precision == "amp", recompute=recompute == "full",
+                       attention=attention, optimizer="adamw", foreach=None, fake=True)
+    measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {layers: {} for layers in FIT_LAYERS}
+
+    def trace(wanted: dict[int, tuple[tuple[int, int], ...]]) -> None:
+        for layers, shapes in wanted.items():
+            shapes = tuple(shape for shape in dict.fromkeys(shapes) if shape not in measured[layers])
+            if not shapes:
+                continue
+            small = layer_config(config, layers)
+            traced_attention, _ = attention_to_run(small, attention)
+            run = replace(setup, attention=traced_attention)
+            try:
+                with FakeTensorMode():
+                    model = build_model(small, run)
+                    model.train(mode == "train")
+                    if mode == "train":
+                        model.config.use_cache = False  # as transformers' Trainer sets it
+                        if run.recompute:
+                            enable_recompute(model)
+                    for shape in shapes:
+                        measured[layers][shape] = _measure_shape(model, None, run, *shape, layers)
+            except UserError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the model's own code on the user's config may raise anything
+                raise UserError(f"calibrating {config.get('model_type')!r} failed in its transformers code: "
+                                f"{_one_line(exc)}") from None
+
+    def traced_fit(terms: tuple[str, ...]):
+        fit_shapes, check_shape = traced_lengths(FIT_SHAPES[terms], CHECK_SHAPE, window=window,
+                                                 beyond_window=beyond_window)
+        trace({layers: fit_shapes + ((check_shape,) if layers == CHECK_LAYERS else ()) for layers in FIT_LAYERS})
+        return fit_shapes, check_shape, *_fit_setup(measured, terms, fit_shapes, check_shape)
+
+    terms = basis_terms(config, mode, attention, beyond_window)
+    with _quiet():
+        fit_shapes, check_shape, quantities, worst = traced_fit(terms)
+        if worst > SQUARE_REFIT_ERROR and "b*s^2" not in terms:
+            square = traced_fit(terms + ("b*s^2",))
+            if square[3] < worst:
+                fit_shapes, check_shape, quantities, worst = square
     return CalibratedSetup(key=key, quantities=tuple(quantities), check=(CHECK_LAYERS, *check_shape),
                            check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
                            fitted_shapes=tuple((layers, *shape) for layers in FIT_LAYERS for shape in fit_shapes))

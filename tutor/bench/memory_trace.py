@@ -345,6 +345,9 @@ def _torch():
 
 def import_trace_dependencies() -> tuple[Any, Any]:
     """(torch, transformers), or UserError naming the extra to install."""
+    from tutor.bench.transformers_import import install
+
+    install()  # transformers' scan of its model folders, read from the data dir
     try:
         import torch
         import transformers

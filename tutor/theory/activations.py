@@ -831,7 +831,8 @@ def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: 
     the embedding output (inputs_embeds, kept by the model's forward); the input of the layer being
     run (kept by the layer loop); the attention masks (`hf_attention_mask_bytes`). On top of that:
     - attention (flash/SDPA): the norm output, the Q, K, V projections and RoPE's temporaries on Q
-      (q·cos, rotate_half(q), rotate_half(q)·sin);
+      (q·cos, rotate_half(q), rotate_half(q)·sin), or, when K's are larger (K with more than 2/3 of
+      Q's heads), Q's rotated copy and K's temporaries;
     - attention (eager): the norm output, Q, K and V repeated to every head (repeat_kv copies when
       1 < kv heads < heads), the masked scores in the model dtype, their fp32 copy and the fp32 softmax
       (GPT-2: the softmax in the model dtype);
@@ -887,7 +888,9 @@ def hf_prefill_moments(shape: HfLayerShape, *, seq_len: int, batch: int, vocab: 
         moments["attention"] = held + per_token(norm_out + mla) + scores
     elif backend == "flash":
         projections = v * (a * d + 2 * g * d)
-        temporaries = 3 * rope * a * d if shape.rope_dim else v * a * dv
+        # RoPE on Q makes three temporaries; on K, with Q's rotated copy still held, three of K's size:
+        # the larger once K has more than 2/3 of Q's heads (multi-head attention: OLMo, Llama-2).
+        temporaries = max(3 * rope * a * d, rope * a * d + 3 * rope * g * d) if shape.rope_dim else v * a * dv
         moments["attention"] = held + per_token(norm_out + projections + temporaries)
     else:
         # repeat_kv's expand + reshape is a view for one KV head (MQA), a copy for 1 < kv heads < heads.
