@@ -14,12 +14,14 @@ transformers' own function: the cache can cost nothing but its own speed-up.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
 import os
 import sys
 from importlib import metadata
+from typing import Any
 
 MODULE = "transformers.utils.import_utils"
 FUNCTION = "define_import_structure"
@@ -68,9 +70,11 @@ def cached(original):
     """`original` (define_import_structure) served from, and stored to, the data dir."""
     from tutor.storage import data_dir, read_json, write_json_atomic
 
+    @functools.wraps(original)
     def define_import_structure(module_path, prefix=None):
         try:
             path = data_dir() / CACHE_FOLDER / f"{cache_key(module_path, prefix)}.json"
+            stored: dict[str, Any]
             stored, _warning = read_json(path, {}, limit=CACHE_LIMIT_BYTES)
             if stored.get("format") == FORMAT:
                 return structure_from_json(stored["structure"])
@@ -83,7 +87,6 @@ def cached(original):
             pass  # a read-only data dir: the next process scans again, nothing worse
         return structure
 
-    define_import_structure.__wrapped__ = original
     return define_import_structure
 
 
