@@ -35,6 +35,18 @@ DEFAULT_TOKENS = "15T"
 """`time --tokens`'s default: the tokens a time-to-train is asked for (Llama 3's 15T)."""
 
 
+PHASE_WORDS = {"forward": "forward", "backward": "backward (incl. recompute)", "optimizer": "optimizer step",
+               "pipeline_bubble": "pipeline bubble", "communication": "exposed communication"}
+"""The step's phases (the report's `step.phases` keys) as the CLI and the Fit screen name them."""
+
+
+def phase_share(part: float, whole: float) -> str:
+    """A phase's share of the step, as text ("N/A" for an empty step)."""
+    from tutor.formatting import format_percent
+
+    return format_percent(part / whole) if whole else "N/A"
+
+
 def parse_fraction(text: str | None, name: str) -> float | None:
     """'0.38' or '38%' -> 0.38; None stays None; anything else a one-line UserError."""
     if text is None:

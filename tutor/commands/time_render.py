@@ -6,6 +6,7 @@ Every figure goes through tutor.formatting; names read from files are escaped (m
 from __future__ import annotations
 
 from tutor.commands.safe_text import markup_safe
+from tutor.time_answer import PHASE_WORDS, phase_share
 from tutor.formatting import (
     format_count,
     format_duration,
@@ -15,12 +16,6 @@ from tutor.formatting import (
     format_rate,
 )
 
-PHASE_WORDS = {"forward": "forward", "backward": "backward (incl. recompute)", "optimizer": "optimizer step",
-               "pipeline_bubble": "pipeline bubble", "communication": "exposed communication"}
-
-
-def _share(part: float, whole: float) -> str:
-    return format_percent(part / whole) if whole else "N/A"
 
 
 def render_report(report: dict) -> None:
@@ -68,7 +63,7 @@ def _render_train(console, Table, report: dict) -> None:
     table.add_column("time", justify="right")
     table.add_column("share", justify="right")
     for name, seconds in step["phases"].items():
-        table.add_row(PHASE_WORDS.get(name, name), format_duration(seconds), _share(seconds, step["seconds"]))
+        table.add_row(PHASE_WORDS.get(name, name), format_duration(seconds), phase_share(seconds, step["seconds"]))
     table.add_section()
     table.add_row("[bold]step[/bold]", f"[bold]{format_duration(step['seconds'])}[/bold]", "100%")
     console.print(table)

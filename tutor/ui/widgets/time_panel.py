@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tutor.calculators import FitTime
+from tutor.time_answer import PHASE_WORDS, phase_share
 from tutor.formatting import (
     format_bytes,
     format_count,
@@ -25,13 +26,6 @@ from tutor.formatting import (
     format_rate,
 )
 
-PHASE_WORDS = {"forward": "forward", "backward": "backward (incl. recompute)", "optimizer": "optimizer step",
-               "pipeline_bubble": "pipeline bubble", "communication": "exposed communication"}
-"""The phases as `tensor-tutor time` names them in its text view."""
-
-
-def _share(part: float, whole: float) -> str:
-    return format_percent(part / whole) if whole else "N/A"
 
 
 def train_lines(report: dict[str, Any]) -> list[RenderableType]:
@@ -42,7 +36,7 @@ def train_lines(report: dict[str, Any]) -> list[RenderableType]:
     table.add_column("time", justify="right", no_wrap=True)
     table.add_column("share", justify="right", no_wrap=True)
     for name, seconds in step["phases"].items():
-        table.add_row(PHASE_WORDS.get(name, name), format_duration(seconds), _share(seconds, step["seconds"]))
+        table.add_row(PHASE_WORDS.get(name, name), format_duration(seconds), phase_share(seconds, step["seconds"]))
     table.add_row(Text("step", style="bold"), Text(format_duration(step["seconds"]), style="bold"), "100%")
     mfu = report["mfu"]
     train = report["train"]
