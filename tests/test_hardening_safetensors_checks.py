@@ -95,3 +95,11 @@ def test_transformers_weights_in_the_config_names_the_file(model_folder: Path) -
     write_file(model_folder / "model.safetensors", f32(("a", 0, 800)), 800)
     summary = checkpoint_summary(str(model_folder))
     assert summary is not None and summary.total_bytes == 8
+
+
+def test_a_fifo_named_model_safetensors_is_refused_not_skipped(model_folder: Path) -> None:
+    import os
+
+    os.mkfifo(model_folder / "model.safetensors")
+    with pytest.raises(UserError, match="model.safetensors is not a regular file"):
+        checkpoint_summary(str(model_folder))

@@ -265,7 +265,8 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
     arch, name, source, count = model.arch, model.name, model.source, model.count
     settings = dict(inputs.request)
     mode = settings.get("mode", fitting.Mode.INFERENCE)
-    checkpoint = checkpoint_summary(model.spec) if arch is not None and inputs.read_checkpoint else None
+    checkpoint = (checkpoint_summary(model.spec, model.found.config if model.found is not None else None)
+                  if arch is not None and inputs.read_checkpoint else None)
     scheme_notes: tuple[str, ...] = ()
     if settings.get("dtype") is None:
         settings.pop("dtype", None)  # bf16, the config's quantization, or (inference) the checkpoint as stored

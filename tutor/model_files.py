@@ -386,9 +386,11 @@ def _check_complete(folder: Path, files: list[Path]) -> None:
 
 
 def _files_from_index(index: Path) -> list[Path]:
+    from tutor.storage import loads_json_bounded, read_regular_text
+
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = loads_json_bounded(read_regular_text(index, MAX_CONFIG_BYTES))  # an index is a few megabytes
+    except (OSError, ValueError):  # unreadable, too large, not UTF-8, not JSON, nested too deeply
         raise UserError(f"{shown(index)} is not a readable JSON index") from None
     shards = shards_in_index(data, shown(index))
     missing = [shard for shard in shards if not (index.parent / shard).is_file()]
@@ -402,15 +404,15 @@ class NoCheckpointFiles(UserError):
     """A folder holds no safetensors file that transformers would load (none, or only stray names)."""
 
 
-def _explicit_weights(folder: Path) -> Path | None:
+def _explicit_weights(folder: Path, config: dict | None) -> Path | None:
     """The file a config.json's `transformers_weights` names (transformers loads it before any other,
-    and only from inside the model folder), None without one."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8")) \
-            if (folder / "config.json").is_file() else {}
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return None  # the config's own reading reports what is wrong with it
-    named = config.get("transformers_weights") if isinstance(config, dict) else None
+    and only from inside the model folder), None without one. `config` is the folder's config.json when
+    already read; else it is read here."""
+    if config is None:
+        if not (folder / "config.json").is_file():
+            return None
+        config = load_config(folder / "config.json")
+    named = config.get("transformers_weights")
     if not isinstance(named, str) or not named.strip():
         return None
     target = folder / named
@@ -420,7 +422,7 @@ def _explicit_weights(folder: Path) -> Path | None:
     return target
 
 
-def _shard_files(target: Path) -> _Selection:
+def _shard_files(target: Path, config: dict | None = None) -> _Selection:
     try:
         is_file, is_dir = target.is_file(), target.is_dir()
     except (OSError, ValueError):
@@ -435,7 +437,11 @@ def _shard_files(target: Path) -> _Selection:
     consolidated = tuple(p.name for p in files if p.name.startswith("consolidated"))
     # transformers' from_pretrained (modeling_utils, a local folder): the config's transformers_weights,
     # else model.safetensors, else the shards model.safetensors.index.json names; nothing else.
-    explicit = _explicit_weights(target)
+    for name in (HF_SINGLE_FILE, INDEX_FILE):  # what transformers would open: a FIFO there is no checkpoint
+        if (target / name).exists() and not (target / name).is_file():
+            raise UserError(f"{shown(target / name)} is not a regular file (a folder, pipe or device?); "
+                            "move it away or pass the config.json alone")
+    explicit = _explicit_weights(target, config)
     if explicit is not None:
         if explicit.name.endswith(".index.json"):
             return _Selection(_files_from_index(explicit), "hf-index", consolidated)
@@ -459,7 +465,7 @@ def _shard_files(target: Path) -> _Selection:
                             f"{INDEX_FILE}); not counted: {_listed([p.name for p in files])}"[:400])
 
 
-def safetensors_summary(folder: str | os.PathLike[str]) -> SafetensorsSummary:
+def safetensors_summary(folder: str | os.PathLike[str], config: dict | None = None) -> SafetensorsSummary:
     """Sum the headers of a checkpoint: a folder, one file, or an index.
 
     A folder is read as transformers would load it: the file config.json's transformers_weights names,
@@ -467,16 +473,18 @@ def safetensors_summary(folder: str | os.PathLike[str]) -> SafetensorsSummary:
     there); without either, a complete model-0000k-of-0000N set (the index lost) or Mistral's
     consolidated files alone. Other *.safetensors (adapters, optimizer states, copies) are never
     summed; consolidated*.safetensors beside Hugging Face files is Mistral's copy of the same weights
-    and is skipped (`skipped`). Counting: summarize_headers.
+    and is skipped (`skipped`). Counting: summarize_headers. `config` is the folder's config.json when
+    already read.
     """
-    selection = _shard_files(Path(folder))
+    selection = _shard_files(Path(folder), config)
     return summarize_headers((read_safetensors_header(path) for path in selection.files),
                              selection.checkpoint_format, selection.skipped)
 
 
-def checkpoint_summary(model: str | None) -> SafetensorsSummary | None:
+def checkpoint_summary(model: str | None, config: dict | None = None) -> SafetensorsSummary | None:
     """The safetensors headers of a local model folder, or of the folder of its config.json (headers only,
-    never the weights); None for a preset, or a folder without safetensors files."""
+    never the weights); None for a preset, or a folder without safetensors files transformers would load.
+    `config` is the model's config.json when already read."""
     if not model or model.strip().lower() in _preset_index():
         return None  # a preset is its published config: a folder that happens to share its name is not read
     folder = Path(model).expanduser()
@@ -485,6 +493,6 @@ def checkpoint_summary(model: str | None) -> SafetensorsSummary | None:
     if not folder.is_dir():
         return None
     try:
-        return safetensors_summary(folder)
+        return safetensors_summary(folder, config)
     except NoCheckpointFiles:
         return None  # the config alone: nothing here is what transformers would load
