@@ -39,3 +39,37 @@ def test_trace_of_a_10000_layer_config_stops_before_building(tmp_path: Path,
     (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10_000}))
     line = one_line_error(["fit", str(tmp_path), "--trace", "--mode", "train", "--recipe", "bf16"], capsys)
     assert "--trace builds at most 512 layers" in line and "10,000" in line
+
+
+def test_an_svg_path_that_is_a_fifo_is_refused_not_written(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "timeline.svg")
+    line = one_line_error(["fit", "llama-3.2-1b", "--mode", "train", "--timeline", "--svg",
+                           str(tmp_path / "timeline.svg")], capsys)
+    assert "not a regular file" in line
+
+
+def test_save_svg_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from tutor.errors import UserError
+    from tutor.plots import save_svg
+
+    os.mkfifo(tmp_path / "p.svg")
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            save_svg([], tmp_path / "p.svg")
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - the outcome is what is checked
+            outcome.append(error)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    writer.join(timeout=30)
+    assert not writer.is_alive(), "save_svg blocked on a FIFO"
+    assert isinstance(outcome[0], UserError)
