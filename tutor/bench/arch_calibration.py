@@ -81,8 +81,7 @@ PROFILE = "calibrated-trace"
 
 
 def resolve_any_model(spec: str) -> tuple[Architecture, str]:
-    """A preset, config.json or model folder -> (Architecture, source): the hand profile when the
-    model type has one, else the real model class counted on the meta device (needs transformers)."""
+    """A preset, config.json or model folder -> (Architecture, source) (architecture_of its config)."""
     from tutor.model_files import read_model_config
 
     found = read_model_config(spec)
