@@ -334,11 +334,7 @@ def _with_adapter(adapter: PeftAdapter, arch: Architecture, settings: dict[str, 
     if training:
         if "recipe" not in given:
             settings["recipe"] = fitting.Recipe.LORA
-        settings.setdefault("lora_rank", rank)
-        if "lora_rank" not in given:
-            settings["lora_rank"] = rank
-        if "lora_targets" not in given:
-            settings["lora_targets"] = targets
+        settings["lora_rank"], settings["lora_targets"] = rank, targets
     counted = lora_trainable_params(arch, rank=rank, targets=targets)
     what = f"LoRA adapter r={rank} on {','.join(targets)}: {format_count(counted)} parameters by the LoRA formula"
     if adapter.weights is not None:

@@ -416,7 +416,11 @@ def _explicit_weights(folder: Path, config: dict | None) -> Path | None:
     if not isinstance(named, str) or not named.strip():
         return None
     target = folder / named
-    if target.resolve().parent != folder.resolve() or not target.is_file():
+    try:
+        inside = folder.resolve() in target.resolve().parents and target.is_file()
+    except (OSError, ValueError):  # a NUL byte, a loop of links
+        inside = False
+    if not inside:
         raise UserError(f"{shown(folder / 'config.json')} names transformers_weights {named[:80]!r}, which is not "
                         "a file in its folder")
     return target
