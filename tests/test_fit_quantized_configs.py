@@ -64,3 +64,19 @@ def test_a_preset_never_reads_a_folder_that_shares_its_name(tmp_path: Path, monk
     assert by_name.checkpoint is None and "preset" in by_name.source
     by_path = answer_fit(FitInputs.from_command("./llama-3.1-8b", None, "24GiB", mode="inference"))
     assert by_path.checkpoint is not None  # the folder, named as a path, is read
+
+
+def test_the_config_is_read_once_per_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21 cleanup: the config was read once to resolve the model and again for its
+    quantization_config; the scheme is now parsed as the config is read."""
+    import tutor.model_files as model_files
+
+    config, _ = load_preset("llama-3.2-1b")
+    quantized = {**config, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+    (tmp_path / "config.json").write_text(json.dumps(quantized))
+    reads: list[object] = []
+    real = model_files.load_config
+    monkeypatch.setattr(model_files, "load_config", lambda path: reads.append(path) or real(path))
+    answer = answer_fit(FitInputs.from_command(str(tmp_path), None, "24GiB", given=()))
+    assert answer.request.dtype == "awq-int4-g128"
+    assert len(reads) == 1

@@ -111,3 +111,20 @@ def test_ctrl_c_before_any_result_still_prints_json(data_dir: Path, monkeypatch:
     payload = json.loads(captured.out)
     assert payload["results"] == [] and payload["device"]["cancelled"] is True
     assert "cancelled" in captured.err
+
+
+def test_a_fifo_in_place_of_the_notebook_is_refused_not_written(data_dir: Path) -> None:
+    """Issue 21: a write larger than a pipe's buffer blocked append_run forever on a FIFO."""
+    import os
+    import threading
+
+    os.mkfifo(data_dir / "results.jsonl")
+    outcome: list[str | None] = []
+    big = [{"kind": "matmul", "note": "x" * 200_000}]
+    writer = threading.Thread(target=lambda: outcome.append(append_run({"date": "a"}, big)), daemon=True)
+    writer.start()
+    writer.join(timeout=30)
+    if writer.is_alive():
+        pytest.fail("append_run blocked on a FIFO")
+    (warning,) = outcome
+    assert warning is not None and "not a regular file" in warning and "\n" not in warning

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
@@ -79,8 +80,22 @@ def cli(ctx: click.Context) -> None:
         click.echo("\nTry: tensor-tutor fit llama-3.1-8b    tensor-tutor env    tensor-tutor models")
 
 
+MIN_TERMINAL_COLUMNS = 20
+"""Narrower than this is no terminal: a COLUMNS of 0 made Rich print nothing at all (exit 0, no answer)."""
+
+
+def drop_unusable_terminal_size() -> None:
+    """Remove COLUMNS / LINES values that are not a usable size (0, negative, text), so Rich measures the
+    terminal itself (80 columns when it is not one) instead of drawing into zero columns."""
+    for name, least in (("COLUMNS", MIN_TERMINAL_COLUMNS), ("LINES", 1)):
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) >= least):
+            del os.environ[name]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
+    drop_unusable_terminal_size()
     try:
         # Without standalone mode, click returns (rather than raises) the code of ctx.exit(n).
         code = cli.main(args=argv, prog_name="tensor-tutor", standalone_mode=False)

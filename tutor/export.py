@@ -213,7 +213,9 @@ def save_export(result: Any, fmt: str, folder: Path | None = None, now: datetime
     while path.exists():
         counter += 1
         path = target / f"{as_table(result).name}-{stamp}-{counter}.{FORMATS[fmt]}"
-    path.write_text(text, encoding="utf-8")
+    from tutor.storage import write_regular_text
+
+    write_regular_text(path, text)  # a FIFO put there since the name was free would block a plain write
     return path
 
 

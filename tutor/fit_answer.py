@@ -23,9 +23,11 @@ from tutor.fit_fields import BY_PARAMETER, FIELDS, FIT_FIELDS, flag_name, ignore
 from tutor.theory import fit as fitting
 
 if TYPE_CHECKING:
+    from tutor.adapter_files import PeftAdapter
     from tutor.fit_trace import TracedFit
     from tutor.hardware.machine import Machine
     from tutor.hardware.memory_budget import DeviceBudget
+    from tutor.model_files import ModelConfig
     from tutor.theory.models import Architecture
     from tutor.theory.safetensors_header import SafetensorsSummary
 
@@ -194,22 +196,56 @@ class FitAnswer:
         return report
 
 
-def resolve_fit_model(model: str | None, params: str | int | None
-                      ) -> tuple[Architecture | None, str, str, int | None]:
-    """(Architecture or None, display name, source, bare count or None) for the MODEL / --params input."""
+@dataclass(frozen=True)
+class FitModel:
+    """The model a fit question is about: its architecture (None for a bare count), display name, source,
+    the bare count, its config as read (with its quantization scheme), and the PEFT adapter on it."""
+
+    arch: Architecture | None
+    name: str
+    source: str
+    count: int | None = None
+    found: ModelConfig | None = None
+    adapter: PeftAdapter | None = None
+    spec: str | None = None
+    """The model as fit reads its files: MODEL, or the adapter's base."""
+
+
+def fit_model(model: str | None, params: str | int | None) -> FitModel:
+    """The MODEL / --params input resolved, its config read once: a preset, a config.json, a model folder,
+    a PEFT adapter folder (its base model, tutor.adapter_files) or a bare parameter count."""
     from tutor.theory.units import parse_count
 
     if model and params:
         raise UserError("give either MODEL or --params, not both")
     if params:
         count = parse_count(params) if isinstance(params, str) else FIELDS["params"].check(params)
-        return None, f"{params} parameters", PARAMS_SOURCE, count
+        return FitModel(None, f"{params} parameters", PARAMS_SOURCE, count)
     if not model:
         raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json, a model folder, or --params 7B")
-    from tutor.bench.arch_calibration import resolve_any_model  # a hand profile, or the real model class
+    from tutor.adapter_files import adapter_folder, read_adapter
+    from tutor.bench.arch_calibration import architecture_of  # a hand profile, or the real model class
+    from tutor.model_files import read_model_config
 
-    arch, source = resolve_any_model(model)
-    return arch, arch.name or model, str(source), None
+    folder = adapter_folder(model)
+    adapter = read_adapter(folder) if folder is not None else None
+    spec = adapter.base if adapter is not None else model
+    found = read_model_config(spec)
+    arch = architecture_of(found)
+    name, source = arch.name or spec, str(found.source)
+    if adapter is not None:
+        from tutor.theory.models import shown
+
+        name = f"{name} + LoRA adapter {folder.resolve().name}"
+        source = (f"PEFT adapter {shown(folder)} on its base_model_name_or_path {adapter.base_named!r}: {source}")
+    return FitModel(arch, name, source, None, found, adapter, spec)
+
+
+def resolve_fit_model(model: str | None, params: str | int | None
+                      ) -> tuple[Architecture | None, str, str, int | None]:
+    """(Architecture or None, display name, source, bare count or None) for the MODEL / --params input."""
+    found = fit_model(model, params)
+    return found.arch, found.name, found.source, found.count
 
 
 def chosen_budget(values: Mapping[str, Any], machine: Machine | None = None) -> DeviceBudget:
@@ -229,22 +265,28 @@ def chosen_budget(values: Mapping[str, Any], machine: Machine | None = None) -> 
 def answer_fit(inputs: FitInputs) -> FitAnswer:
     """Does the model fit, and what would make it fit? (UserError for input that makes no sense.)"""
     from tutor.hardware.memory_budget import device_budget
-    from tutor.model_files import checkpoint_summary, model_quantization
+    from tutor.model_files import checkpoint_summary
 
-    arch, name, source, count = resolve_fit_model(inputs.model, inputs.params)
+    model = fit_model(inputs.model, inputs.params)
+    arch, name, source, count = model.arch, model.name, model.source, model.count
     settings = dict(inputs.request)
     mode = settings.get("mode", fitting.Mode.INFERENCE)
-    checkpoint = checkpoint_summary(inputs.model) if arch is not None and inputs.read_checkpoint else None
+    checkpoint = (checkpoint_summary(model.spec, model.found.config if model.found is not None else None)
+                  if arch is not None and inputs.read_checkpoint else None)
     scheme_notes: tuple[str, ...] = ()
     if settings.get("dtype") is None:
         settings.pop("dtype", None)  # bf16, the config's quantization, or (inference) the checkpoint as stored
-        quantized = model_quantization(inputs.model) if arch is not None and inputs.model else None
+        quantized = model.found.weights_scheme() if model.found is not None else None
         if quantized is not None:
             settings["dtype"] = quantized.weight_format
             scheme_notes = (f"weights as the config's quantization_config stores them: {quantized.scheme} "
                             f"(--dtype {quantized.weight_format}); --dtype overrides it",)
         if checkpoint is not None and mode == fitting.Mode.INFERENCE:
             settings["stored_weight_bytes"] = checkpoint.total_bytes
+    if model.adapter is not None:
+        assert arch is not None  # an adapter's base is always a model with an architecture
+        settings, adapter_notes = _with_adapter(model.adapter, arch, settings, inputs.given)
+        scheme_notes += adapter_notes
     budget = inputs.budget or device_budget(inputs.device, inputs.machine)
     settings.setdefault("gpu", budget.gpu)
     request = fitting.FitRequest(**settings)
@@ -277,7 +319,9 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
     if inputs.trace:
         from tutor.fit_trace import traced_fit
 
-        traced = traced_fit(inputs.model if arch is not None else None, request)
+        traced = traced_fit(model.spec if arch is not None else None, request,
+                            config=model.found.config if model.found is not None else None,
+                            layers=arch.num_layers if arch is not None else None)
     return FitAnswer(name=name, source=source, estimate=estimate, budget=budget, checkpoint=checkpoint,
                      largest_batch=largest_batch, largest_seq_len=largest_seq_len, suggestions=found,
                      flag_notes=scheme_notes + tuple(ignored_flag_notes(inputs.given, request.mode, request.recipe)),
@@ -331,6 +375,43 @@ def suggestion_times(arch: Architecture, suggestions: tuple[fitting.Suggestion, 
         except UserError as error:
             out.append(SuggestionTime(None, kind, f"not timed: {error}"))
     return tuple(out)
+
+
+def _with_adapter(adapter: PeftAdapter, arch: Architecture, settings: dict[str, Any], given: tuple[str, ...]
+                  ) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A fit request for the base model with a LoRA adapter on it: training trains the adapter's own
+    parameters (--recipe lora with its r and target modules, unless the flags say otherwise); inference
+    loads its tensors beside the base weights. Returns the settings and the notes saying so."""
+    from tutor.formatting import format_bytes, format_count
+    from tutor.theory.lora import lora_trainable_params
+
+    settings = dict(settings)
+    notes = list(adapter.notes)
+    if "lora_targets" in given:
+        targets = tuple(settings["lora_targets"])
+    else:
+        targets, target_notes = adapter.roles()
+        notes += target_notes
+    rank = settings["lora_rank"] if "lora_rank" in given else adapter.rank
+    training = settings.get("mode", fitting.Mode.INFERENCE) == fitting.Mode.TRAIN
+    if training:
+        if "recipe" not in given:
+            settings["recipe"] = fitting.Recipe.LORA
+        settings["lora_rank"], settings["lora_targets"] = rank, targets
+    counted = lora_trainable_params(arch, rank=rank, targets=targets)
+    what = f"LoRA adapter r={rank} on {','.join(targets)}: {format_count(counted)} parameters by the LoRA formula"
+    if adapter.weights is not None:
+        stored = adapter.weights
+        what += (f"; {adapter.folder.name}/adapter_model.safetensors holds {format_count(stored.total_elements)} "
+                 f"elements ({format_bytes(stored.total_bytes)})")
+        if stored.total_elements != counted:
+            what += " (rank_pattern, modules_to_save or another base than the one read would explain a difference)"
+        if not training:
+            settings["adapter_bytes"] = stored.total_bytes
+    elif not training:
+        what += "; its tensors are not in safetensors (adapter_model.bin?), so inference does not count them"
+    notes.insert(0, what + (" (trained with --recipe lora)" if training and "recipe" not in given else ""))
+    return settings, tuple(notes)
 
 
 # ---- suggestions as flags ---------------------------------------------------------------------

@@ -94,11 +94,28 @@ def trace_setup(request) -> tuple[TraceSetup, tuple[str, ...]]:
     return setup, tuple(notes)
 
 
-def traced_fit(model_arg: str | None, request) -> TracedFit:
-    """Trace one step of `model_arg` (a preset, config.json or folder) as `request` describes it."""
+MAX_TRACED_LAYERS = 512
+"""The most decoder layers --trace builds: the deepest published LLMs have under 200 (tutor.theory.checks
+MAX_LAYERS), and the real model is built module by module, so a hand-made 10,000-layer config would run
+for hours before its first op."""
+
+
+def check_traceable_layers(layers: int) -> None:
+    """UserError (one line) for a model too deep to build and trace (MAX_TRACED_LAYERS)."""
+    if layers > MAX_TRACED_LAYERS:
+        raise UserError(f"--trace builds at most {MAX_TRACED_LAYERS:,} layers (published models have under 200); "
+                        f"this config has {layers:,}: drop --trace for the formula's answer")
+
+
+def traced_fit(model_arg: str | None, request, config: dict | None = None, layers: int | None = None) -> TracedFit:
+    """Trace one step of `model_arg` (a preset, config.json or folder) as `request` describes it; `config`
+    is its config.json when already read, `layers` its decoder layers when known (checked first)."""
     from tutor.bench.memory_trace import trace_step
 
-    config = load_model_config(model_arg)
+    if layers is not None:
+        check_traceable_layers(layers)
+    if config is None:
+        config = load_model_config(model_arg)
     setup, notes = trace_setup(request)
     trace = trace_step(config, setup)
     target = "cuda" if request.gpu else "cpu"

@@ -204,11 +204,30 @@ def load_preset(name: str) -> tuple[dict, PresetInfo]:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A model's config.json dict, the name to show it under, and where it came from."""
+    """A model's config.json dict, the name to show it under, where it came from, and its
+    quantization_config scheme, parsed once as the config is read (quantized_weights)."""
 
     config: dict
     name: str
     source: str
+    quantization: QuantizedWeights | None = None
+    quantization_problem: str | None = None
+    """Why the quantization_config cannot be counted; raised only when the scheme is asked for (--dtype
+    chooses the format otherwise)."""
+
+    @classmethod
+    def read(cls, config: dict, name: str, source: str) -> ModelConfig:
+        try:
+            return cls(config, name, source, quantization=quantized_weights(config))
+        except UserError as problem:
+            return cls(config, name, source, quantization_problem=str(problem))
+
+    def weights_scheme(self) -> QuantizedWeights | None:
+        """The weight format the quantization_config stores (None without one); UserError for a scheme fit
+        cannot count."""
+        if self.quantization_problem is not None:
+            raise UserError(self.quantization_problem)
+        return self.quantization
 
 
 def read_model_config(spec: str) -> ModelConfig:
@@ -218,7 +237,7 @@ def read_model_config(spec: str) -> ModelConfig:
     spec = spec.strip()
     if spec.lower() in _preset_index():
         config, info = load_preset(spec)
-        return ModelConfig(config, info.display_name, f"preset {info.name} ({info.hf_repo} config.json)")
+        return ModelConfig.read(config, info.display_name, f"preset {info.name} ({info.hf_repo} config.json)")
     try:
         path = Path(os.path.expanduser(spec))  # unlike Path.expanduser, never raises on "~nobody"
         exists = path.exists()
@@ -228,7 +247,7 @@ def read_model_config(spec: str) -> ModelConfig:
         config = load_config(path)
         folder = path if path.is_dir() else path.parent
         name = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else ""
-        return ModelConfig(config, name or folder.resolve().name or spec, f"config {shown(path)}")
+        return ModelConfig.read(config, name or folder.resolve().name or spec, f"config {shown(path)}")
     if os.sep in spec or "/" in spec or spec.endswith(".json"):
         if "/" in spec and not spec.startswith((".", "/", "~")) and spec.count("/") == 1:
             close = difflib.get_close_matches(spec.split("/")[1].lower(), list(_preset_index()), n=1, cutoff=0.6)
@@ -309,11 +328,6 @@ def quantized_weights(config: dict) -> QuantizedWeights | None:
                     "pass --dtype to say how the weights are stored")
 
 
-def model_quantization(spec: str) -> QuantizedWeights | None:
-    """The quantization scheme of a preset, config.json or model folder (tutor.model_files.quantized_weights)."""
-    return quantized_weights(read_model_config(spec).config)
-
-
 def resolve_model(spec: str) -> tuple[Architecture, str]:
     """A preset name, a config.json path or a model folder -> (Architecture, where it came from)."""
     found = read_model_config(spec)
@@ -372,9 +386,11 @@ def _check_complete(folder: Path, files: list[Path]) -> None:
 
 
 def _files_from_index(index: Path) -> list[Path]:
+    from tutor.storage import loads_json_bounded, read_regular_text
+
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = loads_json_bounded(read_regular_text(index, MAX_CONFIG_BYTES))  # an index is a few megabytes
+    except (OSError, ValueError):  # unreadable, too large, not UTF-8, not JSON, nested too deeply
         raise UserError(f"{shown(index)} is not a readable JSON index") from None
     shards = shards_in_index(data, shown(index))
     missing = [shard for shard in shards if not (index.parent / shard).is_file()]
@@ -384,7 +400,33 @@ def _files_from_index(index: Path) -> list[Path]:
     return [index.parent / shard for shard in shards]
 
 
-def _shard_files(target: Path) -> _Selection:
+class NoCheckpointFiles(UserError):
+    """A folder holds no safetensors file that transformers would load (none, or only stray names)."""
+
+
+def _explicit_weights(folder: Path, config: dict | None) -> Path | None:
+    """The file a config.json's `transformers_weights` names (transformers loads it before any other,
+    and only from inside the model folder), None without one. `config` is the folder's config.json when
+    already read; else it is read here."""
+    if config is None:
+        if not (folder / "config.json").is_file():
+            return None
+        config = load_config(folder / "config.json")
+    named = config.get("transformers_weights")
+    if not isinstance(named, str) or not named.strip():
+        return None
+    target = folder / named
+    try:
+        inside = folder.resolve() in target.resolve().parents and target.is_file()
+    except (OSError, ValueError):  # a NUL byte, a loop of links
+        inside = False
+    if not inside:
+        raise UserError(f"{shown(folder / 'config.json')} names transformers_weights {named[:80]!r}, which is not "
+                        "a file in its folder")
+    return target
+
+
+def _shard_files(target: Path, config: dict | None = None) -> _Selection:
     try:
         is_file, is_dir = target.is_file(), target.is_dir()
     except (OSError, ValueError):
@@ -397,45 +439,64 @@ def _shard_files(target: Path) -> _Selection:
         raise UserError(f"no such file or folder: {shown(target)}")
     files = sorted(p for p in target.glob("*.safetensors") if p.is_file())
     consolidated = tuple(p.name for p in files if p.name.startswith("consolidated"))
+    # transformers' from_pretrained (modeling_utils, a local folder): the config's transformers_weights,
+    # else model.safetensors, else the shards model.safetensors.index.json names; nothing else.
+    for name in (HF_SINGLE_FILE, INDEX_FILE):  # what transformers would open: a FIFO there is no checkpoint
+        if (target / name).exists() and not (target / name).is_file():
+            raise UserError(f"{shown(target / name)} is not a regular file (a folder, pipe or device?); "
+                            "move it away or pass the config.json alone")
+    explicit = _explicit_weights(target, config)
+    if explicit is not None:
+        if explicit.name.endswith(".index.json"):
+            return _Selection(_files_from_index(explicit), "hf-index", consolidated)
+        return _Selection([explicit], "hf-single", consolidated)
+    if (target / HF_SINGLE_FILE) in files:
+        return _Selection([target / HF_SINGLE_FILE], "hf-single", consolidated)
     index = target / INDEX_FILE
     if index.is_file():
         return _Selection(_files_from_index(index), "hf-index", consolidated)
     if not files:
-        raise UserError(f"no .safetensors files in {shown(target)}")
+        raise NoCheckpointFiles(f"no .safetensors files in {shown(target)}")
     shards = set(hf_shards(p.name for p in files))
-    if shards:
+    if shards:  # the index lost on download: the complete set it would name
         shard_files = [p for p in files if p.name in shards]
         _check_complete(target, shard_files)
         return _Selection(shard_files, "hf-shards", consolidated)
-    if (target / HF_SINGLE_FILE) in files:
-        return _Selection([target / HF_SINGLE_FILE], "hf-single", consolidated)
-    _check_complete(target, files)
     if consolidated and len(consolidated) == len(files):
+        _check_complete(target, files)
         return _Selection(files, "mistral-consolidated")
-    return _Selection(files, "safetensors")
+    raise NoCheckpointFiles(f"no checkpoint transformers would load in {shown(target)} ({HF_SINGLE_FILE} or "
+                            f"{INDEX_FILE}); not counted: {_listed([p.name for p in files])}"[:400])
 
 
-def safetensors_summary(folder: str | os.PathLike[str]) -> SafetensorsSummary:
+def safetensors_summary(folder: str | os.PathLike[str], config: dict | None = None) -> SafetensorsSummary:
     """Sum the headers of a checkpoint: a folder, one file, or an index.
 
-    A folder is read as transformers would load it: the shards its model.safetensors.index.json names
-    (all of them must be there), else a complete model-0000k-of-0000N set, else model.safetensors,
-    else every *.safetensors (a complete set). consolidated*.safetensors beside Hugging Face files is
-    Mistral's copy of the same weights and is skipped (`skipped`). Counting: summarize_headers.
+    A folder is read as transformers would load it: the file config.json's transformers_weights names,
+    else model.safetensors, else the shards its model.safetensors.index.json names (all of them must be
+    there); without either, a complete model-0000k-of-0000N set (the index lost) or Mistral's
+    consolidated files alone. Other *.safetensors (adapters, optimizer states, copies) are never
+    summed; consolidated*.safetensors beside Hugging Face files is Mistral's copy of the same weights
+    and is skipped (`skipped`). Counting: summarize_headers. `config` is the folder's config.json when
+    already read.
     """
-    selection = _shard_files(Path(folder))
+    selection = _shard_files(Path(folder), config)
     return summarize_headers((read_safetensors_header(path) for path in selection.files),
                              selection.checkpoint_format, selection.skipped)
 
 
-def checkpoint_summary(model: str | None) -> SafetensorsSummary | None:
+def checkpoint_summary(model: str | None, config: dict | None = None) -> SafetensorsSummary | None:
     """The safetensors headers of a local model folder, or of the folder of its config.json (headers only,
-    never the weights); None for a preset, or a folder without safetensors files."""
+    never the weights); None for a preset, or a folder without safetensors files transformers would load.
+    `config` is the model's config.json when already read."""
     if not model or model.strip().lower() in _preset_index():
         return None  # a preset is its published config: a folder that happens to share its name is not read
     folder = Path(model).expanduser()
     if folder.is_file():
         folder = folder.parent if folder.name == "config.json" else folder
-    if not folder.is_dir() or not ((folder / INDEX_FILE).is_file() or any(folder.glob("*.safetensors"))):
+    if not folder.is_dir():
         return None
-    return safetensors_summary(folder)
+    try:
+        return safetensors_summary(folder, config)
+    except NoCheckpointFiles:
+        return None  # the config alone: nothing here is what transformers would load

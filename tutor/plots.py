@@ -480,9 +480,11 @@ def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100) -> 
     console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True, color_system="truecolor")
     for chart in charts:
         print_chart(chart, console)
+    from tutor.storage import write_regular_text
+
     target = Path(path)
     try:
-        console.save_svg(str(target), title="tensor-tutor")
+        write_regular_text(target, console.export_svg(title="tensor-tutor"))
     except OSError as error:
         from tutor.errors import UserError
 

@@ -202,6 +202,25 @@ def read_json(path: Path, default: T, limit: int = STATE_FILE_LIMIT_BYTES) -> tu
     return value, None
 
 
+def write_regular_text(path: Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path`, created or truncated, which must be a regular file: opened
+    non-blocking and checked on the open descriptor, so a FIFO or device in its place is a
+    NotAFileError (or ENXIO, a FIFO without a reader) rather than a write that blocks forever."""
+    path = Path(path)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0),
+                         0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise NotAFileError(path)
+        os.ftruncate(descriptor, 0)
+        data = text.encode("utf-8")
+        while data:
+            written = os.write(descriptor, data)
+            data = data[written:]
+    finally:
+        os.close(descriptor)
+
+
 def write_json_atomic(path: Path, value: object) -> None:
     """Write `value` as JSON so that `path` always holds either the old or the new complete file.
 

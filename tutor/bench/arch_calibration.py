@@ -29,6 +29,7 @@ import hashlib
 import json
 from dataclasses import replace
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from tutor.errors import UserError
 from tutor.theory.calibrated import (
@@ -54,6 +55,9 @@ from tutor.theory.models import (
     shown,
 )
 
+if TYPE_CHECKING:
+    from tutor.model_files import ModelConfig
+
 CALIBRATION_FORMAT = 2
 CACHE_FOLDER = "calibrations"
 TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds transformers)"
@@ -77,15 +81,20 @@ PROFILE = "calibrated-trace"
 
 
 def resolve_any_model(spec: str) -> tuple[Architecture, str]:
-    """A preset, config.json or model folder -> (Architecture, source): the hand profile when the
-    model type has one, else the real model class counted on the meta device (needs transformers)."""
+    """A preset, config.json or model folder -> (Architecture, source) (architecture_of its config)."""
     from tutor.model_files import read_model_config
 
     found = read_model_config(spec)
+    return architecture_of(found), found.source
+
+
+def architecture_of(found: ModelConfig) -> Architecture:
+    """The Architecture of a config as read (tutor.model_files.read_model_config): the hand profile when the
+    model type has one, else the real model class counted on the meta device (needs transformers)."""
     model_type = found.config.get("model_type")
     if model_type in SUPPORTED_MODEL_TYPES or not isinstance(model_type, str) or not model_type:
-        return architecture_from_config(found.config, found.name), found.source
-    return measured_architecture(found.config, found.name), found.source
+        return architecture_from_config(found.config, found.name)
+    return measured_architecture(found.config, found.name)
 
 
 def versions() -> str:

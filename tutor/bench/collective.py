@@ -330,6 +330,13 @@ def main(argv: list[str] | None = None) -> int:
         print("run under torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK); for local ranks use "
               "`tensor-tutor bench collective --ranks N`", file=sys.stderr)
         return 2
+    from tutor.bench.ranks import init_torchrun_group, torchrun_job
+
+    try:
+        job = torchrun_job()
+    except UserError as error:
+        print(f"tensor-tutor: error: {error}", file=sys.stderr)
+        return 2
     import torch
     import torch.distributed as dist
 
@@ -337,15 +344,17 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.time()
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = job.local_rank
     # Ranks on one node share its cores; without this each would start a full-size thread pool.
-    torch.set_num_threads(max(1, usable_cpu_count() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    torch.set_num_threads(max(1, usable_cpu_count() // job.local_world))
     device = f"cuda:{local_rank}" if backend == "nccl" else "cpu"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
-    from tutor.bench.ranks import process_group_device
-
-    dist.init_process_group(backend, **process_group_device(backend, device))
+    try:
+        init_torchrun_group(job, backend, device, timeout_s=600.0)
+    except UserError as error:
+        print(f"tensor-tutor: error: {error}", file=sys.stderr)
+        return 2
     world, rank = dist.get_world_size(), dist.get_rank()
     try:
         rows = _measure_rank(rank, world, device, ops, sizes, args.budget, backend)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,8 +124,12 @@ def append_run(header: dict[str, Any] | BenchRun, results: Sequence[dict[str, An
     note = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        # Non-blocking, then checked: a FIFO in the notebook's place would block a write larger than the
+        # pipe's buffer (or a read of its tail) forever, and a device is no notebook.
+        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return f"results not saved: {target} is not a regular file (a pipe or device?); move it away"
             _lock(fd)
             note = _set_aside_torn_tail(fd, target)
             written = os.write(fd, line)

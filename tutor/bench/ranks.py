@@ -110,6 +110,90 @@ def torchrun_variable(name: str) -> int:
     return value
 
 
+_RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+RENDEZVOUS_TIMEOUT_S = 30.0
+"""How long ranks of an env:// job outside torchrun's agent wait for each other to meet: ranks started together
+meet within seconds; variables left over from an earlier job (RANK=0 WORLD_SIZE=2 in the shell) would make
+rank 0 wait for a peer that never comes. Under torchrun (TORCHELASTIC_RUN_ID set) its agent has already
+gathered the job, and the collective timeout applies."""
+
+
+def _unset_hint() -> str:
+    return f"under torchrun every rank gets them; outside it, unset {' '.join(_TORCHRUN_VARS + _RENDEZVOUS_VARS)}"
+
+
+@dataclass(frozen=True)
+class TorchrunJob:
+    """The env:// job this process is one rank of, as the environment describes it (checked)."""
+
+    rank: int
+    world: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    local_world: int = 1
+
+    @property
+    def under_agent(self) -> bool:
+        """Started by torchrun's elastic agent (which has already gathered the job)."""
+        return bool(os.environ.get("TORCHELASTIC_RUN_ID"))
+
+
+def torchrun_job() -> TorchrunJob:
+    """This process's rank, world and rendezvous address from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+    MASTER_PORT; one UserError line for a set that cannot be a job (a missing, non-numeric or out-of-range
+    value: variables left over from an earlier torchrun), instead of torch's traceback or a wait."""
+    rank, world, local = (torchrun_variable(name) for name in _TORCHRUN_VARS)
+    missing = [name for name in _RENDEZVOUS_VARS if not os.environ.get(name, "").strip()]
+    if missing:
+        raise UserError(f"RANK, WORLD_SIZE and LOCAL_RANK are set but {' and '.join(missing)} "
+                        f"{'is' if len(missing) == 1 else 'are'} not, so this is no torchrun job (variables left "
+                        f"over from one?): {_unset_hint()}")
+    port = torchrun_variable("MASTER_PORT")
+    if world < 1 or rank >= world or local >= world or not 1 <= port <= 65535:
+        raise UserError(f"RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}, MASTER_PORT={port} cannot describe "
+                        f"a job (0 <= rank < world, a port 1..65535): {_unset_hint()}")
+    local_world = torchrun_variable("LOCAL_WORLD_SIZE") if os.environ.get("LOCAL_WORLD_SIZE") else 1
+    return TorchrunJob(rank, world, local, os.environ["MASTER_ADDR"].strip(), port, max(1, local_world))
+
+
+def init_torchrun_group(job: TorchrunJob, backend: str, device: str, timeout_s: float) -> None:
+    """The default process group of `job`: its ranks meet through torch's env:// rendezvous within
+    RENDEZVOUS_TIMEOUT_S (outside torchrun's agent), then collectives time out after `timeout_s`. A
+    rendezvous that fails or finds no peers is one UserError line naming the address."""
+    import torch.distributed as dist
+
+    meet_s = max(60.0, timeout_s) if job.under_agent else RENDEZVOUS_TIMEOUT_S
+    where = f"{job.master_addr}:{job.master_port}"
+    if job.rank != 0 and not job.under_agent and not _reachable(job.master_addr, job.master_port, meet_s):
+        # Checked here: torch's client retries print C++ stack traces to stderr before it gives up.
+        raise UserError(f"rank {job.rank} of {job.world} found no torchrun job at {where} within {meet_s:g} s "
+                        f"(nothing listens there); {_unset_hint()}")
+    try:
+        store, rank, world = next(dist.rendezvous("env://", timeout=datetime.timedelta(seconds=meet_s)))
+    except (RuntimeError, ValueError, OSError) as error:  # DistStoreError / DistNetworkError are RuntimeErrors
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        raise UserError(f"rank {job.rank} of {job.world} found no torchrun job at {where} within {meet_s:g} s "
+                        f"({first}); {_unset_hint()}") from None
+    collective = datetime.timedelta(seconds=max(60.0, timeout_s))
+    store.set_timeout(collective)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=collective,
+                            **process_group_device(backend, device))
+
+
+def _reachable(host: str, port: int, within_s: float) -> bool:
+    """Whether something accepts TCP connections at host:port before `within_s` seconds pass."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return True
+        except OSError:  # refused, unreachable, or an unknown host
+            if time.monotonic() + 0.5 > deadline:
+                return False
+            time.sleep(0.5)  # rank 0 may not have opened the store yet
+
+
 def torchrun_rank() -> int | None:
     """This process's global rank under torchrun, None outside it."""
     return torchrun_variable("RANK") if under_torchrun() else None
@@ -467,8 +551,8 @@ def _run_under_torchrun(fn: RankFn, params: dict, *, progress: Callable[[float, 
 
     from tutor.bench.timing import usable_cpu_count
 
-    local_rank = int(os.environ["LOCAL_RANK"])
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    job = torchrun_job()
+    local_rank = job.local_rank
     created = not dist.is_initialized()
     if created:
         backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > local_rank else "gloo"
@@ -476,9 +560,8 @@ def _run_under_torchrun(fn: RankFn, params: dict, *, progress: Callable[[float, 
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
         # Ranks on one node share its cores; without this each would start a full-size thread pool.
-        torch.set_num_threads(max(1, usable_cpu_count() // max(1, local_world)))
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=max(60.0, timeout_s)),
-                                **process_group_device(backend, device))
+        torch.set_num_threads(max(1, usable_cpu_count() // job.local_world))
+        init_torchrun_group(job, backend, device, timeout_s)
     else:
         backend = dist.get_backend()
         device = f"cuda:{local_rank}" if backend == "nccl" else "cpu"
@@ -510,4 +593,4 @@ def run_lab_ranks(name: str, fn: RankFn, params: dict, *, ranks: int, timeout_s:
 
 __all__ = ["DEFAULT_MEMORY_PER_RANK", "RankContext", "RankFailure", "RankFn", "RanksCancelled", "check_local_ranks",
            "choose_backend", "end_rank", "free_port", "local_rank_cap", "process_group_device", "run_lab_ranks",
-           "run_ranks", "torchrun_rank", "under_torchrun"]
+           "run_ranks", "init_torchrun_group", "torchrun_job", "torchrun_rank", "under_torchrun"]

@@ -237,6 +237,8 @@ def _check_svg_path(svg: str | None) -> None:
 
     if not svg.strip() or Path(svg).is_dir() or not Path(svg).expanduser().resolve().parent.is_dir():
         raise UserError(f"--svg: cannot write {svg!r} (its folder does not exist, or it is a folder)")
+    if Path(svg).exists() and not Path(svg).is_file():  # a FIFO would block the write forever
+        raise UserError(f"--svg: {svg!r} is not a regular file (a pipe or device?)")
 
 
 def _show_pictures(results: Any, header: dict[str, Any], svg: str | None, *, as_json: bool) -> None:

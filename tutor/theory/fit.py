@@ -151,6 +151,8 @@ class FitRequest:
     gpu: bool = True                 # add the CUDA context (a GPU); False for a CPU-only machine
     stored_weight_bytes: int | None = None  # inference: bytes of a checkpoint's tensors, from its
                                             # safetensors headers (used instead of dtype when given)
+    adapter_bytes: int = 0  # inference: bytes of a PEFT adapter's tensors loaded beside the base
+                            # (its adapter_model.safetensors headers), spread over stages like the weights
 
     @property
     def devices(self) -> int:
@@ -248,6 +250,12 @@ def validate_request(arch: Architecture, request: FitRequest) -> None:
         positive_int(getattr(request, name), name.replace("_", "-"))
     if request.microbatches is not None:
         positive_int(request.microbatches, "microbatches")
+    if request.adapter and request.lora_rank > arch.hidden_size:
+        # LoRA's B·A has rank at most min(d_in, d_out) of the matrix it adapts (Hu et al. 2021, LoRA,
+        # section 4.1: r << min(d, k)); the projections that read or write the residual stream have the
+        # hidden size on one side, so a larger rank adds parameters and no expressiveness.
+        raise UserError(f"lora-rank must be between 1 and the model's hidden size {arch.hidden_size:,}, "
+                        f"got {request.lora_rank:,}")
     if request.zero not in ZERO_STAGES:
         raise UserError(f"ZeRO stage must be 0, 1, 2 or 3, got {request.zero!r}")
     if request.recompute not in RECOMPUTE_MODES:
@@ -434,6 +442,13 @@ def _stage_memory(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
                                       resident.total, params.total)
     else:
         components += _model_states(request, resident)
+    if request.mode == Mode.INFERENCE and request.adapter_bytes:
+        # PEFT keeps an unmerged adapter's A and B beside each base matrix (peft tuners/lora/layer.py).
+        base = components.pop()
+        share = Fraction(resident.total, params.total)
+        components.append(Component("weights", base.bytes + math.ceil(request.adapter_bytes * share),
+                                    f"{base.formula} + {request.adapter_bytes:,} B of adapter tensors (its "
+                                    f"safetensors headers){' x the same share' if share != 1 else ''}"))
     timeline = _activation_timeline(arch, request, stage, stage_layers)
     activations = timeline.component
     components.append(activations)

@@ -92,13 +92,32 @@ def parse_header(raw: bytes, data_size: int, name: str) -> dict:
         raise invalid_file(name, "the header is not UTF-8 JSON") from None
     if not isinstance(header, dict):
         raise invalid_file(name, "the header is not a JSON object")
+    spans = []
     for tensor, entry in header.items():
         if tensor == "__metadata__":
-            if not isinstance(entry, dict):
-                raise invalid_file(name, "__metadata__ is not an object")
+            if not isinstance(entry, dict) or not all(isinstance(value, str) for value in entry.values()):
+                raise invalid_file(name, "__metadata__ is not a map of text to text")
             continue
         _check_tensor(name, tensor, entry, data_size)
+        spans.append((entry["data_offsets"][0], entry["data_offsets"][1], tensor))
+    _check_layout(name, spans, data_size)
     return header
+
+
+def _check_layout(name: str, spans: list[tuple[int, int, str]], data_size: int) -> None:
+    """The tensors' data, in offset order, must tile the data exactly: each begins where the one before
+    ends, the first at 0, the last at the end of the file (safetensors' `Metadata::validate` and the
+    "incomplete metadata, file not fully covered" check of `SafeTensors::deserialize`): a gap, an
+    overlap or trailing bytes mean the header does not describe this file."""
+    end = 0
+    for begin, stop, tensor in sorted(spans):
+        if begin != end:
+            raise invalid_file(name, f"tensor {repr(tensor)[:80]} starts at byte {begin:,} of the data, where "
+                                     f"the tensors before it end at {end:,} (a gap or an overlap)")
+        end = stop
+    if end != data_size:
+        raise invalid_file(name, f"the tensors cover {end:,} of the {data_size:,} bytes after the header "
+                                 "(the file is not fully covered)")
 
 
 def _check_tensor(name: str, tensor: str, entry: object, data_size: int) -> None:
@@ -117,7 +136,9 @@ def _check_tensor(name: str, tensor: str, entry: object, data_size: int) -> None
     bits = DTYPE_BITS.get(dtype)
     if bits is None:  # the byte count could not be checked, nor the memory of the tensor known
         raise invalid_file(name, f"tensor {label} has an unknown dtype {dtype[:20]!r} (known: {', '.join(DTYPE_BITS)})")
-    if (math.prod(shape) * bits + 7) // 8 != offsets[1] - offsets[0]:
+    if math.prod(shape) * bits % 8:  # a sub-byte dtype (F4, F6) whose tensor ends inside a byte
+        raise invalid_file(name, f"tensor {label} ({dtype} {shape}) does not end on a byte boundary"[:200])
+    if math.prod(shape) * bits // 8 != offsets[1] - offsets[0]:
         raise invalid_file(name, f"tensor {label} ({dtype} {shape}) does not match its {offsets[1] - offsets[0]} bytes"[:200])
 
 
