@@ -150,6 +150,7 @@ def lora_roles(target_modules: object, where: Path) -> tuple[tuple[str, ...], tu
     another text is a regular expression matched against full module names, read here by the module names
     it spells out (never run: a regular expression can take exponential time)."""
     hint = "pass --lora-targets (such as q,v or all-linear) to say which matrices it adapts"
+    notes: tuple[str, ...]
     if isinstance(target_modules, str):
         if target_modules.strip().lower() in ("all-linear", "all_linear"):
             return ALL_LINEAR, ()

@@ -233,7 +233,7 @@ def fit_model(model: str | None, params: str | int | None) -> FitModel:
     found = read_model_config(spec)
     arch = architecture_of(found)
     name, source = arch.name or spec, str(found.source)
-    if adapter is not None:
+    if adapter is not None and folder is not None:
         from tutor.theory.models import shown
 
         name = f"{name} + LoRA adapter {folder.resolve().name}"
