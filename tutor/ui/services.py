@@ -14,16 +14,17 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from tutor.hardware.machine import Machine
-from tutor.hardware.sampler import Sample
-from tutor.labs.probe import ProbeResult, ProgressFn
 from tutor.settings import Settings
+from tutor.ui.machine_detection import MachineDetection
 from tutor.worker.jobs import (BENCH_BUDGET_S, BENCH_DTYPES, TORCH_DTYPES, BenchOutcome, BenchRow, bench_rows,
                                run_bench_suite, torch_cast)
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from tutor.hardware.machine import Machine
+    from tutor.hardware.sampler import Sample
+    from tutor.labs.probe import ProbeResult, ProgressFn
     from tutor.lessons.grading import Grade
     from tutor.lessons.model import Lesson, LessonInfo, Quiz, Track
     from tutor.worker.client import WorkerClient
@@ -134,7 +135,7 @@ class ProgressLike(Protocol):
     def track_progress(self, track: Track) -> tuple[int, int]: ...
 
 
-BenchRunner = Callable[[ProgressFn, threading.Event], BenchOutcome]
+BenchRunner = Callable[["ProgressFn", threading.Event], BenchOutcome]
 TorchCaster = Callable[[str, Sequence[str]], dict[str, float]]
 
 
@@ -165,14 +166,14 @@ class Services:
     """The app's view of the world. Every field is replaceable in tests.
 
     curriculum, progress, render_values, grade and expected_answer come from tutor.lessons;
-    probes from tutor.labs (as worker proxies); machine and sampler from tutor.hardware; run_bench
-    and torch_cast run in the worker. `worker` is the measurement process the app starts at launch
+    probes from tutor.labs (as worker proxies); the machine (`machine_detection`, read as `machine`)
+    and sampler from tutor.hardware; run_bench and torch_cast run in the worker. `worker` is the measurement process the app starts at launch
     and stops on exit (None: the probes run in this process, as the tests' fakes do).
     """
 
     curriculum: CurriculumLike
     progress: ProgressLike
-    machine: Machine
+    machine_detection: MachineDetection
     sampler: SamplerLike
     probes: Mapping[str, ProbeLike]
     render_values: ValuesRenderer
@@ -184,6 +185,11 @@ class Services:
     save_settings: SettingsSaver
     warnings: tuple[str, ...] = field(default=())
     worker: WorkerClient | None = None
+
+    @property
+    def machine(self) -> Machine:
+        """This machine: detected on first use unless the app's detection thread has done it."""
+        return self.machine_detection.result()
 
     def probe(self, name: str) -> ProbeLike:
         """The lab called `name`; UserError naming the known ones otherwise."""
@@ -221,9 +227,9 @@ def expected_answer_when_used(quiz: Quiz, *, device: Machine | None = None) -> s
 def default_services(worker: WorkerClient | None = None) -> Services:
     """The real services: this machine, the shipped curriculum, saved progress and settings, and the
     labs, bench suite and torch cast run by `worker` (a new WorkerClient unless given; the app
-    starts it at launch)."""
+    starts it after the home screen's first paint). The machine is not detected here: the app
+    does it in a thread after that paint (tutor.ui.machine_detection)."""
     import tutor.lessons as lessons
-    from tutor.hardware import detect_machine
     from tutor.hardware.sampler import Sampler
     from tutor.settings import load_settings, save_settings
     from tutor.worker.client import WorkerClient
@@ -237,7 +243,7 @@ def default_services(worker: WorkerClient | None = None) -> Services:
     return Services(
         curriculum=lessons.load_curriculum(),
         progress=progress,
-        machine=detect_machine(),
+        machine_detection=MachineDetection(),
         sampler=Sampler(1.0 / settings.sample_hz),
         probes=worker_labs(worker, LABS),
         render_values=render_values_when_used,
