@@ -23,7 +23,7 @@ from tutor.ui.widgets.device_header import DeviceHeader, device_label  # noqa: E
 ROOT = Path(__file__).resolve().parents[1]
 
 DEFERRED = ("torch", "numpy", "textual_plot", "psutil", "pynvml", "rich.markdown", "tutor.hardware.machine",
-            "tutor.hardware.nvidia", "tutor.hardware.specs", "tutor.ui.widgets.measure",
+            "tutor.hardware.nvidia", "tutor.hardware.specs", "tutor.hardware.cpu", "tutor.theory", "tutor.ui.widgets.measure",
             "tutor.ui.widgets.live_pane", "tutor.ui.screens.lesson", "tutor.ui.screens.bench",
             "tutor.ui.screens.fit", "tutor.lessons.values", "tutor.lessons.grading", "tutor.bench")
 """Modules the home screen does not need: none may be imported when it is first painted."""
