@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFERRED = ("torch", "numpy", "textual_plot", "psutil", "pynvml", "rich.markdown", "tutor.hardware.machine",
             "tutor.hardware.nvidia", "tutor.hardware.specs", "tutor.hardware.cpu", "tutor.theory", "tutor.ui.widgets.measure",
             "tutor.ui.widgets.live_pane", "tutor.ui.screens.lesson", "tutor.ui.screens.bench",
-            "tutor.ui.screens.fit", "tutor.lessons.values", "tutor.lessons.grading", "tutor.bench")
+            "tutor.ui.screens.fit", "tutor.lessons.values", "tutor.lessons.grading", "tutor.bench", "tutor.labs",
+            "tutor.worker.proxies")
 """Modules the home screen does not need: none may be imported when it is first painted."""
 
 FIRST_PAINT = """

@@ -224,6 +224,64 @@ def expected_answer_when_used(quiz: Quiz, *, device: Machine | None = None) -> s
     return expected_answer(quiz, device=device)
 
 
+class ProbesWhenUsed(Mapping[str, ProbeLike]):
+    """The labs as the app runs them (tutor.worker.proxies.worker_labs over tutor.labs.registry.LABS),
+    built on first use: the home screen runs no lab, so the registry and the proxies are imported
+    with the first lesson or palette search, not before the first paint (issue 20)."""
+
+    def __init__(self, build: Callable[[], Mapping[str, ProbeLike]]) -> None:
+        self._build = build
+        self._probes: Mapping[str, ProbeLike] | None = None
+
+    def _labs(self) -> Mapping[str, ProbeLike]:
+        if self._probes is None:
+            self._probes = self._build()
+        return self._probes
+
+    def __getitem__(self, name: str) -> ProbeLike:
+        return self._labs()[name]
+
+    def __iter__(self):
+        return iter(self._labs())
+
+    def __len__(self) -> int:
+        return len(self._labs())
+
+
+def worker_labs_when_used(worker: WorkerClient) -> ProbesWhenUsed:
+    """Every lab of the registry, run by `worker`, built on first use."""
+
+    def build() -> Mapping[str, ProbeLike]:
+        from tutor.labs.registry import LABS
+        from tutor.worker.proxies import worker_labs
+
+        return worker_labs(worker, LABS)
+
+    return ProbesWhenUsed(build)
+
+
+def worker_bench_when_used(worker: WorkerClient) -> BenchRunner:
+    """tutor.worker.proxies.worker_bench, imported on the first run of the suite."""
+
+    def run_bench(progress: ProgressFn, cancel: threading.Event) -> BenchOutcome:
+        from tutor.worker.proxies import worker_bench
+
+        return worker_bench(worker)(progress, cancel)
+
+    return run_bench
+
+
+def worker_cast_when_used(worker: WorkerClient) -> TorchCaster:
+    """tutor.worker.proxies.worker_cast, imported on the first cast."""
+
+    def cast(value: str, formats: Sequence[str]) -> dict[str, float]:
+        from tutor.worker.proxies import worker_cast
+
+        return worker_cast(worker)(value, formats)
+
+    return cast
+
+
 def default_services(worker: WorkerClient | None = None) -> Services:
     """The real services: this machine, the shipped curriculum, saved progress and settings, and the
     labs, bench suite and torch cast run by `worker` (a new WorkerClient unless given; the app
@@ -233,8 +291,6 @@ def default_services(worker: WorkerClient | None = None) -> Services:
     from tutor.hardware.sampler import Sampler
     from tutor.settings import load_settings, save_settings
     from tutor.worker.client import WorkerClient
-    from tutor.labs.registry import LABS
-    from tutor.worker.proxies import worker_bench, worker_cast, worker_labs
 
     worker = worker if worker is not None else WorkerClient()
     settings, settings_warning = load_settings()
@@ -245,12 +301,12 @@ def default_services(worker: WorkerClient | None = None) -> Services:
         progress=progress,
         machine_detection=MachineDetection(),
         sampler=Sampler(1.0 / settings.sample_hz),
-        probes=worker_labs(worker, LABS),
+        probes=worker_labs_when_used(worker),
         render_values=render_values_when_used,
         grade=grade_when_used,
         expected_answer=expected_answer_when_used,
-        run_bench=worker_bench(worker),
-        torch_cast=worker_cast(worker),
+        run_bench=worker_bench_when_used(worker),
+        torch_cast=worker_cast_when_used(worker),
         settings=settings,
         save_settings=save_settings,
         warnings=tuple(warnings),
