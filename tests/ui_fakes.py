@@ -25,6 +25,7 @@ from tutor.lessons.grading import Grade
 from tutor.lessons.model import Bits, Calc, Lesson, Measure, Predict, Prose, Quiz, Track
 from tutor.lessons.model import LessonInfo as Info
 from tutor.settings import Settings
+from tutor.ui.machine_detection import MachineDetection
 from tutor.ui.services import BenchOutcome, BenchRow, Services
 
 NO_DRIVER = "no NVIDIA driver found (NVML: NVML Shared Library Not Found)"
@@ -276,7 +277,7 @@ def fake_services(*, gpu: bool = False, curriculum: Any = None, progress: Any = 
     services = Services(
         curriculum=curriculum or FakeCurriculum(),
         progress=progress or FakeProgress(),
-        machine=fake_machine(gpu),
+        machine_detection=MachineDetection.known(fake_machine(gpu)),
         sampler=FakeSampler(gpu),
         probes={"matmul": FakeProbe("matmul"), "slow": FakeProbe("slow", slow=True),
                 "broken": BrokenProbe("broken")},
@@ -318,7 +319,7 @@ def real_services(tmp_path: Any) -> Services:
     return Services(
         curriculum=lessons.load_curriculum(),
         progress=lessons.ProgressStore(tmp_path / "progress.json"),
-        machine=fake_machine(),
+        machine_detection=MachineDetection.known(fake_machine()),
         sampler=FakeSampler(),
         probes={name: NamedFakeProbe(name) for name in labs.PROBES},
         render_values=lessons.render_values,

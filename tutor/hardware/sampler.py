@@ -14,7 +14,6 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 from tutor.errors import UserError
-from tutor.hardware.cpu import psutil_errors
 
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.25, 1.0
 DEFAULT_HISTORY = 240
@@ -80,6 +79,8 @@ class ProcessTree:
     def __call__(self) -> tuple[float | None, int | None]:
         import psutil
 
+        from tutor.hardware.cpu import psutil_errors  # here: the app imports the sampler at launch
+
         errors = psutil_errors(psutil)
         try:
             me = psutil.Process()
@@ -105,6 +106,8 @@ _PROCESS_TREE = ProcessTree()
 def read_host() -> HostSample:
     """CPU percent per core since the previous call, RAM, and this app's share of both, via psutil."""
     import psutil
+
+    from tutor.hardware.cpu import psutil_errors
 
     errors = psutil_errors(psutil)
     try:

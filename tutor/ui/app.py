@@ -2,9 +2,12 @@
 
 `TutorApp(services)` takes everything it shows from a `tutor.ui.services.Services`; without one it
 builds the real services (this machine, the shipped lessons, saved progress and settings). When the
-services have a measurement process (`services.worker`), the app starts it at launch, so torch loads
-while the learner reads the home screen, follows its state in `worker_state` (screens can watch it)
-and stops it on exit.
+services have a measurement process (`services.worker`), the app starts it once the home screen is
+painted, so torch loads while the learner reads the home screen, follows its state in `worker_state`
+(screens can watch it) and stops it on exit. The machine is detected in a thread after that first
+paint too (`detected_machine`; the home screen's header says "detecting…" until then), and the live
+sampler starts then: before the first paint the app imports and runs only what the home screen shows
+(issue 20; tests/test_ui_launch_imports.py).
 """
 
 from __future__ import annotations
@@ -30,14 +33,14 @@ from tutor.ui.commands import TutorCommands
 from tutor.ui.messages import OpenLesson
 from tutor.ui.screens.help import HelpScreen, help_for
 from tutor.ui.screens.home import HomeScreen
-from tutor.labs import ProbeResult
 from tutor.ui.services import Services
-from tutor.ui.widgets.measure import ResultStore
 from tutor.worker.client import WorkerState
 
 if TYPE_CHECKING:
+    from tutor.hardware.machine import Machine
+    from tutor.labs import ProbeResult
     from tutor.lessons.model import Measure, Predict
-    from tutor.ui.widgets.measure import ProbeRunner
+    from tutor.ui.widgets.measure import ProbeRunner, ResultStore
 
 
 @runtime_checkable
@@ -132,6 +135,16 @@ class TutorApp(App[None]):
     """What the measurement process is doing (starting, loading torch, ready, busy, restarting,
     failed with its reason); `WorkerState.text` is the line to show."""
 
+    detected_machine: reactive[Machine | None] = reactive(None, init=False)
+    """This machine once detected (None before: the home screen's header says "detecting…")."""
+
+    class MachineDetected(Message):
+        """The machine detection thread finished."""
+
+        def __init__(self, machine: Machine) -> None:
+            super().__init__()
+            self.machine = machine
+
     class WorkerStateChanged(Message):
         """The measurement process changed state (posted from whichever thread saw it)."""
 
@@ -156,23 +169,32 @@ class TutorApp(App[None]):
         self.last_result: ProbeResult | None = None
         """The latest measure block's ProbeResult (set by the lesson screen): what palette Export saves
         when the screen shows no result of its own (tutor.ui.commands.current_result)."""
-        self.measured_results = ResultStore()
-        """Measure results kept this session, per lesson and block (tutor.ui.widgets.measure.result_store)."""
+        self._measured_results: ResultStore | None = None
         self.shut_down = False
         """True once the app ran and shut down (its screens closed, the measurement process killed)."""
         self._keylog = open_keylog(os.environ.get(KEYLOG_ENV, ""))
+
+    @property
+    def measured_results(self) -> ResultStore:
+        """Measure results kept this session, per lesson and block (tutor.ui.widgets.measure.result_store);
+        made on first use, so the measure widget's module is imported with the first lesson, not at launch."""
+        if self._measured_results is None:
+            from tutor.ui.widgets.measure import ResultStore
+
+            self._measured_results = ResultStore()
+        return self._measured_results
 
     def on_mount(self) -> None:
         worker = self.services.worker
         if worker is not None:
             worker.subscribe(self._post_worker_state)
-            # After the first paint: the home screen must not wait for a process start.
-            self.call_after_refresh(worker.start)
+        self.detected_machine = self.services.machine_detection.ready()
+        # After the first paint: the home screen waits for no process start, detection or sampler.
+        self.call_after_refresh(self.start_after_first_paint)
         theme = self.services.settings.theme
         if theme and theme in self.available_themes:
             self.theme = theme
         self.theme_changed_signal.subscribe(self, self._save_theme)
-        self.services.sampler.start()
         self.push_screen(HomeScreen(self.services))
         if self.start_lesson is not None:
             self.open_lesson(self.start_lesson)
@@ -183,6 +205,24 @@ class TutorApp(App[None]):
         self.call_after_refresh(freeze_start_up_objects)
         self._gc_thresholds = hold_full_collections()
         self.set_interval(IDLE_CHECK_S, self.collect_when_idle)
+
+    def start_after_first_paint(self) -> None:
+        """What the home screen does not show, started once it is painted: the machine's detection
+        (a thread), the live sampler (its thread) and the measurement process."""
+        if self.detected_machine is None:
+            self.run_worker(self._detect_machine, thread=True, exclusive=True, group="machine-detection",
+                            exit_on_error=False)
+        self.services.sampler.start()
+        worker = self.services.worker
+        if worker is not None:
+            worker.start()
+
+    def _detect_machine(self) -> None:
+        self.post_message(self.MachineDetected(self.services.machine_detection.result()))
+
+    @on(MachineDetected)
+    def _machine_detected(self, message: MachineDetected) -> None:
+        self.detected_machine = message.machine
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseDown)):

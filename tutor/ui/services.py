@@ -14,16 +14,17 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from tutor.hardware.machine import Machine
-from tutor.hardware.sampler import Sample
-from tutor.labs.probe import ProbeResult, ProgressFn
 from tutor.settings import Settings
+from tutor.ui.machine_detection import MachineDetection
 from tutor.worker.jobs import (BENCH_BUDGET_S, BENCH_DTYPES, TORCH_DTYPES, BenchOutcome, BenchRow, bench_rows,
                                run_bench_suite, torch_cast)
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from tutor.hardware.machine import Machine
+    from tutor.hardware.sampler import Sample
+    from tutor.labs.probe import ProbeResult, ProgressFn
     from tutor.lessons.grading import Grade
     from tutor.lessons.model import Lesson, LessonInfo, Quiz, Track
     from tutor.worker.client import WorkerClient
@@ -134,7 +135,7 @@ class ProgressLike(Protocol):
     def track_progress(self, track: Track) -> tuple[int, int]: ...
 
 
-BenchRunner = Callable[[ProgressFn, threading.Event], BenchOutcome]
+BenchRunner = Callable[["ProgressFn", threading.Event], BenchOutcome]
 TorchCaster = Callable[[str, Sequence[str]], dict[str, float]]
 
 
@@ -165,14 +166,14 @@ class Services:
     """The app's view of the world. Every field is replaceable in tests.
 
     curriculum, progress, render_values, grade and expected_answer come from tutor.lessons;
-    probes from tutor.labs (as worker proxies); machine and sampler from tutor.hardware; run_bench
-    and torch_cast run in the worker. `worker` is the measurement process the app starts at launch
+    probes from tutor.labs (as worker proxies); the machine (`machine_detection`, read as `machine`)
+    and sampler from tutor.hardware; run_bench and torch_cast run in the worker. `worker` is the measurement process the app starts at launch
     and stops on exit (None: the probes run in this process, as the tests' fakes do).
     """
 
     curriculum: CurriculumLike
     progress: ProgressLike
-    machine: Machine
+    machine_detection: MachineDetection
     sampler: SamplerLike
     probes: Mapping[str, ProbeLike]
     render_values: ValuesRenderer
@@ -184,6 +185,11 @@ class Services:
     save_settings: SettingsSaver
     warnings: tuple[str, ...] = field(default=())
     worker: WorkerClient | None = None
+
+    @property
+    def machine(self) -> Machine:
+        """This machine: detected on first use unless the app's detection thread has done it."""
+        return self.machine_detection.result()
 
     def probe(self, name: str) -> ProbeLike:
         """The lab called `name`; UserError naming the known ones otherwise."""
@@ -218,17 +224,73 @@ def expected_answer_when_used(quiz: Quiz, *, device: Machine | None = None) -> s
     return expected_answer(quiz, device=device)
 
 
+class ProbesWhenUsed(Mapping[str, ProbeLike]):
+    """The labs as the app runs them (tutor.worker.proxies.worker_labs over tutor.labs.registry.LABS),
+    built on first use: the home screen runs no lab, so the registry and the proxies are imported
+    with the first lesson or palette search, not before the first paint (issue 20)."""
+
+    def __init__(self, build: Callable[[], Mapping[str, ProbeLike]]) -> None:
+        self._build = build
+        self._probes: Mapping[str, ProbeLike] | None = None
+
+    def _labs(self) -> Mapping[str, ProbeLike]:
+        if self._probes is None:
+            self._probes = self._build()
+        return self._probes
+
+    def __getitem__(self, name: str) -> ProbeLike:
+        return self._labs()[name]
+
+    def __iter__(self):
+        return iter(self._labs())
+
+    def __len__(self) -> int:
+        return len(self._labs())
+
+
+def worker_labs_when_used(worker: WorkerClient) -> ProbesWhenUsed:
+    """Every lab of the registry, run by `worker`, built on first use."""
+
+    def build() -> Mapping[str, ProbeLike]:
+        from tutor.labs.registry import LABS
+        from tutor.worker.proxies import worker_labs
+
+        return worker_labs(worker, LABS)
+
+    return ProbesWhenUsed(build)
+
+
+def worker_bench_when_used(worker: WorkerClient) -> BenchRunner:
+    """tutor.worker.proxies.worker_bench, imported on the first run of the suite."""
+
+    def run_bench(progress: ProgressFn, cancel: threading.Event) -> BenchOutcome:
+        from tutor.worker.proxies import worker_bench
+
+        return worker_bench(worker)(progress, cancel)
+
+    return run_bench
+
+
+def worker_cast_when_used(worker: WorkerClient) -> TorchCaster:
+    """tutor.worker.proxies.worker_cast, imported on the first cast."""
+
+    def cast(value: str, formats: Sequence[str]) -> dict[str, float]:
+        from tutor.worker.proxies import worker_cast
+
+        return worker_cast(worker)(value, formats)
+
+    return cast
+
+
 def default_services(worker: WorkerClient | None = None) -> Services:
     """The real services: this machine, the shipped curriculum, saved progress and settings, and the
     labs, bench suite and torch cast run by `worker` (a new WorkerClient unless given; the app
-    starts it at launch)."""
+    starts it after the home screen's first paint). The machine is not detected here: the app
+    does it in a thread after that paint (tutor.ui.machine_detection)."""
     import tutor.lessons as lessons
-    from tutor.hardware import detect_machine
     from tutor.hardware.sampler import Sampler
     from tutor.settings import load_settings, save_settings
     from tutor.worker.client import WorkerClient
-    from tutor.labs.registry import LABS
-    from tutor.worker.proxies import worker_bench, worker_cast, worker_labs
 
     worker = worker if worker is not None else WorkerClient()
     settings, settings_warning = load_settings()
@@ -237,14 +299,14 @@ def default_services(worker: WorkerClient | None = None) -> Services:
     return Services(
         curriculum=lessons.load_curriculum(),
         progress=progress,
-        machine=detect_machine(),
+        machine_detection=MachineDetection(),
         sampler=Sampler(1.0 / settings.sample_hz),
-        probes=worker_labs(worker, LABS),
+        probes=worker_labs_when_used(worker),
         render_values=render_values_when_used,
         grade=grade_when_used,
         expected_answer=expected_answer_when_used,
-        run_bench=worker_bench(worker),
-        torch_cast=worker_cast(worker),
+        run_bench=worker_bench_when_used(worker),
+        torch_cast=worker_cast_when_used(worker),
         settings=settings,
         save_settings=save_settings,
         warnings=tuple(warnings),

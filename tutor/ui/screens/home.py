@@ -13,13 +13,19 @@ from textual.screen import Screen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from tutor.ui.host import tutor_app
 from tutor.ui.messages import OpenLesson
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.footer import TutorFooter
 
 if TYPE_CHECKING:
+    from tutor.hardware.machine import Machine
     from tutor.lessons.model import LessonInfo, Track
     from tutor.ui.services import Services
+
+
+DETECTING = "detecting this machine…"
+"""The header's device line until the machine is detected (after the home screen's first paint)."""
 
 
 def track_heading(track: Track, done: int, total: int) -> Text:
@@ -63,7 +69,11 @@ The five tracks of the course, each with how many of its lessons you have comple
         self.services = services
 
     def compose(self) -> ComposeResult:
-        yield DeviceHeader(device_title(self.services.machine), "Home", label=device_label(self.services.machine))
+        machine = self.services.machine_detection.ready()
+        if machine is None:
+            yield DeviceHeader(DETECTING, "Home")
+        else:
+            yield DeviceHeader(device_title(machine), "Home", label=device_label(machine))
         with Vertical(id="home"):
             yield Static(self._welcome(), id="welcome")
             yield OptionList(id="lessons")
@@ -79,6 +89,13 @@ The five tracks of the course, each with how many of its lessons you have comple
     def on_mount(self) -> None:
         self.refresh_lessons()
         self.query_one(OptionList).focus()
+        app = tutor_app(self.app)
+        if self.services.machine_detection.ready() is None and app is not None:
+            self.watch(app, "detected_machine", self._machine_detected)
+
+    def _machine_detected(self, machine: Machine | None) -> None:
+        if machine is not None:
+            self.query_one(DeviceHeader).show_device(device_title(machine), device_label(machine))
 
     def on_screen_resume(self) -> None:
         self.refresh_lessons(follow_last_lesson=True)

@@ -77,6 +77,13 @@ class DeviceHeader(Widget):
         self.place = place
         self.tooltip = device
 
+    def show_device(self, device: str, label: str | None = None) -> None:
+        """Show a new device line (the machine detected after the first paint)."""
+        self.label = label or device
+        self.tooltip = device
+        self.device = device
+        self.refresh()
+
     def on_mount(self) -> None:
         app = tutor_app(self.app)
         if app is not None:  # another host app has no measurement process
