@@ -121,3 +121,20 @@ async def test_show_text_leaves_an_unchanged_line_alone():
         await pilot.pause()
         assert not show_text(status, "ready", "status")
         assert show_text(status, "broken", "error") and status.classes == {"error"}
+
+
+def test_a_tall_sparkline_has_one_span_per_run_of_a_colour_with_each_cell_coloured_as_before():
+    from rich.console import Console
+
+    from tutor.ui.widgets.live_pane import spark_rows
+
+    values = [10.0 * (n % 11) for n in range(60)]
+    mine = [50.0 if n < 30 else 0.0 for n in range(60)]
+    rows = spark_rows(values, 0.0, 100.0, 60, 4, mine=mine)
+    bottom = rows[-1]
+    colours = [bottom.get_style_at_offset(Console(), n).color.name for n in range(60)]
+    changes = sum(1 for a, b in zip(colours, colours[1:]) if a != b)
+    assert len(bottom.spans) == changes + 1
+    # column n is the app's (cyan) on the bottom row where the app's share reaches what is drawn there
+    assert colours[1] == "cyan" and colours[40] == "green" and colours[0] == "green"  # column 0: nothing drawn
+    assert all(len(row.spans) == 1 for row in spark_rows(values, 0.0, 100.0, 60, 4))  # no `mine`: one colour
