@@ -77,7 +77,8 @@ def spark_rows(values: Sequence[float | None], low: float, high: float, width: i
     lines = []
     for row in range(rows - 1, -1, -1):  # top row first
         line = Text()
-        run, run_style = [], "green"
+        run: list[str] = []
+        run_style = "green"
         for level, own_level in zip(levels, own_levels):
             fill = min(max(level - row * 8, 0), 8)
             cell = BARS[fill - 1] if fill else " "
