@@ -77,10 +77,21 @@ def spark_rows(values: Sequence[float | None], low: float, high: float, width: i
     lines = []
     for row in range(rows - 1, -1, -1):  # top row first
         line = Text()
+        run: list[str] = []
+        run_style = "green"
         for level, own_level in zip(levels, own_levels):
             fill = min(max(level - row * 8, 0), 8)
             cell = BARS[fill - 1] if fill else " "
-            line.append(cell, style="cyan" if mine is not None and own_level >= row * 8 + fill and fill else "green")
+            style = "cyan" if mine is not None and own_level >= row * 8 + fill and fill else "green"
+            if style != run_style and run:
+                line.append("".join(run), style=run_style)
+                run = []
+            run_style = style
+            run.append(cell)
+        if run:
+            # One span per run of a colour, not per cell: Textual converts every span of every
+            # repainted trace at each sample, which cost tens of ms a chart on a loaded machine.
+            line.append("".join(run), style=run_style)
         lines.append(line)
     return lines
 

@@ -32,10 +32,12 @@ from tutor.ui.host import tutor_app
 from tutor.ui.services import DrawsResults
 from tutor.ui.widgets.block import LessonBlock, reveal, say
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, quantity_text
+from tutor.ui.widgets.static_text import show_text
 from tutor.ui.workers import yield_cpu_to_the_interface
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from textual.timer import Timer
 
     from tutor.lessons.model import Measure, Predict
     from tutor.ui.services import ProbeLike, Services
@@ -200,6 +202,10 @@ class ProbeRunner(LessonBlock[P]):
     running = reactive(False)
     """True while the probe's worker runs."""
 
+    PROGRESS_TEXT_INTERVAL_S = 0.25
+    """The progress line changes at most four times a second (a probe may report hundreds): each
+    change is a repaint of the lesson screen, and the learner cannot read faster anyway."""
+
     class Progress(Message):
         """The probe reported `fraction` done with `text`."""
 
@@ -224,6 +230,11 @@ class ProbeRunner(LessonBlock[P]):
         super().__init__(block, lesson_id=lesson_id, services=services, done=done, id=id, classes=classes)
         self._cancel = threading.Event()
         self.result: ProbeResult | None = None
+        self._progress_text_at = -math.inf
+        """time.monotonic() when the progress line last changed."""
+        self._progress_text: str | None = None
+        """The newest progress line not shown yet (a timer shows it)."""
+        self._progress_timer: Timer | None = None
 
     @property
     def probe_name(self) -> str:
@@ -257,6 +268,7 @@ class ProbeRunner(LessonBlock[P]):
                 app.active_runner.cancel()
             app.active_runner = self
         self._cancel = threading.Event()
+        self._drop_progress_text()
         self.running = True
         bar = self.query_one(ProgressBar)
         bar.update(total=100, progress=0)
@@ -317,7 +329,26 @@ class ProbeRunner(LessonBlock[P]):
         if message.runner is not self:
             return
         self.query_one(ProgressBar).update(progress=max(0.0, min(message.fraction, 1.0)) * 100)
-        self._set_status(f"{message.text} (Escape cancels)")
+        self._progress_text = f"{message.text} (Escape cancels)"
+        wait = self._progress_text_at + self.PROGRESS_TEXT_INTERVAL_S - time.monotonic()
+        if wait <= 0:
+            self._show_progress_text()
+        elif self._progress_timer is None:
+            self._progress_timer = self.set_timer(wait, self._show_progress_text)
+
+    def _show_progress_text(self) -> None:
+        self._progress_timer = None
+        if self._progress_text is None or not self.running or self._cancel.is_set():
+            return  # finished or cancelling meanwhile: that line stands
+        self._set_status(self._progress_text)
+        self._progress_text = None
+        self._progress_text_at = time.monotonic()
+
+    def _drop_progress_text(self) -> None:
+        self._progress_text = None
+        if self._progress_timer is not None:
+            self._progress_timer.stop()
+            self._progress_timer = None
 
     @on(Finished)
     def _on_finished(self, message: Finished) -> None:
@@ -325,6 +356,7 @@ class ProbeRunner(LessonBlock[P]):
         if message.runner is not self:
             return
         self.running = False
+        self._drop_progress_text()
         self._release_app()
         result = message.result
         if message.error is not None or result is None:
@@ -362,15 +394,12 @@ class ProbeRunner(LessonBlock[P]):
             return Text(f"could not draw the result: {type(error).__name__}", style="red")
 
     def _set_status(self, text: str) -> None:
-        status = self.query_one("#status", Static)
-        status.set_classes("status")
-        status.update(text)
+        show_text(self.query_one("#status", Static), text, "status")
 
     def _show_error(self, text: str) -> None:
         self.running = False
-        status = self.query_one("#status", Static)
-        status.set_classes("error")
-        status.update(text)
+        self._drop_progress_text()
+        show_text(self.query_one("#status", Static), text, "error")
 
 
 class MeasureBlock(ProbeRunner["Measure"]):
