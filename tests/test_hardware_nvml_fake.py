@@ -404,8 +404,10 @@ def test_nccl_process_groups_bind_their_device(monkeypatch):
 
     monkeypatch.setattr(dist, "init_process_group", init_process_group)
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("LOCAL_RANK", "0")
+    # a whole torchrun job of one rank (tutor.bench.ranks refuses an incomplete set in one line)
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     seen.clear()
     with pytest.raises(RuntimeError, match="stop here"):

@@ -28,7 +28,9 @@ def test_theory_imports_only_the_standard_library() -> None:
         "    importlib.import_module('tutor.theory.' + m.name)"
     )
     loaded = modules_after_import(statement)
-    third_party = loaded - set(sys.stdlib_module_names) - {"tutor", "__main__", "_distutils_hack"}
+    # sitecustomize/usercustomize: the interpreter's own start-up hooks (Debian's Python ships one), not an import of ours
+    third_party = loaded - set(sys.stdlib_module_names) - {"tutor", "__main__", "_distutils_hack", "sitecustomize",
+                                                           "usercustomize"}
     assert not third_party, f"tutor.theory imported non-stdlib modules: {sorted(third_party)}"
 
 
