@@ -290,9 +290,7 @@ class WorkerClient:
             job = self._job
             stopped = self._stopped
         if job is not None:
-            # stop() asks the worker to exit before it kills the group: a worker that ends itself first
-            # (its own SIGKILL of its group, a stubborn job) was still ended on purpose.
-            job.events.put({"event": "exit", "reason": reason, "on_purpose": generation.killed_on_purpose or stopped})
+            job.events.put({"event": "exit", "reason": reason, "on_purpose": generation.killed_on_purpose})
         if stopped:
             self._set_state(WorkerState("stopped"))
         elif generation.killed_on_purpose:
@@ -311,6 +309,9 @@ class WorkerClient:
             self._stopped = True
             generation = self._generation
         if generation is not None:
+            # On purpose from here: a worker that ends itself on "exit" before the kill below (a stubborn
+            # job, its own SIGKILL of its group) must not read as one that died under its job.
+            generation.killed_on_purpose = True
             try:
                 generation.channel.send({"op": "exit"})
             except ChannelClosed:
@@ -385,7 +386,7 @@ class WorkerClient:
                 if generation.ended is not None and job.events.empty():
                     # It ended before this job was registered to hear so (or the event was missed).
                     job.events.put({"event": "exit", "reason": generation.ended,
-                                    "on_purpose": generation.killed_on_purpose or self._stopped})
+                                    "on_purpose": generation.killed_on_purpose})
                 elif cancel.is_set() and cancel_sent_at is None:
                     cancel_sent_at = time.monotonic()
                     try:
