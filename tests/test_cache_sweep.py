@@ -10,7 +10,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from plot_data import LEVELS, RESULTS  # noqa: E402
-from tutor.bench.cache_sweep import cache_plateaus, cache_sweep, step_positions, sweep_array_bytes  # noqa: E402
+from tutor.bench.cache_sweep import (  # noqa: E402
+    bandwidth_steps, cache_levels, cache_plateaus, cache_sweep, sweep_array_bytes)
 
 CACHES = [("L1", 32768), ("L2", 1048576), ("L3", 33554432)]
 
@@ -43,10 +44,52 @@ def test_plateaus_and_steps_of_a_stepped_sweep():
     # L1's only points are dispatch-bound in the data, so it has none; the others read their level.
     assert [(p.name, p.gbps) for p in plateaus] == [("L1", None), ("L2", LEVELS[1][1]), ("L3", LEVELS[2][1]),
                                                   ("DRAM", LEVELS[3][1])]
-    steps = dict(step_positions(triad, plateaus))
-    assert steps["L1"] is None
-    assert 512 * 2**10 <= steps["L2"] <= 2 * 512 * 2**10  # the data step after 512 KiB working set
-    assert 16 * 2**20 <= steps["L3"] <= 2 * 16 * 2**20
+    levels = {level.name: level for level in cache_levels(triad, CACHES)}
+    # L1's last point (24 KiB) is free of dispatch: its fall to L2's rate is seen, but no plateau.
+    assert 24 * 2**10 <= levels["L1"].step_bytes <= 48 * 2**10 and levels["L1"].gbps is None
+    assert 512 * 2**10 <= levels["L2"].step_bytes <= 2 * 512 * 2**10  # the data step after 512 KiB working set
+    assert 16 * 2**20 <= levels["L3"].step_bytes <= 2 * 16 * 2**20
+    assert [levels[name].gbps for name in ("L2", "L3", "DRAM")] == [rate for _, rate in LEVELS[1:]]
+
+
+def curve(plateaus: list[tuple[int, float]], *, first: int = 64 * 2**10, last: int = 2**31) -> list[dict]:
+    """A copy sweep (working set doubling from `first`) at the rate of the first plateau whose limit it is under."""
+    points, size = [], first
+    while size <= last:
+        points.append({"size_bytes": size, "gbps": next(rate for limit, rate in plateaus if size <= limit)})
+        size *= 2
+    return points
+
+
+def test_a_step_is_read_from_the_curve_where_it_falls_not_where_the_cache_is_reported():
+    # A thread that gets 48 MiB of a 256 MiB L3 (shared with other cores or guests): the step is
+    # at ~48 MiB, matched to L3 (the nearest reported size), and L3's plateau is read below it.
+    points = curve([(2 * 2**20, 70.0), (48 * 2**20, 27.0), (2**40, 12.0)])
+    steps = bandwidth_steps(points)
+    assert len(steps) == 2
+    assert 2 * 2**20 <= steps[0] <= 4 * 2**20 and 32 * 2**20 <= steps[1] <= 64 * 2**20  # between the points around each fall
+    levels = cache_levels(points, [("L1", 48 * 2**10), ("L2", 2 * 2**20), ("L3", 256 * 2**20)])
+    l3 = levels[2]
+    assert (l3.name, l3.step_bytes, l3.gbps) == ("L3", steps[1], 27.0)
+    assert l3.step_factor < 0.5
+    assert (levels[3].name, levels[3].gbps) == ("DRAM", 12.0)  # past twice the measured step, not 4x the reported 256 MiB
+
+
+def test_noise_within_a_plateau_is_not_a_step_and_a_gradual_fall_is_one_step():
+    noisy = [{"size_bytes": 2**k, "gbps": rate} for k, rate in zip(range(17, 24), (63, 60, 76, 58, 62, 61, 60))]
+    assert bandwidth_steps(noisy) == []
+    gradual = curve([(2**20, 70.0), (2**21, 48.0), (2**40, 28.0)])  # a fall spread over two doublings
+    (step,) = bandwidth_steps(gradual)
+    assert 2**20 <= step <= 2**22
+
+
+def test_tiny_arrays_are_dispatch_bound_and_large_ones_are_not():
+    points = cache_sweep("copy", (4096, 8 * 2**20), budget_s=0.5)
+    small, large = points
+    assert small.dispatch_s is not None and small.dispatch_s == large.dispatch_s > 0
+    # 8 KiB moved per call cannot take a quarter of the measured cost of a call that moves nothing
+    # unless the call is dominated by that cost; 16 MiB per call takes far longer than any dispatch.
+    assert small.dispatch_bound and not large.dispatch_bound
 
 
 def test_bandwidth_results_keep_every_size_they_timed():

@@ -34,6 +34,23 @@ def test_bandwidth_chart_marks_the_data_and_unified_caches():
     assert chart.series[1].points[0].x == 3 * 4096  # triad's working set is its three arrays
 
 
+def test_bandwidth_chart_says_per_level_what_the_sweep_saw():
+    # A thread that gets ~48 MiB of a 256 MiB L3, with every point up to 96 KiB dispatch-bound (2 us a call).
+    caches = [("L1", 48 * 2**10), ("L2", 2 * 2**20), ("L3", 256 * 2**20)]
+    sweep, size = [], 16 * 2**10
+    while size <= 2**31:
+        rate = 70.0 if size <= 2 * 2**20 else 27.0 if size <= 48 * 2**20 else 12.0
+        sweep.append({"size_bytes": size, "gbps": rate, "threads": 1, "dispatch_bound": size <= 96 * 2**10,
+                      "dispatch_s": 2e-6})
+        size *= 2
+    result = dict(RESULTS[3], sweep=sweep)
+    l1, l2, l3, dram = bandwidth_sweep_chart([result], caches).notes[1:]
+    assert l1.startswith("L1 48 KiB: not seen") and "up to 64 KiB" in l1 and "2 µs" in l1
+    assert l2.startswith("L2 2 MiB: copy 70 GB/s while the working set fits; falls at") and "shares" not in l2
+    assert l3.startswith("L3 256 MiB: copy 27 GB/s") and "only part of a cache it shares" in l3
+    assert dram == "beyond the caches (DRAM): copy 12 GB/s"
+
+
 def test_no_chart_without_a_sweep_of_two_sizes():
     single = [dict(RESULTS[3], sweep=RESULTS[3]["sweep"][:1])]
     assert bandwidth_sweep_chart(single) is None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tutor.formatting import axis_unit, format_bytes, format_quantity
+from tutor.formatting import axis_unit, format_bytes, format_duration, format_quantity
 
 CLI_WIDTH = 64
 CLI_HEIGHT = 14
@@ -120,11 +120,62 @@ def bandwidth_sweep_chart(results: Iterable[dict[str, Any]], caches: Sequence[tu
         series.append(Series(str(result.get("op")), tuple(points)))
     if not series:
         return None
-    threads = {p.get("threads") for r in results if r.get("kind") == "bandwidth" for p in r.get("sweep") or ()}
+    swept = [r for r in results if r.get("kind") == "bandwidth" and len(r.get("sweep") or ()) >= 2]
+    threads = {p.get("threads") for r in swept for p in r.get("sweep") or ()}
     notes = ["best of each size's samples, as STREAM reports; one thread"] if threads == {1} else []
+    notes.extend(cache_level_notes(swept, caches))
     return Chart(title="STREAM-like bandwidth against working set", x_label="working set", x_unit="B",
                  y_label="bandwidth", y_unit="GB/s", series=tuple(series),
                  x_marks=tuple(Mark(name, float(size)) for name, size in caches), notes=tuple(notes))
+
+
+# A measured step this far from the reported size (either way) is worth a word: the plateaus' 2x rule.
+STEP_NOTE_FACTOR = 2.0
+
+
+def cache_level_notes(swept: Sequence[dict[str, Any]], caches: Sequence[tuple[str, int]]) -> list[str]:
+    """A line per cache level and DRAM, read from the sweeps of `swept` (bandwidth results) by
+    tutor.bench.cache_sweep.cache_levels: the plateau per op, where the curve steps down against the
+    size `env` reports, and why a level is not seen (dispatch-bound sizes) or steps far from its size."""
+    from tutor.bench.cache_sweep import DISPATCH_PROBE_ELEMENTS, ELEMENT_BYTES, cache_levels, dispatch_share_limit
+
+    if not swept or not caches:
+        return []
+    per_op = [(str(r.get("op")), cache_levels(list(r["sweep"]), list(caches)), dispatch_share_limit(list(r["sweep"])))
+              for r in swept]
+    lines = []
+    for index, (name, reported) in enumerate([*caches, ("DRAM", 0)]):
+        levels = [(op, found[index], limit) for op, found, limit in per_op]
+        plateaus = ", ".join(f"{op} {format_quantity(level.gbps, 'GB/s')}" for op, level, _ in levels
+                             if level.gbps is not None)
+        if name == "DRAM":
+            if plateaus:
+                lines.append(f"beyond the caches (DRAM): {plateaus}")
+            continue
+        head = f"{name} {format_bytes(reported)}"
+        if not plateaus:
+            limits = [(size, dispatch) for _, _, (size, dispatch) in levels if size is not None and size >= reported // 2]
+            if limits:
+                size, dispatch = max(limits, key=lambda item: item[0])
+                cost = (f" ({format_duration(dispatch)}, measured on "
+                        f"{format_bytes(DISPATCH_PROBE_ELEMENTS * ELEMENT_BYTES)} arrays)") if dispatch is not None else ""
+                lines.append(f"{head}: not seen: at working sets up to {format_bytes(size)} a quarter or more of "
+                             f"each call is torch's per-call cost{cost}, not memory traffic")
+            else:
+                lines.append(f"{head}: no point on its plateau")
+            continue
+        steps = [(op, level) for op, level, _ in levels if level.step_bytes is not None]
+        where = ", ".join(f"{format_bytes(level.step_bytes)} ({op})" for op, level in steps)
+        line = f"{head}: {plateaus} while the working set fits; " + (
+            f"falls at {where}" if steps else "no step seen past it")
+        factors = [level.step_factor for _, level in steps if level.step_factor is not None]
+        if factors and max(factors) < 1 / STEP_NOTE_FACTOR:
+            line += (f", under 1/{STEP_NOTE_FACTOR:g} of its size: this thread gets only part of a cache it shares "
+                     "(with the other cores; in a virtual machine, with other guests of the host)")
+        elif factors and min(factors) > STEP_NOTE_FACTOR:
+            line += f", past {STEP_NOTE_FACTOR:g}x its size: the next level or a prefetcher hides where it ends"
+        lines.append(line)
+    return lines
 
 
 def collective_sweep_chart(results: Iterable[dict[str, Any]], link: tuple[str, float] | None = None) -> Chart | None:
@@ -442,8 +493,9 @@ def chart_rows(chart: Chart) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def chart_table(chart: Chart) -> Any:
-    """The Rich table a pipe or a screen reader reads instead of the picture."""
+def chart_table(chart: Chart, *, notes: bool = False) -> Any:
+    """The Rich table a pipe or a screen reader reads instead of the picture; with `notes`, the
+    chart's notes in its caption too (where the picture that prints them is not shown beside it)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -455,8 +507,10 @@ def chart_table(chart: Chart) -> Any:
         table.add_row(*(escape(cell) for cell in row))
     marks = [f"{m.label} {format_quantity(m.value, chart.y_unit)}" for m in chart.y_marks] + [
         f"{m.label} at {_x_text(chart, Point(m.value, 0))}" for m in chart.x_marks]
-    if marks:
-        table.caption = escape("; ".join(marks))
+    caption = ["; ".join(marks)] if marks else []
+    caption += list(chart.notes) if notes else []
+    if caption:
+        table.caption = escape("\n".join(caption))
         table.caption_justify = "left"
     return table
 

@@ -123,7 +123,7 @@ class ChartView(Vertical):
         else:
             plot.set_x_formatter(NumericAxisFormatter())
         plot.show_legend(self._legend_corner(chart))
-        table.update(chart_table(chart))
+        table.update(chart_table(chart, notes=True))  # the plot widget does not draw them
 
     @staticmethod
     def _legend_corner(chart: Chart) -> LegendLocation:
