@@ -210,3 +210,11 @@ def test_exact_values_round_trip(value: float) -> None:
         assert float(f"{mantissa}e{exponent.translate(_SUPERSCRIPT)}") == value
     else:
         assert float(text.replace(",", "")) == value
+
+
+def test_past_the_largest_prefix_a_power_of_ten_of_the_unit():
+    # The Llama 3 paper's 3.8 x 10^25 FLOPs of training: no prefix reaches it.
+    assert format_quantity(3.8e25, "FLOP") == "3.8 × 10²⁵ FLOP"
+    assert format_quantity(999e18, "FLOP") == "999 EFLOP"  # the largest prefix while it holds the figure
+    assert format_quantity(3.8e10, "PFLOP") == "3.8 × 10²⁵ FLOP"
+    assert format_count(3e22) == "3 × 10²²"

@@ -97,7 +97,11 @@ def test_the_optimizer_step_reads_and_writes_every_parameter_as_torch_does() -> 
 def test_communication_is_nothing_on_one_rank_and_overlap_changes_what_is_exposed() -> None:
     assert collective_seconds("all_reduce", 10**9, 1, calls=1, busbw=1e9, latency=1e-5) == 0
     ring = collective_seconds("all_reduce", 10**9, 8, calls=1, busbw=1e9, latency=1e-5)
-    assert ring == pytest.approx(1.0 + 14 * 1e-5)
+    assert ring == pytest.approx(1.0 + 6 * 1e-5)  # the tree's 2 log2(8) latency steps, fewer than the ring's 14
+    # 16,384 ranks: 28 latency steps a call, not a ring's 32,766 (30,965 bucket calls would wait 51 min at 3 us).
+    wide = collective_seconds("all_reduce", 10**9, 16384, calls=30965, busbw=1e9, latency=3e-6)
+    assert wide == pytest.approx(1.0 + 30965 * 28 * 3e-6)
+    assert collective_seconds("all_gather", 10**9, 8, calls=1, busbw=1e9, latency=1e-5) == pytest.approx(1.0 + 7e-5)
     model = arch("llama-3.1-8b")
     ceilings = card_ceilings(SPECS_BY_KEY["h100-sxm"], "bf16")
     request = FitRequest(mode="train", batch=1, seq_len=4096, dp=64)

@@ -10,8 +10,9 @@ Standard library only, so `tutor.theory` may use it. The conventions:
   "7.4 GFLOP/s", not "0.0074 TFLOP/s"; "3.35 TB/s".
 - Durations pick ns, µs, ms, s, then min/h: "7.4 ms", "2 min 5 s".
 - Missing figures (None, NaN) read "N/A"; booleans "yes"/"no".
-- Magnitudes no prefix can hold (below 10⁻⁶ or from 10¹⁵ on, unitless) are written as powers of ten in
-  words a reader knows: "5.96 × 10⁻⁸", not "5.96e-08".
+- Magnitudes no prefix can hold (below 10⁻⁶ or from 10¹⁵ on, unitless; past the largest prefix, with a
+  unit) are written as powers of ten in words a reader knows: "5.96 × 10⁻⁸", not "5.96e-08";
+  "3.8 × 10²⁵ FLOP", not "38,000,000 EFLOP".
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def format_exact(value: float | str | None) -> str:
 
 def _scaled(value: float, base: float, units: tuple[str, ...], *, digits: int, start: int = 0) -> tuple[str, str]:
     """(mantissa text, unit): the unit from `units` (each `base` times the last) that puts the
-    mantissa in 1..base, starting from units[start], the unit `value` is in."""
+    mantissa in 1..base, starting from units[start], the unit `value` is in. Past the largest unit's
+    range, a power of ten of the smallest unit: '3.8 × 10²⁵ FLOP', not '38,000,000 EFLOP'."""
+    in_first_unit = value * base ** start
+    if abs(in_first_unit) >= base ** len(units) and not math.isinf(in_first_unit):
+        return _powers_of_ten(in_first_unit, digits), units[0]
     index, magnitude = start, abs(value)
     if magnitude:
         while index > 0 and magnitude < 1:

@@ -226,21 +226,27 @@ class Collective:
     formula: str
 
 
-def ring_steps(op: str, ranks: int) -> int:
-    """Latency terms of the ring algorithm: all-reduce 2(n-1), reduce-scatter / all-gather / all-to-all
-    (n-1), a point-to-point hand-over 1 (Thakur et al. 2005, §4)."""
+def latency_steps(op: str, ranks: int) -> int:
+    """Latency terms (α) of one collective over `ranks`, by the algorithm NCCL would pick: the ring's
+    2(n-1) for all-reduce, (n-1) for reduce-scatter / all-gather / all-to-all, 1 for a point-to-point
+    hand-over (Thakur, Rabenseifner & Gropp 2005, §4); for all-reduce, the tree's 2⌈log2 n⌉ when
+    fewer: Rabenseifner's reduce-scatter + all-gather (ibid. §4.4) and NCCL's double binary trees
+    (NCCL 2.4, Jeaugey 2019: logarithmic latency at full bandwidth) move the same bytes per rank as
+    the ring, so only the latency term differs. A ring of 16,384 ranks would wait 32,766 steps per call."""
     if op == "send_recv":
         return 1
-    return (2 if op == "all_reduce" else 1) * (ranks - 1)
+    if op == "all_reduce":
+        return min(2 * (ranks - 1), 2 * math.ceil(math.log2(ranks)))
+    return ranks - 1
 
 
 def collective_seconds(op: str, bytes_per_rank: int, ranks: int, *, calls: int, busbw: float,
                        latency: float) -> float:
-    """calls · ring_steps · α + bytes each rank moves / busbw (busbw counts exactly those bytes:
+    """calls · latency_steps · α + bytes each rank moves / busbw (busbw counts exactly those bytes:
     nccl-tests doc/PERFORMANCE.md)."""
     if ranks <= 1 or bytes_per_rank <= 0:
         return 0.0
-    return calls * ring_steps(op, ranks) * latency + bytes_per_rank / busbw
+    return calls * latency_steps(op, ranks) * latency + bytes_per_rank / busbw
 
 
 def _link(ceilings: Ceilings, name: str) -> tuple[float, float]:
