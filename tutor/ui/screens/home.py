@@ -46,7 +46,7 @@ def lesson_line(info: LessonInfo, completed: bool, current: bool) -> Text:
 class HomeScreen(Screen):
     """Tracks and lessons; Enter opens the highlighted lesson."""
 
-    CSS_PATH = "home.tcss"
+    # Its styles are in app.tcss (parsed with the app, not when this first screen opens: issue 20).
     HELP = """\
 ## Home
 
