@@ -80,13 +80,13 @@ class Terminal:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "app")
 
-    def wait_for(self, predicate, timeout_s: float) -> float:
-        """perf_counter when predicate(screen) first holds; TimeoutError after timeout_s."""
+    def wait_for(self, predicate, timeout_s: float, poll_s: float = POLL_S) -> float:
+        """perf_counter when predicate(screen) first holds, looking every `poll_s`; TimeoutError after timeout_s."""
         deadline = time.perf_counter() + timeout_s
         while time.perf_counter() < deadline:
             if predicate(self.screen()):
                 return time.perf_counter()
-            time.sleep(POLL_S)
+            time.sleep(poll_s)
         raise TimeoutError(f"screen did not change within {timeout_s} s; last screen:\n{self.screen()}")
 
     def send(self, key: str) -> float:

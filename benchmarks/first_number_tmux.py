@@ -8,7 +8,8 @@ Each launch: a fresh `python -m tutor learn training-loop/parameters` in a 120x4
 tmux server with a fresh data dir (no saved progress, settings or results), Enter the moment the
 lesson's "press Run (Enter)" line is painted (torch is still loading in the measurement process:
 a learner does not wait for it), then the first fp32 rate read from the painted summary line
-("fp32 65.3 GFLOP/s on cpu..."). Then the reference, `python -m tutor bench matmul --dtype fp32
+("fp32 65.3 GFLOP/s on cpu...", the screen read every RESULT_POLL_S while the app measures, so that
+reading it does not load the cores it measures). Then the reference, `python -m tutor bench matmul --dtype fp32
 --budget 12 --json` in its own process, right after that launch (`--reference each`, default: both
 figures under the same load) or once after all launches; its headline median TFLOP/s is the figure
 `bench` prints. Per launch: the app's rate, the reference, their ratio, the summary's words about
@@ -42,6 +43,11 @@ LAUNCHES = 10
 BENCH_BUDGET_S = 12.0
 RESULT_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 20.0
+RESULT_POLL_S = 0.25
+"""How often the screen is read while the app measures. Each read is a `tmux capture-pane` process
+and the tmux server serialising the pane: at app_startup's 5 ms that took 0.3-0.5 of the 2 cores,
+load the reference bench never had and a learner's terminal does not add (the app read 101-216
+GFLOP/s under it, 265-317 with a read a second, bench 297-306). Enter -> number is then to 0.25 s."""
 SUMMARY = re.compile(r"fp32 (\d[\d.,]*) ([kMGTP]?)FLOP/s on \w+")
 PREFIX = {"": 1e-12, "k": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3}
 
@@ -81,7 +87,8 @@ def one_launch(env: dict[str, str]) -> dict[str, object]:
         except TimeoutError:
             return {"tflops": None, "summary": f"Enter did not start the run within {START_TIMEOUT_S:g} s",
                     "shown_s": shown - launched, "enter_to_number_s": float("nan")}
-        terminal.wait_for(lambda screen: tflops_from_screen(screen) is not None, RESULT_TIMEOUT_S)
+        terminal.wait_for(lambda screen: tflops_from_screen(screen) is not None, RESULT_TIMEOUT_S,
+                          poll_s=RESULT_POLL_S)
         screen = terminal.screen()
         rate, cell = tflops_from_screen(screen)  # type: ignore[misc]
         return {"tflops": rate, "summary": summary_text(screen, cell[:20]), "shown_s": shown - launched,
