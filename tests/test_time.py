@@ -397,3 +397,20 @@ def test_verify_runs_a_tiny_lora_model_with_frozen_base_and_adapters_only() -> N
     assert "decode" not in result
     with pytest.raises(UserError, match="qlora"):
         run_verification(read_model_config("llama-3.2-1b").config, "tiny", recipe="qlora")
+
+
+def test_decode_kv_append_rotates_both_ends_over_the_steps_reuse_distance() -> None:
+    torch = pytest.importorskip("torch")
+    from tutor.bench.step_verify import REUSE_LIMIT_BYTES, kv_append_call, rotation_copies
+
+    per_call = 2 * 2 * 4 * 2 * 2 * 16 * 8  # keys and values, read and written, of a 2 x 2 x 16 x 8 fp32 cache
+    assert rotation_copies(per_call * 10, per_call) == 10
+    assert rotation_copies(10 * REUSE_LIMIT_BYTES, per_call) == REUSE_LIMIT_BYTES // per_call
+    assert rotation_copies(per_call // 2, per_call, minimum=2) == 2  # a step that fits in the caches stays hot
+
+    call, copies = kv_append_call(torch, 2, 2, 16, 8, reuse_bytes=per_call * 6)
+    assert copies == 6
+    written = [tuple(t.data_ptr() for t in call()) for _ in range(copies)]
+    assert len(set(written)) == copies  # a new destination each call, not the block the allocator just freed
+    keys, values = call()
+    assert keys.shape == values.shape == (2, 2, 17, 8)

@@ -188,6 +188,15 @@ def reuse_distance_bytes(ops) -> int:
     return sum(op.calls * op.bytes for op in ops)
 
 
+def rotation_copies(reuse_bytes: int, per_call_bytes: int, *, minimum: int = 1) -> int:
+    """Operand copies a measured call rotates over so that each copy comes back only after `reuse_bytes` (capped at
+    REUSE_LIMIT_BYTES) have passed through the caches, as the same operand does in the step: a call moving
+    `per_call_bytes` then finds its operands where the step finds them (a cache when the step fits in it, DRAM
+    when it does not). Least-recently-used replacement (Hennessy & Patterson, 6th ed., §B.1): a line survives
+    until the cache has seen its capacity of other lines, so the reuse distance, not the operand's size, decides."""
+    return max(minimum, min(reuse_bytes, REUSE_LIMIT_BYTES) // max(1, per_call_bytes))
+
+
 DECODE_SAMPLE_SECONDS = 0.02
 
 
@@ -210,7 +219,7 @@ def _gemm_call(torch, op, dtype, conv1d: bool = False, reuse_bytes: int | None =
     if reuse_bytes is None:
         copies = max(1, min(16, ROTATE_BYTES // max(1, per_call)))
     else:
-        copies = max(1, min(reuse_bytes, REUSE_LIMIT_BYTES) // max(1, per_call))
+        copies = rotation_copies(reuse_bytes, per_call)
     if batch > 1:
         pairs = [(torch.randn(batch, m, k, dtype=dtype), torch.randn(batch, k, n, dtype=dtype)) for _ in range(copies)]
         run = lambda a, b: torch.bmm(a, b)  # noqa: E731
@@ -240,9 +249,39 @@ def _gemm_call(torch, op, dtype, conv1d: bool = False, reuse_bytes: int | None =
     return call
 
 
-def _named_rates(torch, ops, arch, request) -> list[tuple[str, float]]:
+def kv_append_call(torch, batch: int, kv_heads: int, context: int, head_dim: int, reuse_bytes: int | None):
+    """(callable, copies): one decode layer's KV cache append as transformers' DynamicCache does it
+    (cache_utils.DynamicLayer.update: keys and values each torch.cat with the new token), the old caches and the new
+    ones rotating over copies. Both ends are cold in a decode step: the old cache was written a whole step ago, and
+    the new one lands in memory last touched a step ago, so the write allocates its lines from DRAM too (write-allocate:
+    the copy moves 3 arrays, not STREAM's 2). Measured on this machine (gpt2 layout, 4 x 12 x 256 x 64 fp32): a cat
+    into a fresh allocation the allocator hands back hot ran ~420 us, into a destination rotated over 190 MB ~630 us,
+    the same cat inside the real decode step ~600-700 us. With `reuse_bytes` the copies span the step's reuse distance
+    (rotation_copies: a model whose step fits in the caches finds both ends there), else ROTATE_BYTES."""
+    one_cache = 4 * batch * kv_heads * context * head_dim
+    per_call = 2 * (2 * one_cache)  # keys and values, each read and written
+    span = ROTATE_BYTES if reuse_bytes is None else reuse_bytes
+    copies = rotation_copies(span, per_call, minimum=2)
+    sources = [(torch.randn(batch, kv_heads, context, head_dim), torch.randn(batch, kv_heads, context, head_dim))
+               for _ in range(copies)]
+    # Written once now, so the timed calls pay no first-touch page faults the step does not pay either.
+    targets = [(torch.randn(batch, kv_heads, context + 1, head_dim), torch.randn(batch, kv_heads, context + 1, head_dim))
+               for _ in range(copies)]
+    one = torch.randn(batch, kv_heads, 1, head_dim)
+    turn = {"i": 0}
+
+    def append():
+        i = turn["i"] = turn["i"] + 1
+        (keys, values), (new_keys, new_values) = sources[i % copies], targets[i % copies]
+        return (torch.cat([keys, one], dim=-2, out=new_keys), torch.cat([values, one], dim=-2, out=new_values))
+
+    return append, copies
+
+
+def _named_rates(torch, ops, arch, request, reuse_bytes: int | None = None) -> list[tuple[str, float]]:
     """Measured bytes/s of each memory-bound operation of the step, forward and backward, by running the
-    torch ops transformers issues for it at its own size (launches included)."""
+    torch ops transformers issues for it at its own size (launches included). `reuse_bytes` (decode): the step's
+    reuse distance, which the KV cache append's operands rotate over (kv_append_call)."""
     F = torch.nn.functional
     T, h = request.batch * request.queries, arch.hidden_size
     rates: list[tuple[str, float]] = []
@@ -308,30 +347,18 @@ def _named_rates(torch, ops, arch, request) -> list[tuple[str, float]]:
             x, y = torch.randn(T, width, requires_grad=True), torch.randn(T, width, requires_grad=True)
             return (lambda: x + y * 0.5), (x, y)
         if name == "KV cache append (torch.cat)":
-            # The cache a decode step copies was written a layer's worth of work ago: rotate over copies
-            # past the caches, as the real step reads it from memory.
-            one_cache = 4 * request.batch * g * request.context * d
-            copies = max(2, min(32, ROTATE_BYTES // max(1, one_cache)))
-            caches = [torch.randn(request.batch, g, request.context, d) for _ in range(copies)]
-            one = torch.randn(request.batch, g, 1, d)
-            turn = {"i": 0}
-
-            def append():
-                turn["i"] += 2
-                return (torch.cat([caches[turn["i"] % copies], one], dim=-2),
-                        torch.cat([caches[(turn["i"] + 1) % copies], one], dim=-2))
-
-            return append, ()
+            call, copies = kv_append_call(torch, request.batch, g, request.context, d, reuse_bytes)
+            return call, (), max(5, copies)
         return None
 
     for name, op in forward.items():
         made = make(name)
         if made is None:
             continue
-        fn, leaves = made
+        fn, leaves, *timed = made
         with torch.no_grad():
             fn()
-            seconds = _median_seconds(fn, 5)
+            seconds = _median_seconds(fn, timed[0] if timed else 5)
         rates.append((f"forward:{name}", op.bytes / seconds))
         if name in backward and leaves:
             out = fn()
@@ -462,16 +489,25 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
     heads, kv = arch.num_heads, max(1, arch.num_kv_heads)
     if attention:
         q = torch.randn(request.batch, heads, queries, arch.head_dim, requires_grad=training)
-        k = torch.randn(request.batch, kv, context, arch.head_dim, requires_grad=training)
-        v = torch.randn(request.batch, kv, context, arch.head_dim, requires_grad=training)
+        # Decode reads the whole KV cache for one query per head: its keys and values rotate over the step's reuse
+        # distance like the GEMMs' weights (rotation_copies). Measured here: SDPA inside the real decode step, on the
+        # keys and values the cache append had just written, ran at the rate of copies rotated over 50 MB or more,
+        # 2-2.5x slower than on one pair kept in the caches.
+        kv_bytes = 2 * 4 * request.batch * kv * context * arch.head_dim
+        pairs = [(torch.randn(request.batch, kv, context, arch.head_dim, requires_grad=training),
+                  torch.randn(request.batch, kv, context, arch.head_dim, requires_grad=training))
+                 for _ in range(rotation_copies(reuse, kv_bytes) if mode == "decode" else 1)]
+        turn = {"i": 0}
 
         def forward():
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=queries > 1,
+            turn["i"] += 1
+            keys, values = pairs[turn["i"] % len(pairs)]
+            return torch.nn.functional.scaled_dot_product_attention(q, keys, values, is_causal=queries > 1,
                                                                     enable_gqa=heads != kv)
 
         with torch.no_grad():
             forward()
-            fwd = _median_seconds(forward, GEMM_REPEATS)
+            fwd = _median_seconds(forward, max(_repeats(forward), len(pairs)) if mode == "decode" else GEMM_REPEATS)
         flops_fwd = sum(op.flops for op in attention if op.phase == "forward")
         for op in attention:
             if op.phase == "forward":
@@ -488,7 +524,8 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
             for op in attention:
                 if op.phase == "backward":  # same shapes as the forward: kept under a negative batch key
                     points[(-op.batch, op.m, op.n, op.k)] = GemmPoint(op.m, op.n, op.k, flops_bwd / bwd, -op.batch)
-    named = _named_rates(torch, ops, arch, _Shape(request.batch, queries, context))
+    named = _named_rates(torch, ops, arch, _Shape(request.batch, queries, context),
+                         reuse_bytes=reuse if mode == "decode" else None)
     for op in ops:
         if op.phase == "optimizer":
             named.append(_optimizer_rate(torch, op, arch, request if isinstance(request, FitRequest) else None))
