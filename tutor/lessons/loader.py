@@ -13,13 +13,16 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tutor
 from tutor.errors import UserError
-from tutor.lessons.model import Lesson, LessonInfo, Track
+from tutor.lessons.catalog import LessonInfo, Track
 from tutor.safe_text import strings_without_controls, without_controls
 from tutor.storage import TooDeepError, loads_toml_bounded, read_regular_text
+
+if TYPE_CHECKING:
+    from tutor.lessons.model import Lesson
 
 LESSONS_DIR_ENV = "TENSOR_TUTOR_LESSONS_DIR"
 CURRICULUM_FILE = "curriculum.toml"
@@ -249,8 +252,9 @@ class Curriculum:
             shown = _shown_path(path, self.root)
             text = without_controls(_read_lesson_file(path, shown, PAGE_LIMIT_BYTES))
             # Here, not at the top: the directives check calc blocks against the fit fields (much
-            # of tutor.theory), which the home screen, listing lessons, never needs.
+            # of tutor.theory), and the page's block classes, which the home screen, listing lessons, never needs.
             from tutor.lessons.directives import parse_blocks
+            from tutor.lessons.model import Lesson
 
             page = Lesson(info=self.infos[lesson_id], blocks=parse_blocks(text, shown), path=path)
             self._pages[lesson_id] = page

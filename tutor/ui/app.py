@@ -31,7 +31,6 @@ from textual.widgets import Input
 
 from tutor.ui.commands import TutorCommands
 from tutor.ui.messages import OpenLesson
-from tutor.ui.screens.help import HelpScreen, help_for
 from tutor.ui.screens.home import HomeScreen
 from tutor.ui.services import Services
 from tutor.worker.client import WorkerState
@@ -82,6 +81,7 @@ def freeze_start_up_objects() -> None:
     import rich.markdown  # noqa: F401 - loaded now, not on the first F1
 
     gc.freeze()
+    gc.enable()  # off since launch when tutor.commands.app_start started the app; a no-op otherwise
 
 
 def hold_full_collections() -> tuple[int, int, int]:
@@ -202,7 +202,7 @@ class TutorApp(App[None]):
             self.notify(warning, severity="warning", timeout=8)
         self._progress_warning = self.services.progress.warning
         self.set_interval(PROGRESS_WARNING_CHECK_S, self.show_progress_warning)
-        self.call_after_refresh(freeze_start_up_objects)
+        if not os.environ.get("TT_NOFREEZE"): self.call_after_refresh(freeze_start_up_objects)
         self._gc_thresholds = hold_full_collections()
         self.set_interval(IDLE_CHECK_S, self.collect_when_idle)
 
@@ -353,6 +353,8 @@ class TutorApp(App[None]):
             self._show(FitScreen(self.services))
 
     def action_help(self) -> None:
+        from tutor.ui.screens.help import HelpScreen, help_for
+
         if isinstance(self.screen, HelpScreen):
             return
         self.push_screen(HelpScreen(help_for(self.focused, self.screen)))
