@@ -292,11 +292,9 @@ def load_curriculum(root: Path | None = None) -> Curriculum:
     if not manifest.is_file():
         raise UserError(f"no lessons found: {manifest} does not exist")
     if shipped and (cached := index_cache.read_index(root, CURRICULUM_FILE, LESSON_TOML)) is not None:
-        tracks, infos = cached
-        return Curriculum(tracks=tracks, infos=infos, root=root)
+        return Curriculum(tracks=cached[0], infos=cached[1], root=root)
     data, text = _read_toml(manifest, root)
-    sources = {CURRICULUM_FILE: text}
-    """Each file's text as parsed, manifest first: what the cached index is keyed by."""
+    sources = {CURRICULUM_FILE: text}  # each file's text as parsed, manifest first: what the cached index is keyed by
     shown = _shown_path(manifest, root)
     tracks = _parse_tracks(data, text, shown)
     infos: dict[str, LessonInfo] = {}
