@@ -27,7 +27,7 @@ from tutor.commands.bench import bench  # noqa: E402
 from tutor.formatting import format_quantity  # noqa: E402
 from tutor import export  # noqa: E402
 from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.services import bench_rows  # noqa: E402
+from tutor.worker.jobs import bench_rows  # noqa: E402
 
 
 def matmul(size: int, median: float, best: float, *, backend: str = "torch/mkl", headline: bool = True,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -206,22 +209,43 @@ def test_any_argv_never_shows_a_traceback(argv: list[str]) -> None:
     assert code in (0, 2) and "Traceback" not in err
 
 
-def test_bare_command_opens_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
-    import click
-
-    import tutor.cli
+@pytest.mark.parametrize("argv, lesson", [([], None), (["learn"], None), (["learn", "memory/train"], "memory/train")])
+def test_the_app_opens_without_click(monkeypatch: pytest.MonkeyPatch, argv: list[str], lesson: str | None) -> None:
+    import tutor.commands.app_start
 
     opened = []
-    fake_learn = click.Command("learn", callback=lambda: opened.append(True))
-    monkeypatch.setattr(tutor.cli.LazyGroup, "get_command",
-                        lambda self, ctx, name: fake_learn if name == "learn" else None)
-    assert run([])[0] == 0 and opened == [True]
+    monkeypatch.setattr(tutor.commands.app_start, "open_app", opened.append)
+    assert run(argv)[0] == 0 and opened == [lesson]
+
+
+def test_the_app_start_skips_click_in_a_fresh_interpreter(tmp_path) -> None:
+    code = ("import sys\nimport tutor.commands.app_start as start\nstart.open_app = lambda lesson: None\n"
+            "from tutor.cli import main\nmain(['learn'])\nprint(sorted(m for m in ('click', 'textual') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path)})
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("argv", [["learn", "--help"], ["learn", "a", "b"], ["--help"], ["learn", "-x"]])
+def test_options_and_extra_words_go_to_click(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    import tutor.commands.app_start
+
+    opened = []
+    monkeypatch.setattr(tutor.commands.app_start, "open_app", opened.append)
+    code, out, err = run(argv)
+    assert opened == [] and (code == 0 and "Usage" in out or code == 2 and err.count("\n") == 1)
+
+
+def test_completion_is_answered_by_click_not_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tutor.cli import opens_the_app
+
+    assert opens_the_app([], {}) and not opens_the_app([], {"_TENSOR_TUTOR_COMPLETE": "bash_complete"})
 
 
 def test_bare_command_lists_the_commands_without_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tutor.cli
+    import tutor.commands.registry
 
-    monkeypatch.delitem(tutor.cli.COMMANDS, "learn")
+    monkeypatch.delitem(tutor.commands.registry.COMMANDS, "learn")
     code, out, err = run([])
     assert code == 0 and "fit" in out and "env" in out and not err
 

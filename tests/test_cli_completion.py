@@ -9,7 +9,7 @@ import sys
 import pytest
 from click.shell_completion import BashComplete
 
-from tutor.cli import cli
+from tutor.commands.group import cli
 from tutor.labs.registry import LABS
 from tutor.lessons import load_curriculum
 from tutor.model_files import preset_names

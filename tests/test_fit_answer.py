@@ -10,7 +10,7 @@ from cli_runner import run
 from click.testing import CliRunner
 from ui_fakes import fake_machine
 
-from tutor.cli import cli
+from tutor.commands.group import cli
 from tutor.fit_answer import FitAnswer, FitInputs, answer_fit, change_flags
 from tutor.theory import fit as fitting
 

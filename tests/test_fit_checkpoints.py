@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tutor.cli import cli, main
+from tutor.cli import main
+from tutor.commands.group import cli
 from tutor.model_files import load_preset
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tutor.cli import cli, main
+from tutor.cli import main
+from tutor.commands.group import cli
 from tutor.hardware.specs import SPECS, SPECS_BY_KEY
 
 

@@ -218,3 +218,6 @@ def test_past_the_largest_prefix_a_power_of_ten_of_the_unit():
     assert format_quantity(999e18, "FLOP") == "999 EFLOP"  # the largest prefix while it holds the figure
     assert format_quantity(3.8e10, "PFLOP") == "3.8 × 10²⁵ FLOP"
     assert format_count(3e22) == "3 × 10²²"
+    # Rounded up past the largest prefix: 999.6 EFLOP would show as "1,000 EFLOP".
+    assert format_quantity(999.6e18, "FLOP") == "1 × 10²¹ FLOP"
+    assert format_quantity(999.6e18, "FLOP/s") == "1 × 10²¹ FLOP/s"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tutor.cli import cli, main
+from tutor.cli import main
+from tutor.commands.group import cli
 from tutor.fit_answer import FitInputs, answer_fit
 from tutor.model_files import load_preset
 from tutor.theory.lora import lora_trainable_params

@@ -133,7 +133,7 @@ def test_the_app_without_a_terminal_exits_2_pointing_to_serve() -> None:
 
 
 def test_serve_still_runs_the_app_through_its_pipes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tutor.commands import learn
+    from tutor.commands import app_start as learn
 
     monkeypatch.setenv("TEXTUAL_DRIVER", "textual.drivers.web_driver:WebDriver")  # what textual-serve sets
     learn._require_terminal()  # no UserError: textual-serve's driver talks over pipes

@@ -88,7 +88,7 @@ def test_next_previous_and_escape_home():
             assert app.screen.lesson_id == "precision/bits"
             await pilot.press("escape")
             await pilot.pause()
-            assert isinstance(app.screen, HomeScreen) and len(app.screen_stack) == 2
+            assert isinstance(app.screen, HomeScreen) and len(app.screen_stack) == 1
     run(scenario())
 
 
@@ -174,7 +174,7 @@ def test_bits_block_redraws_and_confirms_with_a_cast():
 
         def cast(value, names):
             # Records the call and runs the real torch cast: the theory must match what torch stores.
-            from tutor.ui.services import torch_cast
+            from tutor.worker.jobs import torch_cast
 
             casts.append((value, tuple(names)))
             return torch_cast(value, names)
@@ -561,7 +561,7 @@ def test_learn_with_a_bad_id_exits_2_before_textual_starts(monkeypatch, capsys):
     assert exit_info.value.code == 2 and started == []
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no lesson 'no/such-lesson'" in err
-    monkeypatch.setattr("tutor.commands.learn._require_terminal", lambda: None)  # pytest's stdin is no terminal
+    monkeypatch.setattr("tutor.commands.app_start._require_terminal", lambda: None)  # pytest's stdin is no terminal
     cli.main(["learn", "memory/train"])
     assert len(started) == 1 and started[0].start_lesson == "memory/train"
 
@@ -611,7 +611,7 @@ def test_going_to_a_lesson_from_help_closes_the_help():
             app.open_lesson("memory/train")
             await pilot.pause()
             assert isinstance(app.screen, LessonScreen) and app.screen.lesson_id == "memory/train"
-            assert [type(s).__name__ for s in app.screen_stack[1:]] == ["HomeScreen", "LessonScreen"]
+            assert [type(s).__name__ for s in app.screen_stack] == ["HomeScreen", "LessonScreen"]
     run(scenario())
 
 

@@ -19,7 +19,7 @@ from tutor.theory import fit as fitting  # noqa: E402
 from tutor.theory import formats  # noqa: E402
 from tutor.theory.units import GiB  # noqa: E402
 from tutor.ui.screens.help import GLOBAL_HELP, help_for  # noqa: E402
-from tutor.ui.services import BenchRow, bench_rows  # noqa: E402
+from tutor.worker.jobs import BenchRow, bench_rows  # noqa: E402
 from tutor.ui.widgets.bits import encodings, flags, float_formats, torch_agrees  # noqa: E402
 from tutor.calculators import build_request, machine_capacity  # noqa: E402
 from tutor.ui.widgets.calc import calc_renderable, coerce  # noqa: E402
@@ -202,7 +202,7 @@ def test_torch_agreement_treats_nan_as_equal():
 
 @pytest.mark.parametrize("value", ["0.1", "65504", "70000", "1e-8", "3.4e38", "-2.5", "448", "1000"])
 def test_a_real_torch_cast_stores_what_the_theory_says(value):
-    from tutor.ui.services import torch_cast
+    from tutor.worker.jobs import torch_cast
 
     names = ("fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2")
     cast = torch_cast(value, names)

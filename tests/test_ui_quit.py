@@ -71,7 +71,7 @@ async def test_ctrl_q_during_a_run_kills_the_measurement_process_before_the_app_
 EXIT_SCRIPT = textwrap.dedent("""
     import atexit, sys
     from tutor import cli
-    from tutor.commands import learn
+    from tutor.commands import app_start as learn
     from tutor.ui.app import TutorApp
 
     class Teardown:

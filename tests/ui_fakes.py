@@ -26,7 +26,8 @@ from tutor.lessons.model import Bits, Calc, Lesson, Measure, Predict, Prose, Qui
 from tutor.lessons.model import LessonInfo as Info
 from tutor.settings import Settings
 from tutor.ui.machine_detection import MachineDetection
-from tutor.ui.services import BenchOutcome, BenchRow, Services
+from tutor.ui.services import Services
+from tutor.worker.jobs import BenchOutcome, BenchRow
 
 NO_DRIVER = "no NVIDIA driver found (NVML: NVML Shared Library Not Found)"
 
@@ -314,7 +315,7 @@ class NamedFakeProbe(FakeProbe):
 def real_services(tmp_path: Any) -> Services:
     """The real curriculum, grading and value rendering, with fake probes under the real lab names."""
     from tutor import labs, lessons
-    from tutor.ui.services import torch_cast
+    from tutor.worker.jobs import torch_cast
 
     return Services(
         curriculum=lessons.load_curriculum(),

@@ -109,7 +109,9 @@ def _scaled(value: float, base: float, units: tuple[str, ...], *, digits: int, s
         while index < len(units) - 1 and magnitude >= base:
             magnitude, value, index = magnitude / base, value / base, index + 1
     text = format_number(value, digits=digits)
-    if index < len(units) - 1 and _shown_magnitude(text) >= base:  # 1023.7 KiB shows as 1,024: say 1 MiB
+    if _shown_magnitude(text) >= base and math.isfinite(value):  # 1023.7 KiB shows as 1,024: say 1 MiB
+        if index == len(units) - 1:  # 999.6 EFLOP shows as 1,000: past the largest unit too
+            return _powers_of_ten(in_first_unit, digits), units[0]
         value, index = value / base, index + 1
         text = format_number(value, digits=digits)
     return text, units[index]

@@ -1,75 +1,19 @@
 """`tensor-tutor learn [LESSON_ID]`: open the tutor app, at the home screen or at a lesson.
 
-A lesson id that does not exist is a one-line error (exit 2) before Textual starts, so a typo
-never flashes a full-screen app.
+tutor/cli.py opens the app without click for the command lines it recognises (tutor/commands/app_start.py);
+this click command is the same start for click's own paths (`tensor-tutor` with the app's table entry
+replaced, completion, `--help`).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
 import click
 
-from tutor.errors import UserError
-
-NO_TERMINAL = ("the tutor app needs a terminal (stdin and stdout are not both one); run `tensor-tutor serve` "
-               "for the app in a browser, or a headless command: fit, models, env, bench, lab, lessons (--json for scripts)")
-
-
-def _require_terminal() -> None:
-    """A full-screen app on a pipe writes escape codes and waits for keys that never come: refuse instead.
-    Under `tensor-tutor serve` the pipes are textual-serve's, which names its driver in TEXTUAL_DRIVER."""
-    if os.environ.get("TEXTUAL_DRIVER"):
-        return
-    if not (_is_terminal(sys.stdin) and _is_terminal(sys.stdout)):
-        raise UserError(NO_TERMINAL)
-
-
-def _is_terminal(stream) -> bool:
-    try:
-        return bool(stream is not None and stream.isatty())
-    except (AttributeError, ValueError):  # a replaced or closed stream
-        return False
+from tutor.commands.app_start import open_app
 
 
 @click.command("learn")
 @click.argument("lesson_id", required=False)
 def learn(lesson_id: str | None) -> None:
     """Open the tutor app (at LESSON_ID, e.g. precision/bits-of-a-float, if given)."""
-    from tutor.ui.services import default_services
-
-    services = default_services()
-    if lesson_id is not None:
-        # Raises UserError with close ids; tutor.cli turns it into one line and exit code 2.
-        lesson_id = services.curriculum.lesson(lesson_id).info.id
-    _require_terminal()
-    from tutor.ui.app import TutorApp
-
-    app = TutorApp(services, lesson_id=lesson_id)
-    app.run()
-    if app.shut_down:
-        exit_without_teardown(app.return_code or 0)
-
-
-def exit_without_teardown(code: int) -> None:
-    """End the process once the app has shut down, skipping the interpreter's own teardown.
-
-    After Textual restores the terminal the app has nothing left to do, but CPython's finalization
-    (the final full collection over every object the app made, then module cleanup) took 0.9-1.0 s
-    on the 2-core machine (measured with Ctrl+Q during a lesson's measurement: 0.31 s in the last
-    gen-2 collection alone), a blank pane the learner waits on (issue 20). atexit handlers still
-    run and the standard streams are flushed; os._exit skips the rest (the Python docs' os._exit:
-    "Exit the process ... without calling cleanup handlers, flushing stdio buffers, etc.").
-    """
-    import atexit
-
-    try:
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass  # closed or replaced: nothing to flush
-        os._exit(code)
+    open_app(lesson_id)

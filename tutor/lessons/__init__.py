@@ -23,18 +23,17 @@ if TYPE_CHECKING:
         parse_number,
     )
     from tutor.lessons.loader import Curriculum, lessons_root, load_curriculum
+    from tutor.lessons.catalog import LessonInfo, Track
     from tutor.lessons.model import (
         DIRECTIVES,
         Bits,
         Block,
         Calc,
         Lesson,
-        LessonInfo,
         Measure,
         Predict,
         Prose,
         Quiz,
-        Track,
     )
     from tutor.lessons.progress import (
         AnswerRecord,
@@ -55,7 +54,8 @@ _WHERE = {
     **dict.fromkeys(('CALC_FIELDS', 'CALC_KINDS', 'fit_request'), 'calc_fields'),
     **dict.fromkeys(('Grade', 'expected_answer', 'grade', 'number_readings', 'parse_number'), 'grading'),
     **dict.fromkeys(('Curriculum', 'lessons_root', 'load_curriculum'), 'loader'),
-    **dict.fromkeys(('DIRECTIVES', 'Bits', 'Block', 'Calc', 'Lesson', 'LessonInfo', 'Measure', 'Predict', 'Prose', 'Quiz', 'Track'), 'model'),
+    **dict.fromkeys(('DIRECTIVES', 'Bits', 'Block', 'Calc', 'Lesson', 'Measure', 'Predict', 'Prose', 'Quiz'), 'model'),
+    **dict.fromkeys(('LessonInfo', 'Track'), 'catalog'),
     **dict.fromkeys(('AnswerRecord', 'LessonProgress', 'PredictionRecord', 'ProgressStore'), 'progress'),
     **dict.fromkeys(('DeviceFigures', 'device_figures', 'evaluate', 'num', 'reference_gpu', 'render_values'), 'values'),
 }

@@ -10,16 +10,18 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tutor
 from tutor.errors import UserError
-from tutor.lessons.model import Lesson, LessonInfo, Track
+from tutor.lessons.catalog import LessonInfo, Track
 from tutor.safe_text import strings_without_controls, without_controls
 from tutor.storage import TooDeepError, loads_toml_bounded, read_regular_text
+
+if TYPE_CHECKING:
+    from tutor.lessons.model import Lesson
 
 LESSONS_DIR_ENV = "TENSOR_TUTOR_LESSONS_DIR"
 CURRICULUM_FILE = "curriculum.toml"
@@ -69,6 +71,8 @@ def _read_lesson_file(path: Path, shown: str, limit: int) -> str:
 
 
 def _read_toml(path: Path, root: Path) -> tuple[dict[str, Any], str]:
+    import tomllib  # here: a launch that finds the index cached (tutor.lessons.index_cache) parses no TOML
+
     shown = _shown_path(path, root)
     text = _read_lesson_file(path, shown, TOML_LIMIT_BYTES)
     try:
@@ -145,8 +149,9 @@ def _parse_tracks(data: dict[str, Any], text: str, shown: str) -> tuple[Track, .
     return tuple(tracks)
 
 
-def _parse_lesson_info(path: Path, root: Path, expected_id: str) -> LessonInfo:
+def _parse_lesson_info(path: Path, root: Path, expected_id: str, sources: dict[str, str]) -> LessonInfo:
     data, text = _read_toml(path, root)
+    sources[f"{expected_id}/{LESSON_TOML}"] = text
     shown = _shown_path(path, root)
     _unknown_keys(data, ("id", "title", "minutes", "prerequisites", "summary"), shown)
     lesson_id = _require(data, "id", str, shown, f'the lesson id, "{expected_id}"')
@@ -249,8 +254,9 @@ class Curriculum:
             shown = _shown_path(path, self.root)
             text = without_controls(_read_lesson_file(path, shown, PAGE_LIMIT_BYTES))
             # Here, not at the top: the directives check calc blocks against the fit fields (much
-            # of tutor.theory), which the home screen, listing lessons, never needs.
+            # of tutor.theory), and the page's block classes, which the home screen, listing lessons, never needs.
             from tutor.lessons.directives import parse_blocks
+            from tutor.lessons.model import Lesson
 
             page = Lesson(info=self.infos[lesson_id], blocks=parse_blocks(text, shown), path=path)
             self._pages[lesson_id] = page
@@ -275,12 +281,20 @@ def load_curriculum(root: Path | None = None) -> Curriculum:
 
     Checks that every listed lesson has a folder with a lesson.toml whose id matches it, and that
     prerequisites name listed lessons without a cycle. lesson.md is parsed later, by lesson().
+    The shipped curriculum (no `root`) comes from tutor.lessons.index_cache while none of its files
+    changed since it was last parsed and checked here.
     """
+    from tutor.lessons import index_cache
+
+    shipped = root is None
     root = lessons_root() if root is None else Path(root)
     manifest = root / CURRICULUM_FILE
     if not manifest.is_file():
         raise UserError(f"no lessons found: {manifest} does not exist")
+    if shipped and (cached := index_cache.read_index(root, CURRICULUM_FILE, LESSON_TOML)) is not None:
+        return Curriculum(tracks=cached[0], infos=cached[1], root=root)
     data, text = _read_toml(manifest, root)
+    sources = {CURRICULUM_FILE: text}  # each file's text as parsed, manifest first: what the cached index is keyed by
     shown = _shown_path(manifest, root)
     tracks = _parse_tracks(data, text, shown)
     infos: dict[str, LessonInfo] = {}
@@ -290,7 +304,7 @@ def load_curriculum(root: Path | None = None) -> Curriculum:
             if not (folder / LESSON_TOML).is_file():
                 raise UserError(f"{shown}:{_line_of(text, lesson_id)}: lesson {lesson_id!r} has no "
                                 f"{_shown_path(folder / LESSON_TOML, root)}")
-            infos[lesson_id] = _parse_lesson_info(folder / LESSON_TOML, root, lesson_id)
+            infos[lesson_id] = _parse_lesson_info(folder / LESSON_TOML, root, lesson_id, sources)
     for info in infos.values():
         for needed in info.prerequisites:
             if needed not in infos:
@@ -300,4 +314,6 @@ def load_curriculum(root: Path | None = None) -> Curriculum:
     cycle = find_prerequisite_cycle(infos)
     if cycle:
         raise UserError(f"{shown}: prerequisites form a cycle: {' -> '.join(cycle)}")
+    if shipped:
+        index_cache.write_index(root, sources, tracks, infos)
     return Curriculum(tracks=tracks, infos=infos, root=root)

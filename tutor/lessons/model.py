@@ -1,4 +1,5 @@
-"""What a curriculum is made of: tracks, lesson metadata, and the blocks of a lesson's page.
+"""What a curriculum is made of: tracks and lesson metadata (tutor.lessons.catalog), and the blocks of a
+lesson's page.
 
 A lesson page is a sequence of blocks: `Prose` (Markdown, possibly holding `{{ expr }}` values)
 and the interactive directives `Bits`, `Calc`, `Measure`, `Predict` and `Quiz`. Every block knows
@@ -17,28 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tutor.lessons.catalog import LessonInfo, Track
 
-@dataclass(frozen=True)
-class LessonInfo:
-    """One lesson's lesson.toml."""
-
-    id: str
-    """"<track>/<lesson>", equal to the lesson's folder under lessons/."""
-    title: str
-    track: str
-    minutes: int
-    prerequisites: tuple[str, ...]
-    summary: str
-
-
-@dataclass(frozen=True)
-class Track:
-    """One [[tracks]] entry of curriculum.toml: its lessons, in order."""
-
-    id: str
-    title: str
-    summary: str
-    lesson_ids: tuple[str, ...]
+__all__ = ["DIRECTIVES", "Bits", "Block", "Calc", "Exercise", "Goal", "Lesson", "LessonInfo", "Measure", "Predict",
+           "Prose", "Quiz", "Track"]
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,18 @@ be written the store keeps working in memory and says so in `warning`.
 from __future__ import annotations
 
 import math
-import secrets
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tutor.file_lock import locked
-from tutor.lessons.model import Lesson, Track
+from tutor.lessons.catalog import Track
 from tutor.storage import data_dir, read_json, write_json_atomic
+
+if TYPE_CHECKING:
+    from tutor.lessons.model import Lesson
 
 PROGRESS_FILE = "progress.json"
 FORMAT_VERSION = 1
@@ -230,6 +232,8 @@ class ProgressStore:
         """This progress file's random id (created and saved on first use): the seed of the learner's
         draws and choice order."""
         if not self._data.get("learner_id"):
+            import secrets  # here: its hashlib import is 3 ms of every launch, and only a first run draws an id
+
             new_id = secrets.token_hex(8)
             self._change(None, lambda data: data.__setitem__("learner_id", data.get("learner_id") or new_id))
             if not self.persistent:  # said once: the id is only created once per store

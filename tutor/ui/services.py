@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tutor.settings import Settings
 from tutor.ui.machine_detection import MachineDetection
-from tutor.worker.jobs import (BENCH_BUDGET_S, BENCH_DTYPES, TORCH_DTYPES, BenchOutcome, BenchRow, bench_rows,
-                               run_bench_suite, torch_cast)
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -28,10 +26,10 @@ if TYPE_CHECKING:
     from tutor.lessons.grading import Grade
     from tutor.lessons.model import Lesson, LessonInfo, Quiz, Track
     from tutor.worker.client import WorkerClient
+    from tutor.worker.jobs import BenchOutcome
 
-__all__ = ["BENCH_BUDGET_S", "BENCH_DTYPES", "TORCH_DTYPES", "BenchOutcome", "BenchRow", "CurriculumLike",
-           "DrawsResults", "LessonStateLike", "ProbeLike", "ProgressLike", "SamplerLike", "Services", "bench_rows", "default_services",
-           "run_bench_suite", "torch_cast"]
+__all__ = ["CurriculumLike", "DrawsResults", "LessonStateLike", "ProbeLike", "ProgressLike", "SamplerLike",
+           "SamplerWhenStarted", "Services", "default_services"]
 
 
 @runtime_checkable
@@ -135,7 +133,7 @@ class ProgressLike(Protocol):
     def track_progress(self, track: Track) -> tuple[int, int]: ...
 
 
-BenchRunner = Callable[["ProgressFn", threading.Event], BenchOutcome]
+BenchRunner = Callable[["ProgressFn", threading.Event], "BenchOutcome"]
 TorchCaster = Callable[[str, Sequence[str]], dict[str, float]]
 
 
@@ -248,6 +246,32 @@ class ProbesWhenUsed(Mapping[str, ProbeLike]):
         return len(self._labs())
 
 
+class SamplerWhenStarted:
+    """tutor.hardware.sampler.Sampler, imported and made on the first start (the app starts it after
+    the home screen's first paint, which shows no live pane): its module was 2 ms of every launch."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._sampler: SamplerLike | None = None
+
+    def start(self) -> None:
+        if self._sampler is None:
+            from tutor.hardware.sampler import Sampler
+
+            self._sampler = Sampler(self.interval_s)
+        self._sampler.start()
+
+    def stop(self) -> None:
+        if self._sampler is not None:
+            self._sampler.stop()
+
+    def samples(self) -> list[Sample]:
+        return self._sampler.samples() if self._sampler is not None else []
+
+    def latest(self) -> Sample | None:
+        return self._sampler.latest() if self._sampler is not None else None
+
+
 def worker_labs_when_used(worker: WorkerClient) -> ProbesWhenUsed:
     """Every lab of the registry, run by `worker`, built on first use."""
 
@@ -288,7 +312,6 @@ def default_services(worker: WorkerClient | None = None) -> Services:
     starts it after the home screen's first paint). The machine is not detected here: the app
     does it in a thread after that paint (tutor.ui.machine_detection)."""
     import tutor.lessons as lessons
-    from tutor.hardware.sampler import Sampler
     from tutor.settings import load_settings, save_settings
     from tutor.worker.client import WorkerClient
 
@@ -300,7 +323,7 @@ def default_services(worker: WorkerClient | None = None) -> Services:
         curriculum=lessons.load_curriculum(),
         progress=progress,
         machine_detection=MachineDetection(),
-        sampler=Sampler(1.0 / settings.sample_hz),
+        sampler=SamplerWhenStarted(1.0 / settings.sample_hz),
         probes=worker_labs_when_used(worker),
         render_values=render_values_when_used,
         grade=grade_when_used,

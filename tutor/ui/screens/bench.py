@@ -25,7 +25,7 @@ from textual.widgets.option_list import Option
 from tutor.bench.notebook import Notebook, Run, compare_runs_at_same_sizes, read_notebook
 from tutor.formatting import format_quantity
 from tutor.ui.host import tutor_app
-from tutor.ui.services import BenchOutcome, BenchRow, bench_rows
+from tutor.worker.jobs import BenchOutcome, BenchRow, bench_rows
 
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, PeakGauge
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title

@@ -67,6 +67,7 @@ The five tracks of the course, each with how many of its lessons you have comple
     def __init__(self, services: Services) -> None:
         super().__init__()
         self.services = services
+        self._resumed = False
 
     def compose(self) -> ComposeResult:
         machine = self.services.machine_detection.ready()
@@ -98,7 +99,9 @@ The five tracks of the course, each with how many of its lessons you have comple
             self.query_one(DeviceHeader).show_device(device_title(machine), device_label(machine))
 
     def on_screen_resume(self) -> None:
-        self.refresh_lessons(follow_last_lesson=True)
+        if self._resumed:
+            self.refresh_lessons(follow_last_lesson=True)
+        self._resumed = True  # the first resume follows on_mount's listing: nothing changed between them
 
     def refresh_lessons(self, follow_last_lesson: bool = False) -> None:
         """Rebuild the list from the curriculum and the progress file, keeping the highlight (or,

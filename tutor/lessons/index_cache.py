@@ -1,0 +1,97 @@
+"""The shipped curriculum's index kept between launches: its tracks and every lesson's metadata, as
+parsed from curriculum.toml and the lesson.toml files the last time they changed.
+
+Every launch of the app lists all lessons, and parsing the 31 TOML files behind that list (tomllib
+is pure Python) with the loader's checks was 4-5 ms of the ~200 ms to the home screen on the 2-core
+machine, a tenth of what the app adds to a bare Textual start (issue 20). The cache holds the index
+the loader built, keyed by a CRC-32 of every file it read (read again at each launch: 0.3 ms), so an
+edited, added or removed lesson is parsed afresh. It is only ever a shortcut: a missing, unreadable,
+stale or damaged cache, or one that cannot be written, means the files are parsed as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+from tutor import __version__
+from tutor.lessons.catalog import LessonInfo, Track
+from tutor.safe_text import strings_without_controls
+from tutor.storage import APP_NAME, DATA_DIR_ENV, read_regular_bytes, write_json_atomic
+
+CACHE_FILE = "curriculum-index.json"
+FORMAT = 1
+"""Bumped whenever the stored shape changes. The index is also kept per tutor version, so a release
+whose loader checks more parses the files afresh."""
+CACHE_LIMIT_BYTES = 1 << 20
+SOURCE_LIMIT_BYTES = 1 << 20
+"""The most any one source file is read for its digest: the loader's own limit for a TOML file."""
+
+
+def cache_path() -> Path:
+    """$TENSOR_TUTOR_DATA_DIR/cache/curriculum-index.json when that is set (tests, a portable setup),
+    else in platformdirs' user cache folder (~/.cache/tensor-tutor on Linux)."""
+    override = os.environ.get(DATA_DIR_ENV)
+    if override:
+        return Path(override).expanduser() / "cache" / CACHE_FILE
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)) / CACHE_FILE
+
+
+def sources_digest(sources: list[tuple[str, bytes]]) -> int:
+    """CRC-32 over the name and bytes of each source file, in order."""
+    digest = 0
+    for name, data in sources:
+        digest = zlib.crc32(data, zlib.crc32(name.encode("utf-8") + b"\0", digest))
+    return digest
+
+
+def newlines_as_parsed(data: bytes) -> bytes:
+    """The bytes with universal newlines, as the loader reads its text (tutor.storage.read_regular_text):
+    a CRLF checkout digests the same on both sides."""
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+
+def read_index(root: Path, manifest: str, lesson_file: str) -> tuple[tuple[Track, ...], dict[str, LessonInfo]] | None:
+    """The cached tracks and lesson metadata of the curriculum at `root` (its `manifest` and each
+    lesson's `lesson_file`), if the cache holds them and none of those files changed since; None otherwise."""
+    try:
+        stored = json.loads(read_regular_bytes(cache_path(), CACHE_LIMIT_BYTES))
+        if stored.get("format") != FORMAT or stored.get("version") != __version__ or stored.get("root") != str(root):
+            return None
+        stored = strings_without_controls(stored)
+        tracks = tuple(Track(id=t["id"], title=t["title"], summary=t["summary"], lesson_ids=tuple(t["lesson_ids"]))
+                       for t in stored["tracks"])
+        infos = {i["id"]: LessonInfo(id=i["id"], title=i["title"], track=i["track"], minutes=i["minutes"],
+                                     prerequisites=tuple(i["prerequisites"]), summary=i["summary"])
+                 for i in stored["lessons"]}
+        lesson_ids = [lesson_id for track in tracks for lesson_id in track.lesson_ids]
+        if lesson_ids != list(infos):
+            return None
+        names = [manifest, *(f"{lesson_id}/{lesson_file}" for lesson_id in lesson_ids)]
+        digest = sources_digest([(name, newlines_as_parsed(read_regular_bytes(root / name, SOURCE_LIMIT_BYTES)))
+                                 for name in names])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None  # no cache, a file gone, or not a cache this code wrote: parse the files
+    return (tracks, infos) if digest == stored.get("digest") else None
+
+
+def write_index(root: Path, sources: dict[str, str], tracks: tuple[Track, ...], infos: dict[str, LessonInfo]) -> None:
+    """Keep the index the loader just parsed and checked from `sources` (each file's name under `root`
+    and text, in the order read_index reads them); says nothing when it cannot (a read-only home)."""
+    stored: dict[str, Any] = {
+        "format": FORMAT, "version": __version__, "root": str(root),
+        "digest": sources_digest([(name, text.encode("utf-8")) for name, text in sources.items()]),
+        "tracks": [{"id": t.id, "title": t.title, "summary": t.summary, "lesson_ids": list(t.lesson_ids)}
+                   for t in tracks],
+        "lessons": [{"id": i.id, "title": i.title, "track": i.track, "minutes": i.minutes,
+                     "prerequisites": list(i.prerequisites), "summary": i.summary} for i in infos.values()],
+    }
+    try:
+        write_json_atomic(cache_path(), stored)
+    except OSError:
+        pass  # the next launch parses the files again
