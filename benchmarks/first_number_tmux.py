@@ -62,15 +62,22 @@ def tflops_from_screen(screen: str) -> tuple[float, str] | None:
     return None
 
 
+def block_cell(line: str) -> str:
+    """The measure block's part of a painted line: between its left border and the next one."""
+    cells = line.split("│")
+    return cells[1].strip(" ▏▕") if len(cells) > 2 else ""
+
+
 def summary_text(screen: str, start: str) -> str:
-    """The summary paragraph from its first line on (it wraps inside the block), joined."""
+    """Everything the measure block says about the run, joined: the summary paragraph (it wraps
+    inside the block) and each row's label, figures and notes (the thread count the lab used, the
+    wait for free cores, how many sizes settled), down to the bar chart or the block's end."""
     lines = screen.splitlines()
     index = next(i for i, line in enumerate(lines) if start in line)
     words = []
-    for line in lines[index:index + 4]:
-        cell = pane_cell(line, "") if "│" in line else line
-        cell = next((part.strip(" ▏▕") for part in line.split("│") if part.strip(" ▏▕")), cell)
-        if not cell:
+    for line in lines[index:]:
+        cell = block_cell(line)
+        if not cell or "█" in cell or "╰" in line.split("│")[0]:
             break
         words.append(cell)
     return " ".join(words)
@@ -164,7 +171,7 @@ def report(index: int, launch: dict, ref: dict, goal: float) -> None:
     print(f"launch {index:2d}: app {format_rate(launch['tflops'], 'TFLOP/s')}, bench "
           f"{format_rate(ref['tflops_median'], 'TFLOP/s')} at {ref['m']}x{ref['n']}x{ref['k']} ({ref['backend']}): "
           f"ratio {ratio:.2f} {'ok' if ratio >= goal else 'LOW'}; lesson shown {launch['shown_s']:.1f} s after launch, "
-          f"Enter -> number {launch['enter_to_number_s']:.1f} s; {launch['load']}; app said: {launch['summary'][:160]}")
+          f"Enter -> number {launch['enter_to_number_s']:.1f} s; {launch['load']}; app said: {launch['summary']}")
 
 
 if __name__ == "__main__":
