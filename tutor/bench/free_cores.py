@@ -8,9 +8,9 @@ fp32 rate at 0.40-0.88 of `bench matmul`'s on the 2-core machine. So the lab fir
 its budget, at most MAX_WAIT_S) until the CPU time of everything but itself (other processes and
 the app's interface, as tutor.bench.busy counts them) fits in QUIET_CORES, and then uses one
 thread per core that is still free: a core counts as taken once half of it is used. Where it gave
-cores up and the load it gave them up to was gone while it measured (`threads_free_during`: on
-the shared machine another program's burst often ends just after the wait), the lab sweeps again
-on the cores that were free, so a passing burst does not leave the learner with one core's rate.
+cores up, it looks once more after its sweep (one window, `max_wait_s=0`), and sweeps again on the
+cores that are free by then (on the shared machine another program's burst often ends just after
+the wait), so a passing burst does not leave the learner with one core's rate.
 
 Measured on the 2-core dev box (tutor.bench.timing.use_all_cpu_threads): fp32 1024^3 135 GFLOP/s
 on 1 thread, 170-220 on 2, so a thread given up for a core that is really busy costs less than the
@@ -78,13 +78,6 @@ def cores_taken(share: BusyShare) -> float:
     if share.window_s <= 0:
         return 0.0
     return (share.other_cpu_s + (share.interface_cpu_s or 0.0)) / share.window_s
-
-
-def threads_free_during(share: BusyShare) -> int:
-    """The threads the same rule (free_thread_count) gives for what else ran during a measurement
-    (other processes and the app's interface): more than a sweep used means the cores it gave up
-    before it started were free while it ran, and it measured less than this machine does."""
-    return free_thread_count(share.cores, cores_taken(share))
 
 
 def free_thread_count(cores: int, taken_cores: float) -> int:

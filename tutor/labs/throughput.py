@@ -6,7 +6,7 @@ probe is `tensor-tutor bench matmul`'s code with torch's backend only: the budge
 is loaded and warm, sizes grow until their timing is stable, and how busy the machine was (other
 processes' CPU share, tutor.bench.busy) is reported beside the figures and as `busy` in the JSON.
 On a CPU it first waits briefly for free cores and sweeps on the threads they allow
-(tutor.bench.free_cores); when cores it gave up were free while it swept, it sweeps again on them.
+(tutor.bench.free_cores); when cores it gave up are free once it has swept, it sweeps again on them.
 """
 
 from __future__ import annotations
@@ -129,6 +129,19 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
             use_all_cpu_threads()  # the next lab in this process starts with every thread again
 
 
+def cores_freed_since(free, threads: int | None, cancel: threading.Event) -> int:
+    """After a CPU sweep on fewer threads than cores (the wait found them taken): one more look at
+    the machine (tutor.bench.free_cores, one window); the threads it allows when more than the
+    sweep used, else 0. The other work often ends during the sweep (issue 20: a burst that outlasted
+    the wait by a second left one core's rate, 155-163 GFLOP/s against bench's 314-319)."""
+    if free is None or threads is None or threads >= free.cores or cancel.is_set():
+        return 0
+    from tutor.bench.free_cores import wait_for_free_cores
+
+    now = wait_for_free_cores(max_wait_s=0.0, cancelled=cancel.is_set)
+    return now.threads if now.threads > threads else 0
+
+
 def _better(first, second):
     """The better of two sweeps' headline results: a stable timing first, then the higher median."""
     return max(first, second, key=lambda result: (result.stable, result.tflops_median))
@@ -137,7 +150,6 @@ def _better(first, second):
 def _matmul_sweeps(params: dict, progress: ProgressFn, cancel: threading.Event, *, device: str,
                    supported: tuple[str, ...], machine, free) -> ProbeResult:
     from tutor.bench.busy import BusyMeter
-    from tutor.bench.free_cores import threads_free_during
     from tutor.bench.matmul import matmul_throughput
 
     threads = free.threads if free is not None else None
@@ -171,10 +183,10 @@ def _matmul_sweeps(params: dict, progress: ProgressFn, cancel: threading.Event, 
         best = next(result for result in results if result.headline)
         swept_on = threads
         retry = ""
-        if free is not None and threads is not None and best.busy is not None \
-                and threads_free_during(best.busy) > threads:
-            # Cores given up before the sweep were free while it ran: time again on them.
-            threads = threads_free_during(best.busy)
+        freed = cores_freed_since(free, threads, cancel)
+        if freed:
+            # Cores given up before the sweep are free now: time again on them.
+            threads = freed
             retry = f"timing again on {threads} threads, the cores came free"
         elif not best.stable:
             # No size settled within its share: sweep once more rather than report a figure the
