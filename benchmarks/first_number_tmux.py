@@ -14,7 +14,8 @@ reading it does not load the cores it measures). Then the reference, `python -m 
 figures under the same load) or once after all launches; its headline median TFLOP/s is the figure
 `bench` prints. Per launch: the app's rate, the reference, their ratio, the summary's words about
 stability and busyness, and the load average. Issue 20's goal: ratio >= 0.7 in 10 of 10 launches.
-The last line is the verdict: "N of M >= 0.7: PASS|FAIL".
+The line before the verdict counts the launches whose summary said "machine busy" (other programs,
+not the app, took the cores while it measured); the last line is the verdict: "N of M >= 0.7: PASS|FAIL".
 
 `benchmarks/first_number.py` is the in-process variant (the probe through a fresh worker, no app).
 """
@@ -48,6 +49,8 @@ RESULT_POLL_S = 0.25
 and the tmux server serialising the pane: at app_startup's 5 ms that took 0.3-0.5 of the 2 cores,
 load the reference bench never had and a learner's terminal does not add (the app read 101-216
 GFLOP/s under it, 265-317 with a read a second, bench 297-306). Enter -> number is then to 0.25 s."""
+BUSY_WORDS = "machine busy:"
+"""What the summary says when other processes took at least tutor.bench.busy.BUSY_SHARE of the cores."""
 SUMMARY = re.compile(r"fp32 (\d[\d.,]*) ([kMGTP]?)FLOP/s on \w+")
 PREFIX = {"": 1e-12, "k": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3}
 
@@ -62,15 +65,22 @@ def tflops_from_screen(screen: str) -> tuple[float, str] | None:
     return None
 
 
+def block_cell(line: str) -> str:
+    """The measure block's part of a painted line: between its left border and the next one."""
+    cells = line.split("│")
+    return cells[1].strip(" ▏▕") if len(cells) > 2 else ""
+
+
 def summary_text(screen: str, start: str) -> str:
-    """The summary paragraph from its first line on (it wraps inside the block), joined."""
+    """Everything the measure block says about the run, joined: the summary paragraph (it wraps
+    inside the block) and each row's label, figures and notes (the thread count the lab used, the
+    wait for free cores, how many sizes settled), down to the bar chart or the block's end."""
     lines = screen.splitlines()
     index = next(i for i, line in enumerate(lines) if start in line)
     words = []
-    for line in lines[index:index + 4]:
-        cell = pane_cell(line, "") if "│" in line else line
-        cell = next((part.strip(" ▏▕") for part in line.split("│") if part.strip(" ▏▕")), cell)
-        if not cell:
+    for line in lines[index:]:
+        cell = block_cell(line)
+        if not cell or "█" in cell or "╰" in line.split("│")[0]:
             break
         words.append(cell)
     return " ".join(words)
@@ -148,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
             report(index, launch, ref, args.goal)
     passed = sum(launch["tflops"] is not None and launch["tflops"] / launch["reference"]["tflops_median"] >= args.goal
                  for launch in launches)  # type: ignore[index, operator]
-    print(f"{load()} at the end")
+    from tutor.bench.busy import BUSY_SHARE
+    from tutor.formatting import format_percent
+
+    busy = sum(BUSY_WORDS in str(launch["summary"]) for launch in launches)
+    print(f"{load()} at the end; the app found the machine busy (other processes >= {format_percent(BUSY_SHARE)} "
+          f"of the cores while it measured) in {busy} of {args.launches} launches")
     print(f"{passed} of {args.launches} >= {args.goal:g} of bench matmul's fp32 best: "
           f"{'PASS' if passed == args.launches else 'FAIL'}")
     return 0 if passed == args.launches else 1
@@ -164,7 +179,7 @@ def report(index: int, launch: dict, ref: dict, goal: float) -> None:
     print(f"launch {index:2d}: app {format_rate(launch['tflops'], 'TFLOP/s')}, bench "
           f"{format_rate(ref['tflops_median'], 'TFLOP/s')} at {ref['m']}x{ref['n']}x{ref['k']} ({ref['backend']}): "
           f"ratio {ratio:.2f} {'ok' if ratio >= goal else 'LOW'}; lesson shown {launch['shown_s']:.1f} s after launch, "
-          f"Enter -> number {launch['enter_to_number_s']:.1f} s; {launch['load']}; app said: {launch['summary'][:160]}")
+          f"Enter -> number {launch['enter_to_number_s']:.1f} s; {launch['load']}; app said: {launch['summary']}")
 
 
 if __name__ == "__main__":

@@ -129,3 +129,10 @@ def test_a_hog_named_as_the_interface_is_not_other_processes(monkeypatch) -> Non
     assert share.interface_cpu_s >= 0.85 * hog_s - 0.05
     monkeypatch.setenv(INTERFACE_PID_ENV, str(os.getpid()))
     assert interface_process() is None  # a process is never its own interface
+
+
+def test_an_exact_zero_of_other_work_reads_zero_not_a_float_remainder():
+    # Tick counts summed in floats: 0.3 + 0.1 - 0.4 is 5.6e-17, once shown as "1.7 × 10⁻¹²%".
+    share = busy_share_between(CpuSnapshot(0.0, 10.0, 1.0, 0.0), CpuSnapshot(1.0, 10.4, 1.3, 0.1), cores=2)
+    assert share.other_cpu_s == 0.0
+    assert "used only 0% of 2 cores" in share.describe()

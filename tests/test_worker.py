@@ -218,6 +218,23 @@ def test_the_worker_runs_niced_and_under_the_memory_limit_it_is_given():
 
 
 @pytest.mark.slow
+def test_every_job_runs_in_the_thread_that_warmed_the_worker_not_in_one_of_its_own():
+    # torch's OpenMP pool belongs to the thread that calls it: a job in a fresh thread met a cold
+    # pool beside the warm one, and fp32 matmuls at one core's rate (issue 20's low first numbers).
+    from worker_probes import PROBES
+
+    warm = WorkerClient(probes_module="worker_probes", warm=True, env={"PYTHONPATH": str(TESTS)})
+    try:
+        where = worker_probe(warm, PROBES["where"])
+        first, second = (where.run({}, lambda *a: None, threading.Event()).metrics for _ in range(2))
+    finally:
+        warm.stop()
+    assert first["warmed_in"] != -1, "the worker did not warm up"
+    assert first["thread"] == second["thread"] == first["warmed_in"]
+    assert first["thread"] != first["pid"], "jobs must not run in the thread that reads cancel commands"
+
+
+@pytest.mark.slow
 def test_the_app_side_of_the_worker_imports_neither_torch_nor_textual():
     code = ("import sys, tutor.worker.client, tutor.worker.proxies, tutor.worker.jobs, tutor.worker.protocol; "
             "print(sorted({'torch', 'textual', 'numpy'} & set(sys.modules)))")

@@ -68,6 +68,22 @@ def _unpicklable(params: dict, progress: ProgressFn, cancel: threading.Event) ->
     return ProbeResult("unpicklable", (), {}, "a lambda in the details", details={"f": lambda: None})
 
 
+WARMED_IN: list[int] = []
+"""The native id of the thread that ran WARM in this worker."""
+
+
+def WARM(channel: object) -> None:
+    """The tests' stand-in for the worker's torch warm-up (tutor.worker.__main__.warm_function): it
+    records the thread it ran in."""
+    WARMED_IN.append(threading.get_native_id())
+
+
+def _where(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
+    """Which thread of which process ran this job, and which thread warmed the worker up (-1: none)."""
+    return ProbeResult("where", (), {"thread": float(threading.get_native_id()), "pid": float(os.getpid()),
+                                     "warmed_in": float(WARMED_IN[0]) if WARMED_IN else -1.0}, "where")
+
+
 def _probe(name: str, run) -> Probe:  # type: ignore[no-untyped-def]
     return Probe(name=name, title=f"test probe {name}", description="a test stand-in", needs_torch=False,
                  params_schema={}, run=run, default_params={"value": 1.5} if name == "quick" else {})
@@ -101,4 +117,4 @@ PROBES = {probe.name: probe for probe in (
     _probe("chatty", _chatty), _probe("busy", _busy),
     _probe("quick", _quick), _probe("sleepy", _sleepy), _probe("stubborn", _stubborn), _probe("oom", _oom),
     _probe("broken", _broken), _probe("refuses", _refuses),
-    _probe("limits", _limits), _probe("unpicklable", _unpicklable))}
+    _probe("limits", _limits), _probe("unpicklable", _unpicklable), _probe("where", _where))}

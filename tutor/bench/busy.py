@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 # Other processes taking at least this share of the usable cores make the machine "busy" in what a
 # learner reads. A desktop at rest (browser, editor, the tutor's own interface) stays well under it.
 BUSY_SHARE = 0.15
+CPU_SECONDS_DIGITS = 6
+"""Other processes' CPU seconds are rounded to a microsecond (the counters tick at 1/100 s)."""
 INTERFACE_PID_ENV = "TENSOR_TUTOR_INTERFACE_PID"
 """The app interface's process id, set by the measurement process for everything it runs."""
 
@@ -221,5 +223,7 @@ def busy_share_between(first: CpuSnapshot, last: CpuSnapshot, *, cores: int) -> 
     interface: float | None = None
     if first.interface_s is not None and last.interface_s is not None:
         interface = max(0.0, last.interface_s - first.interface_s)
-    return BusyShare(window_s=window, cores=max(1, cores), other_cpu_s=max(0.0, machine - own - (interface or 0.0)),
-                     own_cpu_s=own, interface_cpu_s=interface)
+    # The CPU seconds are whole ticks (1/100 s) summed in floats: an exact zero can come out as 1e-14
+    # s, which a learner would read as "1.7 × 10⁻¹²%"; nothing finer than a microsecond is real.
+    other = round(max(0.0, machine - own - (interface or 0.0)), CPU_SECONDS_DIGITS)
+    return BusyShare(window_s=window, cores=max(1, cores), other_cpu_s=other, own_cpu_s=own, interface_cpu_s=interface)

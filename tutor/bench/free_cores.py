@@ -7,7 +7,10 @@ painting the lesson it was started from, or while other programs run: issue 20 m
 fp32 rate at 0.40-0.88 of `bench matmul`'s on the 2-core machine. So the lab first waits (outside
 its budget, at most MAX_WAIT_S) until the CPU time of everything but itself (other processes and
 the app's interface, as tutor.bench.busy counts them) fits in QUIET_CORES, and then uses one
-thread per core that is still free: a core counts as taken once half of it is used.
+thread per core that is still free: a core counts as taken once half of it is used. Where it gave
+cores up, it looks once more after its sweep (one window, `max_wait_s=0`), and sweeps again on the
+cores that are free by then (on the shared machine another program's burst often ends just after
+the wait), so a passing burst does not leave the learner with one core's rate.
 
 Measured on the 2-core dev box (tutor.bench.timing.use_all_cpu_threads): fp32 1024^3 135 GFLOP/s
 on 1 thread, 170-220 on 2, so a thread given up for a core that is really busy costs less than the
@@ -45,8 +48,10 @@ class FreeCores:
     waited_s: float
     quiet: bool
 
-    def describe(self) -> str:
-        """One line for the result's notes ('' when nothing is worth saying: quiet at once, all cores)."""
+    def describe(self, threads_used: int | None = None) -> str:
+        """One line for the result's notes ('' when nothing is worth saying: quiet at once, all cores).
+        `threads_used`: the threads the figure was timed on, when more than the wait left it (the
+        cores came free: tutor.labs.throughput times again on them)."""
         from tutor.formatting import format_duration, format_number
 
         parts = []
@@ -54,8 +59,13 @@ class FreeCores:
             parts.append(f"waited {format_duration(self.waited_s)} for the cores to be free"
                          + ("" if self.quiet else " (they did not come free)"))
         if self.threads < self.cores:
-            parts.append(f"{self.threads} thread{'s' if self.threads != 1 else ''} on {self.cores} cores: other "
-                         f"work used {format_number(self.taken_cores)} of them when it started")
+            threads = f"{self.threads} thread{'s' if self.threads != 1 else ''} on {self.cores} cores"
+            used = f"other work used {format_number(self.taken_cores)} of them when it started"
+            if threads_used is not None and threads_used > self.threads:
+                parts.append(f"{threads} at first ({used}); the figure is timed on {threads_used} threads, once "
+                             "the cores came free")
+            else:
+                parts.append(f"{threads}: {used}")
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, float | int | bool]:

@@ -5,6 +5,8 @@ the peaks they are read against come from tutor.hardware (datasheet or CPU formu
 probe is `tensor-tutor bench matmul`'s code with torch's backend only: the budget starts once torch
 is loaded and warm, sizes grow until their timing is stable, and how busy the machine was (other
 processes' CPU share, tutor.bench.busy) is reported beside the figures and as `busy` in the JSON.
+On a CPU it first waits briefly for free cores and sweeps on the threads they allow
+(tutor.bench.free_cores); when cores it gave up are free once it has swept, it sweeps again on them.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ def _speedup_keys() -> tuple[str, ...]:
     return tuple(f"speedup_{a}_over_{b}" for a, b in itertools.permutations(MATMUL_DTYPES, 2))
 
 
-def _headline_details(result) -> dict:
-    """Which timing a dtype's figure comes from, for the JSON (the rows say it in words)."""
+def _headline_details(result, threads: int | None = None) -> dict:
+    """Which timing a dtype's figure comes from, for the JSON (the rows say it in words); `threads`:
+    torch's intra-op threads for it (None: every usable CPU, or not a CPU)."""
     return {"m": result.m, "n": result.n, "k": result.k, "backend": result.backend, "statistic": "median",
+            "threads": threads,
             "iters": result.iters, "stable": result.stable, "spread": result.spread,
             "tflops_median": result.tflops_median, "tflops_best": result.tflops_best,
             "sizes_timed": len(result.sweep), "sizes_noisy": sum(1 for shape in result.sweep if shape.noisy),
@@ -125,6 +129,19 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
             use_all_cpu_threads()  # the next lab in this process starts with every thread again
 
 
+def cores_freed_since(free, threads: int | None, cancel: threading.Event) -> int:
+    """After a CPU sweep on fewer threads than cores (the wait found them taken): one more look at
+    the machine (tutor.bench.free_cores, one window); the threads it allows when more than the
+    sweep used, else 0. The other work often ends during the sweep (issue 20: a burst that outlasted
+    the wait by a second left one core's rate, 155-163 GFLOP/s against bench's 314-319)."""
+    if free is None or threads is None or threads >= free.cores or cancel.is_set():
+        return 0
+    from tutor.bench.free_cores import wait_for_free_cores
+
+    now = wait_for_free_cores(max_wait_s=0.0, cancelled=cancel.is_set)
+    return now.threads if now.threads > threads else 0
+
+
 def _better(first, second):
     """The better of two sweeps' headline results: a stable timing first, then the higher median."""
     return max(first, second, key=lambda result: (result.stable, result.tflops_median))
@@ -164,22 +181,35 @@ def _matmul_sweeps(params: dict, progress: ProgressFn, cancel: threading.Event, 
             cancelled = True
             break
         best = next(result for result in results if result.headline)
-        if not best.stable and not cancel.is_set():
-            # No size settled within its share: sweep once more (past the budget, at most its share
-            # again) rather than report a figure the timing does not support.
-            progress(index / len(dtypes), f"{dtype} matmul on {device}: timing again, it did not settle")
+        swept_on = threads
+        retry = ""
+        freed = cores_freed_since(free, threads, cancel)
+        if freed:
+            # Cores given up before the sweep are free now: time again on them.
+            threads = freed
+            retry = f"timing again on {threads} threads, the cores came free"
+        elif not best.stable:
+            # No size settled within its share: sweep once more rather than report a figure the
+            # timing does not support.
+            retry = "timing again, it did not settle"
+        if retry and not cancel.is_set():
+            # Past the budget, at most its share again.
+            progress(index / len(dtypes), f"{dtype} matmul on {device}: {retry}")
             again = matmul_throughput(device, dtype, budget_s=share, machine=machine, cancel=cancel,
                                       include_numpy=False, fp32_tflops=metrics.get("tflops_fp32"), threads=threads)
             if again:
-                best = _better(best, next(result for result in again if result.headline))
+                second = next(result for result in again if result.headline)
+                best = _better(best, second)
+                if best is second:
+                    swept_on = threads
                 swept_twice.append(dtype)
         metrics[f"tflops_{dtype}"] = best.tflops_median
-        headlines[dtype] = _headline_details(best)
+        headlines[dtype] = _headline_details(best, swept_on)
         peaks[dtype] = best.peak_tflops
         sweeps[dtype] = {(shape.m, shape.n, shape.k): shape.tflops_median for shape in best.sweep}
         # How busy the machine was is said once, in the summary, over the whole run.
         said_in_summary = best.busy.describe() if best.busy is not None else ""
-        cores_note = free.describe() if free is not None else ""
+        cores_note = free.describe(threads_used=swept_on) if free is not None else ""
         notes = list(dict.fromkeys(note for note in (*best.notes, best.peak_note, cores_note)
                                    if note and note != said_in_summary))
         rows.append(Measurement(

@@ -1,9 +1,15 @@
 """The measurement process: `python -m tutor.worker --fd N --parent PID [--probes MODULE] [--no-warm]`.
 
 Started by tutor.worker.client.WorkerClient (never by a user). It imports torch and warms it while
-the learner reads, then runs one job at a time in a thread (probes, the bench suite, torch casts)
-and answers on the socket it inherited as fd N. The main thread only reads commands, so a cancel
-reaches the job's Event at once. It dies with the app: end of stream on the socket, or the parent's
+the learner reads, then runs one job at a time (probes, the bench suite, torch casts) and answers
+on the socket it inherited as fd N. Warming and every job run in one long-lived measurement thread
+(`JobThread`): torch's OpenMP runtime keeps a pool of threads per thread that calls it, so a job in
+a thread of its own met a cold pool of its own beside the warm one, twice the threads for the
+cores, and libgomp then stops spinning between parallel regions (it throttles once it manages
+more threads than there are CPUs): on the 2-core machine fp32 matmuls in a fresh thread after the
+main thread's warm-up ran at one core's rate (150-156 GFLOP/s at 1024^3 against 320-355 in the
+warming thread; 256^3: 180-200 against 315-330), what issue 20's low first numbers read. The main
+thread only reads commands, so a cancel reaches the job's Event at once. It dies with the app: end of stream on the socket, or the parent's
 death (Linux PR_SET_PDEATHSIG), kills its whole process group (rank processes included).
 It names the app in TENSOR_TUTOR_INTERFACE_PID, so busy readings (tutor.bench.busy) count the
 app's interface apart from other programs, and sends each job's progress at most 10 times a second.
@@ -15,6 +21,7 @@ import argparse
 import importlib
 import os
 import pickle
+import queue
 import signal
 import socket
 import sys
@@ -90,11 +97,17 @@ def warm_torch(channel: Channel) -> None:
     warm_up("cpu")
 
 
-def load_probes(module_name: str | None) -> Mapping[str, Probe]:
-    """The labs the jobs run: tutor.labs.PROBES (each lab's module imported when it first runs), or
-    PROBES of a test module."""
-    module: types.ModuleType = importlib.import_module(module_name or "tutor.labs")
-    return module.PROBES
+def warm_function(module: types.ModuleType, channel: Channel) -> Callable[[], None]:
+    """How the measurement thread warms up: the probes module's WARM(channel) where it has one (the
+    tests' stand-in for torch), else torch's (warm_torch)."""
+    warm = getattr(module, "WARM", None) or warm_torch
+    return lambda: warm(channel)
+
+
+def load_probes(module_name: str | None) -> types.ModuleType:
+    """The module whose PROBES the jobs run: tutor.labs (each lab's module imported when it first
+    runs), or a test module."""
+    return importlib.import_module(module_name or "tutor.labs")
 
 
 def job_function(job: Frame, probes: Mapping[str, Probe]) -> Callable[[ProgressFn, threading.Event], object]:
@@ -177,12 +190,48 @@ class ProgressThrottle:
                 self._timer = None
 
 
-class Worker:
-    """Reads commands, runs one job at a time, reports."""
+class JobThread:
+    """The one thread that warms torch and runs every job, in turn (see the module docstring)."""
 
-    def __init__(self, channel: Channel, probes: Mapping[str, Probe]) -> None:
+    def __init__(self) -> None:
+        self._tasks: queue.Queue[Callable[[], None]] = queue.Queue()
+        self.thread = threading.Thread(target=self._serve, daemon=True, name="measurement")
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            self._tasks.get()()
+
+    def submit(self, task: Callable[[], None]) -> None:
+        """Run `task` in the measurement thread after what is already queued; returns at once."""
+        self._tasks.put(task)
+
+    def call(self, task: Callable[[], None]) -> None:
+        """Run `task` in the measurement thread and wait for it; its exception is raised here."""
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                task()
+            except BaseException as error:  # noqa: BLE001 - handed to the caller, who decides
+                failure.append(error)
+            finally:
+                done.set()
+
+        self.submit(run)
+        done.wait()
+        if failure:
+            raise failure[0]
+
+
+class Worker:
+    """Reads commands, runs one job at a time in the measurement thread, reports."""
+
+    def __init__(self, channel: Channel, probes: Mapping[str, Probe], jobs: JobThread | None = None) -> None:
         self.channel = channel
         self.probes = probes
+        self.jobs = jobs or JobThread()
         self.current: tuple[int, threading.Event] | None = None
         self._lock = threading.Lock()
 
@@ -209,7 +258,7 @@ class Worker:
                 return
             cancel = threading.Event()
             self.current = (job["job"], cancel)
-        threading.Thread(target=self.run, args=(job, cancel), daemon=True, name=f"job-{job['job']}").start()
+        self.jobs.submit(lambda: self.run(job, cancel))
 
     def run(self, job: Frame, cancel: threading.Event) -> None:
         job_id = job["job"]
@@ -260,14 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     channel = Channel(socket.socket(fileno=args.fd))
     lower_priority()
     apply_memory_limit()
+    jobs = JobThread()  # after lower_priority: the thread, and the OpenMP pool it starts, inherit the nice value
     try:
-        probes = load_probes(args.probes)
+        module = load_probes(args.probes)
         if not args.no_warm:
-            warm_torch(channel)
+            jobs.call(warm_function(module, channel))
         channel.send({"event": "state", "phase": "ready"})
     except ChannelClosed:
         end_process_group()
-    Worker(channel, probes).serve()
+    Worker(channel, module.PROBES, jobs).serve()
     end_process_group()
     return 0
 
