@@ -561,13 +561,11 @@ def chart_json(chart: Chart) -> dict[str, Any]:
 def caches_from_machine_json(machine: dict[str, Any] | None) -> list[tuple[str, int]]:
     """[("L1", bytes), ...]: the data and unified caches of a stored machine record (`env --json`'s
     cpu.caches, kept in every bench run's header), smallest first."""
-    levels: dict[int, int] = {}
+    from tutor.bench.cache_sweep import levels_of_caches
+
     cpu = (machine or {}).get("cpu") or {}
-    for cache in cpu.get("caches") or ():
-        if isinstance(cache, dict) and cache.get("kind") in ("Data", "Unified") and isinstance(
-                cache.get("size_bytes"), int) and isinstance(cache.get("level"), int):
-            levels[cache["level"]] = max(levels.get(cache["level"], 0), cache["size_bytes"])
-    return [(f"L{level}", size) for level, size in sorted(levels.items())]
+    return levels_of_caches((cache.get("kind"), cache.get("level"), cache.get("size_bytes"))
+                            for cache in cpu.get("caches") or () if isinstance(cache, dict))
 
 
 def bench_charts(results: Sequence[dict[str, Any]], header: dict[str, Any] | None = None) -> list[Chart]:

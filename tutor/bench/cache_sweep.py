@@ -24,6 +24,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from tutor.bench.counting import gbps, stream_bytes
@@ -282,8 +283,15 @@ def _median(values: list[float]) -> float | None:
 
 def data_caches(machine: Any) -> list[tuple[str, int]]:
     """[("L1", bytes), ("L2", bytes), ...] of the data and unified caches the machine reports, smallest first."""
+    return levels_of_caches((cache.kind, cache.level, cache.size_bytes) for cache in machine.cpu.caches)
+
+
+def levels_of_caches(caches: Iterable[tuple[object, object, object]]) -> list[tuple[str, int]]:
+    """[("L1", bytes), ...] from (kind, level, size in bytes) of each cache: the data and unified ones,
+    the largest of a level, smallest level first (an instruction cache holds no array; a malformed
+    entry of a stored record is skipped)."""
     levels: dict[int, int] = {}
-    for cache in machine.cpu.caches:
-        if cache.kind in ("Data", "Unified") and cache.size_bytes:
-            levels[cache.level] = max(levels.get(cache.level, 0), cache.size_bytes)
+    for kind, level, size in caches:
+        if kind in ("Data", "Unified") and isinstance(level, int) and isinstance(size, int) and size > 0:
+            levels[level] = max(levels.get(level, 0), size)
     return [(f"L{level}", size) for level, size in sorted(levels.items())]
