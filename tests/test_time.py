@@ -476,3 +476,16 @@ def test_a_training_forwards_outputs_are_held_over_the_reuse_distance_and_infere
     buffer = torch.zeros(1000)
     evict_caches(buffer)
     assert bool((buffer == 1).all())  # every element read and written
+
+
+def test_a_backward_probe_forgets_its_leaves_gradients_so_none_is_accumulated() -> None:
+    torch = pytest.importorskip("torch")
+    from tutor.bench.step_verify import drop_gradients
+
+    x = torch.ones(4, requires_grad=True)
+    for _ in range(2):
+        drop_gradients([x])
+        (x * 3).sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [3.0] * 4  # the last backward's gradient, not the sum of two
+    drop_gradients([x])
+    assert x.grad is None

@@ -299,6 +299,17 @@ def kv_append_call(torch, batch: int, kv_heads: int, context: int, head_dim: int
     return append, copies
 
 
+def drop_gradients(leaves) -> None:
+    """Forget the probe inputs' gradients before a timed backward. A probe's inputs are leaves, and autograd adds
+    each new gradient into a leaf's existing .grad (AccumulateGrad: an extra read, read and write of the input's
+    size), while in the step the same inputs are activations whose gradient flows on to the op before, added to
+    nothing. With .grad None the leaf keeps the new gradient as it is, no kernel. Measured on this machine (llama
+    scaled small): the cross-entropy backward probe 4.7-5.4 ms with the add, 3.7-4.3 ms without, the embedding's
+    1.3 ms and 0.5 ms; the backward phase measured / predicted 0.89 before, 0.98 after."""
+    for leaf in leaves:
+        leaf.grad = None
+
+
 def _named_rates(torch, ops, arch, request, reuse_bytes: int | None = None,
                  hold_bytes: int = 0) -> list[tuple[str, float]]:
     """Measured bytes/s of each memory-bound operation of the step, forward and backward, by running the
@@ -394,6 +405,7 @@ def _named_rates(torch, ops, arch, request, reuse_bytes: int | None = None,
             grad = torch.randn_like(out)
 
             def both():
+                drop_gradients(leaves)
                 result = fn()
                 (result[0] if isinstance(result, tuple) else result).backward(grad)
 
@@ -563,6 +575,7 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
             grad = torch.randn(request.batch, heads, queries, arch.head_dim)
 
             def both():
+                drop_gradients([q, *(t for pair in pairs for t in pair)])
                 forward().backward(grad)
 
             both()
