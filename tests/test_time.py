@@ -489,3 +489,20 @@ def test_a_backward_probe_forgets_its_leaves_gradients_so_none_is_accumulated() 
     assert x.grad is not None and x.grad.tolist() == [3.0] * 4  # the last backward's gradient, not the sum of two
     drop_gradients([x])
     assert x.grad is None
+
+
+def test_a_backward_is_timed_by_itself_on_a_fresh_forward_each_repeat() -> None:
+    torch = pytest.importorskip("torch")
+    from tutor.bench.step_verify import backward_seconds
+
+    x = torch.ones(4, requires_grad=True)
+    forwards = []
+
+    def forward():
+        forwards.append(1)
+        return x * 2, "a second output, as the KV cache append returns"
+
+    seconds = backward_seconds(forward, [x], torch.ones(4), 3)
+    assert len(forwards) == 4  # one untimed warm-up, then a new graph for each timed backward
+    assert x.grad is not None and x.grad.tolist() == [2.0] * 4  # each backward's gradient alone, none accumulated
+    assert seconds > 0
