@@ -414,3 +414,95 @@ def test_decode_kv_append_rotates_both_ends_over_the_steps_reuse_distance() -> N
     assert len(set(written)) == copies  # a new destination each call, not the block the allocator just freed
     keys, values = call()
     assert keys.shape == values.shape == (2, 2, 17, 8)
+
+
+def test_optimizer_probe_steps_the_trained_tensors_own_shapes_with_fresh_gradients_and_zero_grad(monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    import tutor.bench.step_verify as step_verify
+
+    calls: list[tuple[str, tuple]] = []
+
+    class Recording(torch.optim.AdamW):
+        def step(self, closure=None):
+            params = self.param_groups[0]["params"]
+            calls.append(("step", tuple(None if p.grad is None else p.grad.clone() for p in params)))
+            return super().step(closure)
+
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            calls.append(("zero_grad", ()))
+            super().zero_grad(set_to_none)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    arch = resolve_model("llama-3.2-1b")[0]
+    request = FitRequest(mode="train", recipe="fp32", dtype="fp32", optimizer="adamw", gpu=False)
+    op = training_operations(arch, request, params_on_device=count_parameters(arch).total).operations[-1]
+    shapes = ((8, 4), (4,), (3, 8))
+    name, rate = step_verify.optimizer_rate(torch, op, arch, request, shapes, reuse_bytes=4096)
+    assert name == f"optimizer:{op.name}" and rate > 0
+    steps = [grads for kind, grads in calls if kind == "step"]
+    assert len(steps) == 1 + step_verify.OPTIMIZER_REPEATS  # one to create the moments, then the timed ones
+    assert [kind for kind, _ in calls[1:]] == ["step", "zero_grad"] * step_verify.OPTIMIZER_REPEATS
+    for grads in steps:  # every tensor of the model's own shapes, each with a gradient
+        assert tuple(tuple(g.shape) for g in grads) == shapes
+    for before, after in zip(steps[1:], steps[2:]):  # rewritten before each call, as a backward writes them
+        assert not any(torch.equal(a, b) for a, b in zip(before, after))
+
+
+def test_measuring_an_optimizer_step_needs_the_trained_tensors_shapes() -> None:
+    pytest.importorskip("torch")
+    from tutor.bench.step_verify import measure_ceilings, verify_setup
+    from tutor.model_files import read_model_config
+
+    setup = verify_setup(read_model_config("llama-3.2-1b").config, "tiny")
+    optimizer = [op for op in training_operations(setup.arch, setup.request, params_on_device=1).operations
+                 if op.phase == "optimizer"]
+    with pytest.raises(ValueError, match="parameter_shapes"):
+        measure_ceilings(optimizer, setup.arch, setup.request, queries=32, context=32, training=True)
+
+
+def test_a_training_forwards_outputs_are_held_over_the_reuse_distance_and_inference_holds_none() -> None:
+    torch = pytest.importorskip("torch")
+    from tutor.bench.step_verify import evict_caches, held_outputs
+
+    assert held_outputs(torch, 0, 4096) is None
+    held = held_outputs(torch, 10 * 400, 400)
+    assert held is not None and len(held) == held.maxlen == 10
+    assert all(block.numel() == 100 for block in held)
+    first = held[0]
+    held.append(torch.ones(100))  # a new output takes the place of the oldest block, held 10 outputs ago
+    assert len(held) == 10 and all(block is not first for block in held) and held[-1].sum() == 100
+    assert len(held_outputs(torch, 100, 400)) == 1  # an output larger than the distance: one block of the distance
+
+    buffer = torch.zeros(1000)
+    evict_caches(buffer)
+    assert bool((buffer == 1).all())  # every element read and written
+
+
+def test_a_backward_probe_forgets_its_leaves_gradients_so_none_is_accumulated() -> None:
+    torch = pytest.importorskip("torch")
+    from tutor.bench.step_verify import drop_gradients
+
+    x = torch.ones(4, requires_grad=True)
+    for _ in range(2):
+        drop_gradients([x])
+        (x * 3).sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [3.0] * 4  # the last backward's gradient, not the sum of two
+    drop_gradients([x])
+    assert x.grad is None
+
+
+def test_a_backward_is_timed_by_itself_on_a_fresh_forward_each_repeat() -> None:
+    torch = pytest.importorskip("torch")
+    from tutor.bench.step_verify import backward_seconds
+
+    x = torch.ones(4, requires_grad=True)
+    forwards = []
+
+    def forward():
+        forwards.append(1)
+        return x * 2, "a second output, as the KV cache append returns"
+
+    seconds = backward_seconds(forward, [x], torch.ones(4), 3)
+    assert len(forwards) == 4  # one untimed warm-up, then a new graph for each timed backward
+    assert x.grad is not None and x.grad.tolist() == [2.0] * 4  # each backward's gradient alone, none accumulated
+    assert seconds > 0

@@ -8,13 +8,14 @@ the same process and so under the same load, the ceilings the prediction uses ar
 - the matmul rate at each GEMM shape of the step, in the layout nn.Linear and its backward use
   (y = x·Wᵀ, dX = dY·W, dW = dYᵀ·x), median of several timed calls (mamf-finder's method, on
   the step's own shapes);
-- SDPA's causal attention kernel forward and forward+backward at the step's shape (its rate in
+- SDPA's causal attention kernel forward and its backward (timed alone) at the step's shape (its rate in
   FLOPs as tutor.theory.step_operations counts them);
 - elementwise bandwidth at sizes spanning the step's memory-bound ops (torch.add, 3 arrays counted
   as STREAM's Add does);
 - the cost of one tiny op (dispatch overhead), and the framework's own code per decoder layer and
   per model call, measured on the same family at width 64 with 1 and 2 layers (near-zero work);
-- torch.optim.AdamW's step on parameters shaped like the model's.
+- torch.optim.AdamW's step on parameters of the trained tensors' own shapes, with the state evicted from the
+  caches by the step's reuse distance and the gradients freshly written, as the real step finds them.
 
 Then real steps per phase: forward (the loss), backward, optimizer (AdamW as torch runs it on a CPU),
 and a prefill and decode steps, in three rounds that each start with their own measurement of the
@@ -25,6 +26,7 @@ time with torch on one thread (see CLOCK); the wall-clock step is reported besid
 
 from __future__ import annotations
 
+import collections
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -33,7 +35,6 @@ from typing import Any
 from tutor.errors import UserError
 from tutor.theory.fit import FitRequest
 from tutor.theory.models import architecture_from_config, count_parameters
-from tutor.theory.lora import linear_modules
 from tutor.theory.step_operations import (
     GEMM,
     LAYER_CODE,
@@ -166,6 +167,7 @@ CLOCK = time.thread_time
 """Steps and ceilings are timed on this thread's CPU time, with torch on one thread: on a shared machine
 wall-clock time counts the other programs' turns too (and a multi-threaded kernel waits for its slowest,
 descheduled thread), CPU time counts the work. Wall-clock figures are reported beside it."""
+CLOCK_RESOLUTION = time.get_clock_info("thread_time").resolution
 ROTATE_BYTES = 64 * 2**20  # GEMM operands rotate over copies this large, so weights come from DRAM as in a step
 
 
@@ -209,7 +211,24 @@ def _repeats(fn) -> int:
     return max(GEMM_REPEATS, min(100, int(DECODE_SAMPLE_SECONDS / one)))
 
 
-def _gemm_call(torch, op, dtype, conv1d: bool = False, reuse_bytes: int | None = None):
+def held_outputs(torch, hold_bytes: int, chunk_bytes: int) -> collections.deque | None:
+    """Where a training forward's outputs land: autograd keeps every op's output (and what its backward needs)
+    until the backward, so a new output never reuses the block the allocator just freed, hot in the caches, but
+    memory last used a whole step ago (freed by the previous backward), which the caches have long dropped: its
+    write misses and allocates its lines from DRAM. A timed call appends its result here: a deque of `hold_bytes`
+    (the step's reuse distance, capped at REUSE_LIMIT_BYTES) in blocks of `chunk_bytes`, filled with written blocks
+    first, so each result takes the place of the block dropped `hold_bytes` earlier. Measured on this machine: a
+    gpt2-small c_fc GEMM 1.8 ms with its output recycled hot, 2.1 ms held; the forward phase of the small models
+    1.17-1.29x the prediction timed hot, 1.03-1.13x held. With `hold_bytes` 0, None: nothing is held (inference
+    frees each output as soon as the next op has read it)."""
+    if hold_bytes <= 0:
+        return None
+    blocks = max(1, hold_bytes // max(1, chunk_bytes))
+    size = max(1, min(chunk_bytes, hold_bytes) // 4)
+    return collections.deque((torch.empty(size).fill_(0.0) for _ in range(blocks)), maxlen=blocks)
+
+
+def _gemm_call(torch, op, dtype, conv1d: bool = False, reuse_bytes: int | None = None, hold_bytes: int = 0):
     """A callable running one GEMM in the layout its call uses (y = x·Wᵀ, dX = dY·W, dW = dYᵀ·x, bmm),
     rotating over enough operand copies that they do not stay in the caches between calls. With `reuse_bytes`
     (decode) the copies span the step's own reuse distance, so a weight comes from where the real step finds it
@@ -240,11 +259,14 @@ def _gemm_call(torch, op, dtype, conv1d: bool = False, reuse_bytes: int | None =
         pairs = [(torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)) for _ in range(copies)]
         run = torch.nn.functional.linear
     state = {"i": 0}
+    held = held_outputs(torch, hold_bytes, 4 * batch * m * n)
 
     def call():
         a, b = pairs[state["i"] % copies]
         state["i"] += 1
-        run(a, b)
+        result = run(a, b)
+        if held is not None:
+            held.append(result)
 
     return call
 
@@ -278,7 +300,19 @@ def kv_append_call(torch, batch: int, kv_heads: int, context: int, head_dim: int
     return append, copies
 
 
-def _named_rates(torch, ops, arch, request, reuse_bytes: int | None = None) -> list[tuple[str, float]]:
+def drop_gradients(leaves) -> None:
+    """Forget the probe inputs' gradients before a timed backward. A probe's inputs are leaves, and autograd adds
+    each new gradient into a leaf's existing .grad (AccumulateGrad: an extra read, read and write of the input's
+    size), while in the step the same inputs are activations whose gradient flows on to the op before, added to
+    nothing. With .grad None the leaf keeps the new gradient as it is, no kernel. Measured on this machine (llama
+    scaled small): the cross-entropy backward probe 4.7-5.4 ms with the add, 3.7-4.3 ms without, the embedding's
+    1.3 ms and 0.5 ms; the backward phase measured / predicted 0.89 before, 0.98 after."""
+    for leaf in leaves:
+        leaf.grad = None
+
+
+def _named_rates(torch, ops, arch, request, reuse_bytes: int | None = None,
+                 hold_bytes: int = 0) -> list[tuple[str, float]]:
     """Measured bytes/s of each memory-bound operation of the step, forward and backward, by running the
     torch ops transformers issues for it at its own size (launches included). `reuse_bytes` (decode): the step's
     reuse distance, which the KV cache append's operands rotate over (kv_append_call)."""
@@ -359,52 +393,85 @@ def _named_rates(torch, ops, arch, request, reuse_bytes: int | None = None) -> l
         with torch.no_grad():
             fn()
             seconds = _median_seconds(fn, timed[0] if timed else 5)
-        rates.append((f"forward:{name}", op.bytes / seconds))
+        in_step = seconds
+        if hold_bytes and leaves:  # a training forward: autograd keeps the outputs (held_outputs)
+            held = held_outputs(torch, hold_bytes, op.bytes)
+            assert held is not None
+            in_step = _median_seconds(lambda: held.append(fn()), 5)
+            held.clear()
+        rates.append((f"forward:{name}", op.bytes / in_step))
         if name in backward and leaves:
             out = fn()
-            out = out[0] if isinstance(out, tuple) else out
-            grad = torch.randn_like(out)
-
-            def both():
-                result = fn()
-                (result[0] if isinstance(result, tuple) else result).backward(grad)
-
-            both()
-            total = _median_seconds(both, 5)
-            rates.append((f"backward:{name}", backward[name].bytes / max(total - seconds, 0.2 * seconds)))
+            grad = torch.randn_like(out[0] if isinstance(out, tuple) else out)
+            rates.append((f"backward:{name}", backward[name].bytes / backward_seconds(fn, leaves, grad, 5)))
     return rates
 
 
-def _adapter_shapes(arch, request: FitRequest) -> list[tuple[int, int]]:
-    """The shapes of every LoRA A (r x in) and B (out x r) matrix of the model (tutor.theory.lora)."""
-    wanted, r = set(request.lora_targets), request.lora_rank
-    shapes = []
-    for is_moe in arch.layer_is_moe:
-        for module in linear_modules(arch, moe_layer=is_moe):
-            if wanted & set(module.roles):
-                shapes += [(r, module.d_in), (module.d_out, r)] * module.copies
-    return shapes
+def backward_seconds(forward, leaves, grad, repeats: int) -> float:
+    """Median time of the backward alone: each repeat runs `forward` untimed, then times `.backward(grad)` on its
+    result (the first output of a tuple), with the leaves' gradients dropped first (drop_gradients). The backward
+    used to be timed as forward+backward minus a separate forward: a difference of two timings, in which the two
+    forwards need not cost the same (a grad-mode forward allocates what it saves; one under no_grad does not).
+    Measured on this machine, a LoRA scale-and-add at 512 x 1024: forward+backward 1.8 ms minus the no_grad forward
+    0.8 ms gave 1.0 ms; the backward alone runs 0.6 ms."""
+    times = []
+    for _ in range(repeats + 1):
+        drop_gradients(leaves)
+        result = forward()
+        result = result[0] if isinstance(result, tuple) else result
+        start = CLOCK()
+        result.backward(grad)
+        times.append(CLOCK() - start)
+    return max(statistics.median(times[1:]), CLOCK_RESOLUTION)
 
 
-def _optimizer_rate(torch, op, arch, request: FitRequest | None = None) -> tuple[str, float]:
-    """Measured bytes/s of torch.optim.AdamW's step on parameters shaped like the model's largest (LoRA: on
-    the adapters' own shapes, many small tensors, where the per-tensor cost counts)."""
-    adapter = request if request is not None and request.adapter else None
-    if adapter is not None:
-        shapes = _adapter_shapes(arch, adapter)
-    else:
-        shapes = [(arch.intermediate_size, arch.hidden_size)] * 3 + [(arch.hidden_size, arch.hidden_size)] * 2
-    params = [torch.nn.Parameter(torch.randn(*s)) for s in shapes]
-    for p in params:
-        p.grad = torch.randn_like(p)
+def evict_caches(buffer) -> None:
+    """Stream `buffer` through the caches (read and write every element), so that what a timed call touches next
+    comes from where the step finds it after that many other bytes (Hennessy & Patterson, 6th ed., §B.1: LRU)."""
+    buffer.add_(1.0)
+
+
+def optimizer_rate(torch, op, arch, request: FitRequest | None, shapes, reuse_bytes: int) -> tuple[str, float]:
+    """Measured bytes/s of torch.optim.AdamW's step (and zero_grad, which the step's optimizer phase includes) on
+    parameters of the trained tensors' own shapes, found where the real step finds them.
+
+    On a CPU torch runs AdamW one tensor at a time (torch/optim/optimizer.py _default_to_fused_or_foreach: foreach
+    and fused kernels are for accelerators), about nine kernels per tensor, so the step's cost depends on how its
+    parameters are split into tensors: a per-tensor fixed cost (~20 us for a tensor of 8 elements here),
+    and each tensor's arrays reused from the caches across its kernels only while they fit. Between two steps the
+    whole forward and backward pass through the caches (the step's reuse distance, `reuse_bytes`), so the weights
+    and both moments come from DRAM, while the gradients were written by the backward just before. Measured on this
+    machine (llama/gpt2/qwen3 scaled, 2.6-35M params): the old probe (the five largest matrices, repeated hot)
+    predicted 1.07-1.89x too fast; on the model's own shapes, repeated hot, 0.96-1.33x; with the state evicted and
+    the gradients rewritten before each call, 0.94-1.05x."""
+    params = [torch.nn.Parameter(torch.randn(*shape)) for shape in shapes]
+    grads = [torch.randn_like(p) for p in params]
+    for p, g in zip(params, grads):
+        p.grad = g
     optimizer = torch.optim.AdamW(params, lr=1e-4)
-    optimizer.step()
-    seconds = _median_seconds(optimizer.step, 5)
+    optimizer.step()  # the moments exist from the first step on, as in every step after the warm-up
+    flush = torch.empty(min(reuse_bytes, REUSE_LIMIT_BYTES) // 4).fill_(0.0)
+    times = []
+    for _ in range(OPTIMIZER_REPEATS):
+        for p, g in zip(params, grads):
+            p.grad = g
+        evict_caches(flush)
+        for g in reversed(grads):  # the backward writes the last layer's gradients first
+            g.normal_()
+        start = CLOCK()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(CLOCK() - start)
+    seconds = statistics.median(times)
     count = sum(p.numel() for p in params)
+    adapter = request if request is not None and request.adapter else None
     # one device, no ZeRO: every parameter (LoRA: every adapter parameter)
     bytes_per_param = op.bytes / (adapter_params_on_device(arch, adapter) if adapter is not None
                                   else count_parameters(arch).total)
     return f"optimizer:{op.name}", bytes_per_param * count / seconds
+
+
+OPTIMIZER_REPEATS = 5
 
 
 FRAMEWORK_SHAPE = dict(hidden=64, heads=2, seq=8, vocab=64)
@@ -468,8 +535,9 @@ def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = 
 
 
 def measure_ceilings(ops, arch, request, *, queries: int, context: int, training: bool,
-                     config: dict | None = None, mode: str = "train") -> Ceilings:
-    """This machine's ceilings at the step's own shapes, measured now (see the module docstring)."""
+                     config: dict | None = None, mode: str = "train", parameter_shapes=()) -> Ceilings:
+    """This machine's ceilings at the step's own shapes, measured now (see the module docstring).
+    `parameter_shapes`: the shapes of the tensors the optimizer steps (needed when `ops` hold an optimizer step)."""
     import torch
 
     dtype = torch.float32
@@ -481,7 +549,8 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
             continue
         conv1d = arch.model_type == "gpt2" and op.name in ("c_attn", "attn.c_proj", "c_fc", "mlp.c_proj",
                                                            "c_attn dX", "attn.c_proj dX", "c_fc dX", "mlp.c_proj dX")
-        fn = _gemm_call(torch, op, dtype, conv1d, reuse_bytes=reuse if mode == "decode" else None)
+        fn = _gemm_call(torch, op, dtype, conv1d, reuse_bytes=reuse if mode == "decode" else None,
+                        hold_bytes=min(reuse, REUSE_LIMIT_BYTES) if mode == "train" else 0)
         fn()
         seconds = _median_seconds(fn, _repeats(fn) if mode == "decode" else GEMM_REPEATS)
         points[(op.batch, op.m, op.n, op.k)] = GemmPoint(op.m, op.n, op.k, op.flops / seconds, op.batch)
@@ -515,20 +584,20 @@ def measure_ceilings(ops, arch, request, *, queries: int, context: int, training
         if training:
             grad = torch.randn(request.batch, heads, queries, arch.head_dim)
 
-            def both():
-                forward().backward(grad)
-
-            both()
-            bwd = max(_median_seconds(both, GEMM_REPEATS) - fwd, 0.5 * fwd)
+            bwd = backward_seconds(forward, [q, *(t for pair in pairs for t in pair)], grad, GEMM_REPEATS)
             flops_bwd = sum(op.flops for op in attention if op.phase == "backward")
             for op in attention:
                 if op.phase == "backward":  # same shapes as the forward: kept under a negative batch key
                     points[(-op.batch, op.m, op.n, op.k)] = GemmPoint(op.m, op.n, op.k, flops_bwd / bwd, -op.batch)
     named = _named_rates(torch, ops, arch, _Shape(request.batch, queries, context),
-                         reuse_bytes=reuse if mode == "decode" else None)
+                         reuse_bytes=reuse if mode == "decode" else None,
+                         hold_bytes=min(reuse, REUSE_LIMIT_BYTES) if mode == "train" else 0)
     for op in ops:
         if op.phase == "optimizer":
-            named.append(_optimizer_rate(torch, op, arch, request if isinstance(request, FitRequest) else None))
+            if not parameter_shapes:
+                raise ValueError("an optimizer step is timed on the trained tensors' shapes: pass parameter_shapes")
+            named.append(optimizer_rate(torch, op, arch, request if isinstance(request, FitRequest) else None,
+                                         parameter_shapes, reuse))
     big = torch.randn(ROTATE_BYTES // 4)
     out = torch.empty_like(big)
     stream = 8 * big.numel() / _median_seconds(lambda: torch.add(big, 1.0, out=out), 5)
@@ -626,6 +695,7 @@ def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decod
     model.train()
     ops = training_operations(arch, request, params_on_device=count_parameters(arch).total).operations
     optimizer = torch.optim.AdamW(trained, lr=1e-4)
+    shapes = tuple(tuple(p.shape) for p in trained)
     ids = torch.randint(0, arch.vocab_size, (request.batch, request.seq_len))
     phases: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
     walls: list[float] = []
@@ -634,7 +704,7 @@ def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decod
     for round_index in range(ROUNDS):
         # Ceilings and steps alternate, so a change in the machine's load reaches both alike.
         ceilings = measure_ceilings(ops, arch, request, queries=request.seq_len, context=request.seq_len,
-                                    training=True, config=setup.config, mode="train")
+                                    training=True, config=setup.config, mode="train", parameter_shapes=shapes)
         predictions.append(_seconds(ceilings, _with_backward_attention(ops)))
         warmup = WARMUP_STEPS if round_index == 0 else 0
         for index in range(warmup + STEPS_PER_ROUND):
