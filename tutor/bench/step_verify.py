@@ -181,7 +181,9 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 REUSE_LIMIT_BYTES = 256 * 2**20
-"""The most memory a decode GEMM's operand copies may take (8x this machine's 32 MiB L3: past it they come from DRAM)."""
+"""The most memory a probe's operand copies or flush may take: past it the operands come from DRAM. Measured: 8x the
+32 MiB L3 of the first dev machine; on a VM reporting a 480 MiB shared L3, the optimizer probe slowed until a
+256 MiB flush (12.0 ms) and no further (12.2 ms at 384 MiB and beyond): the VM gets a share of that L3."""
 
 
 def reuse_distance_bytes(ops) -> int:
