@@ -191,6 +191,20 @@ def test_time_json_has_the_step_the_run_and_the_sources() -> None:
     assert product * report["waterfall"][0]["flops_per_s"] == pytest.approx(report["waterfall"][-1]["flops_per_s"])
 
 
+def test_a_layout_that_cannot_fit_is_timed_and_said_not_to_fit() -> None:
+    # 405B by data parallelism alone: every device holds all weights, gradients and AdamW states (over 6 TB).
+    argv = ["llama-3.1-405b", "--mode", "train", "--device", "h100", "--devices", "1024"]
+    memory = _time_json(argv)["memory"]
+    assert memory["fits"] is False and memory["per_device_bytes"] > 6e12 > memory["capacity_bytes"] > 0
+    code, out, _ = run(["time", *argv])
+    assert code == 0 and out.count("does not fit:") == 1 and "tensor-tutor fit" in out
+    # An 8B model over tp 8 fits, and the report says nothing of memory.
+    fitted = _time_json(["llama-3.1-8b", "--mode", "train", "--device", "h100", "--dp", "16", "--tp", "8"])["memory"]
+    assert fitted["fits"] is True and fitted["per_device_bytes"] <= fitted["capacity_bytes"]
+    code, out, _ = run(["time", "llama-3.1-8b", "--mode", "train", "--device", "h100", "--dp", "16", "--tp", "8"])
+    assert code == 0 and "does not fit" not in out
+
+
 def test_every_efficiency_and_bandwidth_in_the_output_carries_a_source() -> None:
     report = _time_json(["llama-3.1-70b", "--mode", "train", "--device", "a100", "--dp", "8", "--tp", "8", "--pp", "2"])
     sources = report["sources"]

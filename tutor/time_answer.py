@@ -156,10 +156,28 @@ def check_time_request(arch, request: fitting.FitRequest) -> None:
     fitting.validate_request(arch, request)
 
 
+def memory_check(arch, request: fitting.FitRequest, device: str | None) -> dict:
+    """Whether the request's most loaded device holds its tensors (tutor.theory.fit, as `fit` counts them) on
+    `device` (a card, a size, a GPU index, `cpu`; None: this machine): `time` answers how long a step would
+    take either way, and says when it could not run. fits is None when the device's memory is unknown."""
+    from tutor.hardware.memory_budget import device_budget
+
+    need = fitting.estimate(arch, request).worst.total
+    try:
+        budget = device_budget(device)
+    except UserError:
+        budget = None
+    capacity = budget.capacity if budget is not None else None
+    return {"per_device_bytes": need, "capacity_bytes": capacity,
+            "device": budget.name if budget is not None else None,
+            "fits": None if capacity is None else need <= capacity}
+
+
 def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, device_words: str, *, name: str,
                         source: str, tokens: int, price: float | None = None, mfu: float | None = None,
-                        overlap: float = 1.0) -> dict:
-    """`time --json`'s report (without verify) for a checked request on ceilings already resolved."""
+                        overlap: float = 1.0, device: str | None = None) -> dict:
+    """`time --json`'s report (without verify) for a checked request on ceilings already resolved; `device` is
+    what the user named (for the memory check, `memory`)."""
     report = {"model": {"name": name, "source": source, "model_type": arch.model_type},
               "mode": request.mode,
               "request": {"batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp,
@@ -172,6 +190,7 @@ def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, d
         report.update(train_answer(arch, request, ceilings, tokens=tokens, price=price, mfu=mfu, overlap=overlap))
     else:
         report.update(inference_answer(arch, request, ceilings))
+    report["memory"] = memory_check(arch, request, device)
     report["sources"] = ceilings.sources()
     report["notes"] = list(ceilings.notes)
     return report
@@ -189,4 +208,4 @@ def time_report(arch, request: fitting.FitRequest, device: str | None, *, name: 
     ceilings, device_words = resolve_ceilings(device, ceilings_dtype(request))
     return report_for_ceilings(arch, request, ceilings, device_words, name=name, source=source,
                                tokens=parse_count(DEFAULT_TOKENS) if tokens is None else tokens, price=price,
-                               mfu=mfu, overlap=overlap)
+                               mfu=mfu, overlap=overlap, device=device)

@@ -116,7 +116,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
         render_verify_only(report)
         return
     report = report_for_ceilings(arch, request, ceilings, device_words, name=name, source=source, tokens=tokens,
-                                 price=price, mfu=mfu, overlap=overlap)
+                                 price=price, mfu=mfu, overlap=overlap, device=device)
     if verified is not None:
         report["verify"] = verified
     if as_json:
