@@ -22,6 +22,7 @@ from tutor.labs import ProbeResult  # noqa: E402
 from tutor.lessons.model import Lesson, Measure, Predict, Prose, Quiz, Track  # noqa: E402
 from tutor.lessons.model import LessonInfo as Info  # noqa: E402
 from tutor.ui.app import TutorApp  # noqa: E402
+from tutor.ui.screens.lesson import EDGE_NOTICE_S  # noqa: E402
 from tutor.ui.widgets.block import fully_visible  # noqa: E402
 from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
 from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
@@ -268,6 +269,23 @@ async def test_next_box_key_walks_the_boxes_from_text_and_from_inside_a_field():
         assert screen.current_block() is blocks[2]
         await pilot.press("ctrl+up")
         assert screen.current_block() is blocks[1]
+
+
+@sync
+async def test_presses_past_the_first_box_say_so_once_while_it_shows():
+    app = TutorApp(services(), lesson_id="precision/bits")
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.pause()
+        said: list[str] = []
+        notify = app.notify
+        app.notify = lambda message, **kw: (said.append(str(message)), notify(message, **kw))[1]  # type: ignore[method-assign]
+        await pilot.press("enter")  # into the first box
+        for _ in range(5):
+            await pilot.press("ctrl+up")
+        assert said == ["no more boxes that way"]  # not one toast per press, stacked five deep over the lesson
+        app.screen._edge_notice_at -= 2 * EDGE_NOTICE_S  # the notice has gone: the next press says it again
+        await pilot.press("ctrl+up")
+        assert said == ["no more boxes that way"] * 2
 
 
 @sync

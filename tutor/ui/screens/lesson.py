@@ -7,6 +7,7 @@ to a few rows; `l` hides or shows it.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -47,6 +48,8 @@ BLOCK_WIDGETS: dict[str, type[LessonBlock[Block]]] = {
     "exercise": ExerciseBlock,
 }
 GRADED = REQUIRED_TO_COMPLETE  # a lesson is completed when all of these are done
+EDGE_NOTICE_S = 2.0
+"""How long "no more boxes that way" shows; further presses meanwhile add no toast."""
 
 
 class Prose(Static):
@@ -105,6 +108,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         self.services = services
         self.lesson = services.curriculum.lesson(lesson_id)
         self.lesson_id = self.lesson.info.id  # the curriculum may resolve a short id
+        self._edge_notice_at = -EDGE_NOTICE_S
         self._anchor: tuple[int, float] | None = None
         """Where the learner reads (see _reading_anchor), kept across resizes."""
         self._anchor_size: Size | None = None
@@ -257,9 +261,18 @@ The lesson is completed when every quiz, prediction and measurement in it is don
             index = blocks.index(current) + (1 if forward else -1)
             target = blocks[index] if 0 <= index < len(blocks) else None
         if target is None:
-            self.notify("no more boxes that way" if blocks else "this lesson has no boxes", timeout=2)
+            self._edge_notice("no more boxes that way" if blocks else "this lesson has no boxes")
             return
         self.focus_block(target)
+
+    def _edge_notice(self, text: str) -> None:
+        """Say there is no box that way, once while the notice shows: held Ctrl+Up at the first box (or
+        a script's extra presses) stacked one toast per press, five deep over the lesson at 80x24."""
+        now = time.monotonic()
+        if now - self._edge_notice_at < EDGE_NOTICE_S:
+            return
+        self._edge_notice_at = now
+        self.notify(text, timeout=EDGE_NOTICE_S)
 
     def action_next_block(self) -> None:
         """]: the next interactive box, focused and in view."""
