@@ -226,6 +226,17 @@ def test_the_app_start_skips_click_in_a_fresh_interpreter(tmp_path) -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_ctrl_c_before_the_app_starts_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tutor.commands.app_start
+
+    def interrupted(lesson: str | None) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tutor.commands.app_start, "open_app", interrupted)
+    code, _, err = run([])
+    assert code == 130 and err == "tensor-tutor: cancelled\n"
+
+
 @pytest.mark.parametrize("argv", [["learn", "--help"], ["learn", "a", "b"], ["--help"], ["learn", "-x"]])
 def test_options_and_extra_words_go_to_click(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
     import tutor.commands.app_start

@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
         except UserError as error:
             print(f"tensor-tutor: error: {error}", file=sys.stderr)
             sys.exit(2)
+        except KeyboardInterrupt:  # Ctrl+C before the app takes the keys: what click says of it (Abort)
+            print("tensor-tutor: cancelled", file=sys.stderr)
+            sys.exit(130)
         return
     from tutor.commands.group import run
 
