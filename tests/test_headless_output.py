@@ -133,15 +133,15 @@ def test_the_app_without_a_terminal_exits_2_pointing_to_serve() -> None:
 
 
 def test_serve_still_runs_the_app_through_its_pipes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tutor.commands import app_start as learn
+    from tutor.commands import app_start
 
     monkeypatch.setenv("TEXTUAL_DRIVER", "textual.drivers.web_driver:WebDriver")  # what textual-serve sets
-    learn._require_terminal()  # no UserError: textual-serve's driver talks over pipes
+    app_start._require_terminal()  # no UserError: textual-serve's driver talks over pipes
     monkeypatch.delenv("TEXTUAL_DRIVER")
     from tutor.errors import UserError
 
     with pytest.raises(UserError, match="tensor-tutor serve"):
-        learn._require_terminal()  # pytest's stdin is no terminal
+        app_start._require_terminal()  # pytest's stdin is no terminal
 
 
 # ---- bench history and --compare -----------------------------------------------------------------

@@ -71,7 +71,7 @@ async def test_ctrl_q_during_a_run_kills_the_measurement_process_before_the_app_
 EXIT_SCRIPT = textwrap.dedent("""
     import atexit, sys
     from tutor import cli
-    from tutor.commands import app_start as learn
+    from tutor.commands import app_start
     from tutor.ui.app import TutorApp
 
     class Teardown:
@@ -80,7 +80,7 @@ EXIT_SCRIPT = textwrap.dedent("""
 
     KEEP = Teardown()  # collected only by the interpreter's teardown
     atexit.register(lambda: print("atexit ran", flush=True))
-    learn._require_terminal = lambda: None
+    app_start._require_terminal = lambda: None
 
     def run(self):
         self.shut_down = True  # what on_unmount sets once the app ran and closed

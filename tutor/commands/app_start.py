@@ -58,6 +58,7 @@ def open_app(lesson_id: str | None) -> None:
     if app.shut_down:
         exit_without_teardown(app.return_code or 0)
 
+
 def exit_without_teardown(code: int) -> None:
     """End the process once the app has shut down, skipping the interpreter's own teardown.
 
