@@ -40,6 +40,9 @@ def own_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     test saved (and that labs read back, such as a measured rate) never reaches another. Tests that
     need a particular folder set TENSOR_TUTOR_DATA_DIR themselves."""
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    # `time` measures a family's host code on first use (seconds of torch and transformers): only the tests that
+    # are about that measurement switch it on.
+    monkeypatch.setenv("TENSOR_TUTOR_MEASURE_HOST", "0")
 
 
 def _torch_default_threads() -> int:

@@ -134,7 +134,13 @@ def test_plan_orders_fp32_first_and_default_kinds() -> None:
     cases = plan_suite(("matmul", "bandwidth", "collective"), device="cpu", machine=machine,
                        dtypes=("bf16", "fp32"), ranks=2)
     # The fixed-size fp32 square comes first: short, and the one figure every two runs compare at one size.
-    assert [c.name for c in cases] == ["matmul fp32 1024²", "matmul fp32", "matmul bf16", "bandwidth", "collective x2"]
-    assert [c.name for c in plan_suite(("matmul",), device="cpu", machine=machine, dtypes=("bf16",))] == ["matmul bf16"]
+    # Then each dtype's matrix-vector products (a decode step's matmuls, which `time` reads for inference).
+    assert [c.name for c in cases] == ["matmul fp32 1024²", "matmul fp32", "matmul bf16", "decode matmul fp32",
+                                       "decode matmul bf16", "bandwidth", "collective x2"]
+    assert [c.name for c in plan_suite(("matmul",), device="cpu", machine=machine, dtypes=("bf16",))] == [
+        "matmul bf16", "decode matmul bf16"]
+    # On CUDA the kernel launch costs too (the eager and graphs engines).
+    on_gpu = [c.name for c in plan_suite(("matmul",), device="cuda:0", machine=machine, dtypes=("bf16",))]
+    assert on_gpu == ["matmul bf16", "decode matmul bf16", "kernel launch"]
     assert default_kinds("cpu", ranks=None) == ("matmul", "bandwidth")
     assert default_kinds("cpu", ranks=2) == ("matmul", "bandwidth", "collective")

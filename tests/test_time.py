@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tests.cli_runner import run
+from tutor.time_answer import DECODE_BATCHES
 from tutor.bench.ceilings import card_ceilings, measured_ceilings
 from tutor.bench.notebook import append_run, read_notebook
 from tutor.errors import UserError
@@ -225,12 +226,35 @@ def test_time_on_this_machine_names_the_bench_run(tmp_path, monkeypatch) -> None
     assert report["mfu"]["datasheet"] is not None and report["tokens_per_second"] > 0
 
 
-def test_inference_answers_prefill_and_decode_by_batch() -> None:
+def test_inference_answers_prefill_and_decode_by_batch_for_each_engine() -> None:
+    """A card by name (the H100's datasheet, the assumed host): eager and CUDA graphs rows at every batch."""
     report = _time_json(["llama-3.1-8b", "--device", "h100", "--seq", "1024"])
-    assert report["prefill"]["seconds"] > 0
-    rates = [point["tokens_per_second"] for point in report["decode"]]
-    assert rates == sorted(rates)  # more sequences per step, more tokens per second
-    assert report["decode"][0]["bound"] == "memory"
+    assert report["prefill"]["seconds"] > 0 and report["prefill"]["engine"] == "eager"
+    assert set(report["engines"]) == {"eager", "graphs"}
+    for engine in ("eager", "graphs"):
+        rows = [point for point in report["decode"] if point["engine"] == engine]
+        assert [row["batch"] for row in rows] == list(DECODE_BATCHES)
+        rates = [row["tokens_per_second"] for row in rows]
+        assert rates == sorted(rates)  # more sequences per step, more tokens per second
+    graphs = [point for point in report["decode"] if point["engine"] == "graphs"]
+    assert graphs[0]["bound"] == "memory" and graphs[0]["host_seconds"] == 0
+    eager = [point for point in report["decode"] if point["engine"] == "eager"]
+    # Batch-1 eager decode of an 8B model waits on the host's code, not on the weights' bytes.
+    assert eager[0]["bound"] == "host" and eager[0]["host_share"] > 0.5
+    assert eager[0]["seconds_per_step"] > 3 * graphs[0]["seconds_per_step"]
+    assert "measured by this project on an H200" in report["sources"]["framework"]
+    assert CITATION.search(report["sources"]["graph_kernel"])
+
+
+def test_h200_decode_at_batch_1_is_host_bound_eager_and_near_the_floor_with_graphs() -> None:
+    """`time --device h200`: the eager row in the range a real H200 host gave (55.9 ms, this project's run), the
+    graphs row between the bandwidth floor and the serving engines' published 6.4-7.6 ms on an H100 (slower HBM)."""
+    report = _time_json(["llama-3.1-8b", "--device", "h200", "--seq", "2048"])
+    one = {point["engine"]: point for point in report["decode"] if point["batch"] == 1}
+    weights = count_parameters(arch("llama-3.1-8b")).total * 2
+    floor = weights / 4.8e12  # the datasheet's bandwidth: no engine goes below it
+    assert 0.02 < one["eager"]["seconds_per_step"] < 0.1 and one["eager"]["bound"] == "host"
+    assert floor < one["graphs"]["seconds_per_step"] < 0.010
 
 
 @pytest.mark.parametrize("argv, message", [

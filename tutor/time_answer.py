@@ -19,13 +19,15 @@ from tutor.errors import UserError
 from tutor.theory import fit as fitting
 from tutor.theory.step_operations import inference_operations
 from tutor.theory.step_time import (
+    ENGINE_WORDS,
     GEMM,
     Ceilings,
+    EngineStep,
     StepTime,
     decode_compute_bound_batch,
     decode_step,
     operation_seconds,
-    prefill_seconds,
+    prefill_engines,
     training_run,
     training_step_time,
 )
@@ -133,22 +135,69 @@ def train_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, *, token
     }
 
 
+def _engine_row(step: EngineStep, tokens: int) -> dict:
+    return {"engine": step.engine, "seconds": step.seconds, "tokens_per_second": tokens / step.seconds,
+            "bound": step.bound, "device_seconds": step.device_seconds, "host_seconds": step.host_seconds,
+            "host_share": None if step.host_seconds is None else min(1.0, step.host_seconds / step.seconds),
+            "source": step.source}
+
+
 def inference_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, batches=DECODE_BATCHES) -> dict:
-    """Prefill (time to first token) and decode tokens per second by batch, and where decode turns compute-bound."""
-    prefill = prefill_seconds(arch, request, ceilings)
+    """Prefill (time to first token) and decode tokens per second by batch under each engine the device runs
+    (eager always; CUDA graphs on a GPU), and where decode's device work turns compute-bound."""
+    prefill = prefill_engines(arch, request, ceilings)
     prefill_ops = inference_operations(arch, request, queries=request.seq_len, context=request.seq_len,
                                        logits_tokens=request.batch)
     flops = sum(op.total_flops for op in prefill_ops)
+    tokens = request.batch * request.seq_len
     points = [decode_step(arch, request, ceilings, batch=b, context=request.seq_len) for b in batches]
     crossover = decode_compute_bound_batch(arch, request, ceilings, context=request.seq_len)
+    decode = []
+    for engine in (step.engine for step in points[0].engines):
+        for p in points:
+            step = next(s for s in p.engines if s.engine == engine)
+            row = _engine_row(step, p.batch)
+            decode.append({"batch": p.batch, "context": request.seq_len, "engine": engine,
+                           "seconds_per_step": step.seconds, "tokens_per_second": row["tokens_per_second"],
+                           "bound": step.bound, "compute_seconds": step.compute_seconds,
+                           "memory_seconds": step.memory_seconds, "device_seconds": step.device_seconds,
+                           "host_seconds": step.host_seconds, "host_share": row["host_share"], "source": step.source})
+    eager = prefill[0]
     return {
-        "prefill": {"seconds": prefill, "tokens": request.batch * request.seq_len, "flops": flops,
-                    "tokens_per_second": request.batch * request.seq_len / prefill},
-        "decode": [{"batch": p.batch, "context": request.seq_len, "seconds_per_step": p.seconds,
-                    "tokens_per_second": p.tokens_per_second, "bound": p.bound,
-                    "compute_seconds": p.compute_seconds, "memory_seconds": p.memory_seconds} for p in points],
+        "prefill": {"seconds": eager.seconds, "tokens": tokens, "flops": flops,
+                    "tokens_per_second": tokens / eager.seconds, "engine": eager.engine, "bound": eager.bound,
+                    "engines": [_engine_row(step, tokens) for step in prefill]},
+        "decode": decode,
+        "engines": {step.engine: ENGINE_WORDS[step.engine] for step in prefill},
         "decode_compute_bound_batch": crossover,
     }
+
+
+def with_host_costs(ceilings: Ceilings, config: dict | None) -> Ceilings:
+    """The ceilings with the host's costs for this model's family: measured on this machine's device (cpu or
+    cuda:N, cached; tutor.bench.host_costs); for a card by name, the assumed host (tutor.bench.ceilings) times
+    this family's code over Llama's, both measured on this machine's CPU where it can. Unchanged without a
+    config, or where nothing can be measured (the answer then says the host's code is not counted)."""
+    from tutor.bench.ceilings import reference_host_costs
+    from tutor.bench.host_costs import REFERENCE_MODEL, host_costs_for, per_layer_decode
+
+    if config is None:
+        return ceilings
+    if ceilings.device == "cpu" or ceilings.device.startswith("cuda"):
+        costs = host_costs_for(config, ceilings.device)
+        return replace(ceilings, host=costs) if costs is not None else ceilings
+    if ceilings.host is None:
+        return ceilings
+    from tutor.model_files import read_model_config
+
+    here = host_costs_for(config, "cpu")
+    reference = host_costs_for(read_model_config(REFERENCE_MODEL).config, "cpu")
+    if here is None or reference is None or per_layer_decode(reference) <= 0:
+        return replace(ceilings, host=reference_host_costs(1.0, "this family's code taken as Llama's (not measured "
+                                                                "here: needs torch and transformers)"))
+    scale = per_layer_decode(here) / per_layer_decode(reference)
+    return replace(ceilings, host=reference_host_costs(scale, f"x {scale:.2f}, this family's decode layer code over "
+                                                              "Llama's, both measured on this machine's CPU"))
 
 
 def check_time_request(arch, request: fitting.FitRequest) -> None:
@@ -175,9 +224,14 @@ def memory_check(arch, request: fitting.FitRequest, device: str | None) -> dict:
 
 def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, device_words: str, *, name: str,
                         source: str, tokens: int, price: float | None = None, mfu: float | None = None,
-                        overlap: float = 1.0, device: str | None = None) -> dict:
+                        overlap: float = 1.0, device: str | None = None, config: dict | None = None) -> dict:
     """`time --json`'s report (without verify) for a checked request on ceilings already resolved; `device` is
-    what the user named (for the memory check, `memory`)."""
+    what the user named (for the memory check, `memory`); `config`, the model's config.json, lets an inference
+    answer count the host's code of its family (with_host_costs)."""
+    if request.mode != "train":
+        ceilings = with_host_costs(ceilings, config)
+    else:  # the engines' figures time inference only: a training step's sources list what it used
+        ceilings = replace(ceilings, host=None, graph_kernel=None, decode_matmul=())
     report = {"model": {"name": name, "source": source, "model_type": arch.model_type},
               "mode": request.mode,
               "request": {"batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp,
@@ -198,7 +252,7 @@ def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, d
 
 def time_report(arch, request: fitting.FitRequest, device: str | None, *, name: str, source: str,
                 tokens: int | None = None, price: float | None = None, mfu: float | None = None,
-                overlap: float = 1.0) -> dict:
+                overlap: float = 1.0, config: dict | None = None) -> dict:
     """How long MODEL's step takes on `device` (None: this machine, measured; `cpu`, a GPU index, or a card by
     name): `tensor-tutor time --json`'s report without --verify. UserError (one line) when the request makes
     no sense for time or the device has no ceilings (no bench run on this machine, an unknown card)."""
@@ -208,4 +262,4 @@ def time_report(arch, request: fitting.FitRequest, device: str | None, *, name: 
     ceilings, device_words = resolve_ceilings(device, ceilings_dtype(request))
     return report_for_ceilings(arch, request, ceilings, device_words, name=name, source=source,
                                tokens=parse_count(DEFAULT_TOKENS) if tokens is None else tokens, price=price,
-                               mfu=mfu, overlap=overlap, device=device)
+                               mfu=mfu, overlap=overlap, device=device, config=config)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from tutor.errors import UserError
 from tutor.hardware.specs import GpuSpec
 from tutor.theory.interconnect import nvlink_bandwidth_bytes_per_s, pcie_bandwidth_bytes_per_s
-from tutor.theory.step_time import BandwidthPoint, Ceilings, GemmPoint, Sourced
+from tutor.theory.step_operations import LAYER_CODE, MODEL_CODE
+from tutor.theory.step_time import BandwidthPoint, Ceilings, GemmPoint, HostCosts, Sourced
 
 if TYPE_CHECKING:
     from tutor.bench.notebook import Notebook, Run
@@ -57,6 +58,19 @@ NCCL_LATENCY_SOURCE = ("a 2-GPU all-reduce of a few kB takes about 6 µs on an H
 KERNEL_LAUNCH = 5e-6
 KERNEL_LAUNCH_SOURCE = ("CUDA kernel launch overhead of about 5 µs per launch (NVIDIA CUDA C++ Best Practices "
                         "Guide, 'Kernel launch overhead'; PyTorch CUDA Graphs blog: 'several microseconds')")
+# The host of a card by name is an assumption: the one this project measured. transformers' eager decode of
+# Llama-3.1-8B (32 decoder layers, bf16, SDPA, a DynamicCache after 2048 tokens of prompt) on an H200 whose host
+# is a 16-core 2.1 GHz Xeon, torch 2.11.0+cu130, transformers 5.17.0: seconds per step by batch, bound by the host.
+REFERENCE_HOST_STEPS = ((1, 55.9e-3), (8, 62.9e-3))
+REFERENCE_HOST_LAYERS = 32
+REFERENCE_HOST_SOURCE = ("assumed host: transformers' eager decode of Llama-3.1-8B measured by this project on an "
+                         "H200 with a 16-core 2.1 GHz Xeon host (torch 2.11, transformers 5.17, 2048 tokens of "
+                         "context): 55.9 ms per step at batch 1, 62.9 ms at batch 8, host-bound; per decoder layer "
+                         "1/32 of it (the model's own code folded in), a prefill's layer as a batch-1 decode's")
+GRAPH_KERNEL = 3.4e-6
+GRAPH_KERNEL_SOURCE = ("a graph of 20 short kernels replayed at 3.4 µs per kernel, kernels included (NVIDIA, "
+                       "'Getting Started with CUDA Graphs', https://developer.nvidia.com/blog/cuda-graphs/); the "
+                       "decode step's kernels as eager transformers launches them (a serving engine fuses some)")
 # card key -> (intra-node link: "nvlink" generation or "pcie" generation)
 INTRA_NODE_LINKS: dict[str, tuple[str, int]] = {
     "h100-sxm": ("nvlink", 4), "h200-sxm": ("nvlink", 4), "b200": ("nvlink", 5),
@@ -92,6 +106,18 @@ def intra_node_link_rate(spec_key: str) -> tuple[str, float] | None:
     if link_kind == "nvlink":
         return f"NVLink {generation}", nvlink_bandwidth_bytes_per_s(generation)
     return f"PCIe Gen{generation} x16", pcie_bandwidth_bytes_per_s(generation)
+
+
+def reference_host_costs(scale: float = 1.0, why: str = "") -> HostCosts:
+    """The assumed host of a card by name (REFERENCE_HOST_SOURCE), its code times `scale` (this family's code
+    over Llama's, measured on this machine; `why` says so)."""
+    rows = []
+    for batch, seconds in REFERENCE_HOST_STEPS:
+        rows.append(("decode", LAYER_CODE, batch, scale * seconds / REFERENCE_HOST_LAYERS))
+        rows.append(("decode", MODEL_CODE, batch, 0.0))
+    first = REFERENCE_HOST_STEPS[0][1] / REFERENCE_HOST_LAYERS
+    rows += [("prefill", LAYER_CODE, 1, scale * first), ("prefill", MODEL_CODE, 1, 0.0)]
+    return HostCosts(tuple(rows), REFERENCE_HOST_SOURCE + (f"; {why}" if why else ""))
 
 
 def card_ceilings(spec: GpuSpec, dtype: str = "bf16") -> Ceilings:
@@ -134,6 +160,7 @@ def card_ceilings(spec: GpuSpec, dtype: str = "bf16") -> Ceilings:
         intra_node_link=intra, inter_node_link=Sourced(NDR_BUSBW, "B/s", NDR_SOURCE),
         link_latency=Sourced(NCCL_STEP_LATENCY, "s", NCCL_LATENCY_SOURCE),
         notes=(f"{spec.confidence}",) if spec.confidence != "datasheet" else (),
+        host=reference_host_costs(), host_overlaps=True, graph_kernel=Sourced(GRAPH_KERNEL, "s", GRAPH_KERNEL_SOURCE),
     )
 
 
@@ -197,6 +224,20 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
         link = Sourced(rate * 1e9, "B/s", f"measured all_reduce busbw at {size:,} B, {label}")
     peak = _positive(headline.get("peak_tflops"))
     sizes = ", ".join(f"{p.m}x{p.n}x{p.k}" for p in points)
+    skinny = sorted((int(r["m"]), rate * 1e9) for r in run.results
+                    if r.get("kind") == "decode_matmul" and r.get("device") == device and r.get("dtype") == dtype
+                    and isinstance(r.get("m"), int) and (rate := _positive(r.get("gbps_median"))) is not None)
+    skinny_source = (f"measured x·Wᵀ at m = {', '.join(str(m) for m, _ in skinny)} rows ("
+                     + ", ".join(f"{rate / 1e9:.3g} GB/s" for _, rate in skinny) + f"), weights past the caches, {label}"
+                     if skinny else "")
+    graph_kernel = None
+    if device.startswith("cuda"):
+        graph_kernel = Sourced(GRAPH_KERNEL, "s", GRAPH_KERNEL_SOURCE)
+        for result in run.results:
+            floor = _positive(result.get("graph_kernel_s")) if result.get("kind") == "launch" else None
+            if floor is not None and result.get("device") == device:
+                graph_kernel = Sourced(floor, "s", f"measured CUDA graph replay of {result.get('kernels')} tiny "
+                                                   f"kernels, per kernel, {label}")
     return Ceilings(
         device=device, dtype=dtype, gemm_points=tuple(points),
         gemm_source=f"measured torch {dtype} matmul sweep ({sizes}), {label}",
@@ -206,6 +247,8 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
         kernel_overhead=Sourced(0.0, "s", f"not measured by {label}: launch costs left out"),
         intra_node_link=link, inter_node_link=link,
         link_latency=None, devices_per_node=1 if device == "cpu" else 8,
+        host_overlaps=device.startswith("cuda"), graph_kernel=graph_kernel,
+        decode_matmul=tuple(skinny), decode_matmul_source=skinny_source,
     )
 
 

@@ -88,6 +88,21 @@ def render_results(results: Sequence[Any], header: dict[str, Any], console: Cons
             console.print("  peak: " + ", ".join(f"{dtype} {peak}" for dtype, peak in peaks.items()))
         notes.print(console)
 
+    from rich.markup import escape
+
+    if "decode_matmul" in by_kind:
+        table = Table(title="decode matmul: x·Wᵀ with m rows (the batch), weights rotated past the caches",
+                      title_justify="left")
+        for column in ("dtype", "m x n x k", "median"):
+            table.add_column(column, justify="right" if column == "median" else "left")
+        for r in by_kind["decode_matmul"]:
+            table.add_row(r.dtype, f"{r.m}x{r.n}x{r.k}", _rate(r.gbps_median, "GB/s"))
+        console.print(table)
+    for r in by_kind.get("launch", ()):
+        graph = format_duration(r.graph_kernel_s) if r.graph_kernel_s is not None else f"not measured ({escape(r.note)})"
+        console.print(f"kernel launch on {r.device}: eager {format_duration(r.eager_launch_s)} per tiny kernel "
+                      f"(host), CUDA graph replay {graph} per kernel ({r.kernels} kernels)")
+
     for kind, title in (("bandwidth", "STREAM-like bandwidth (bytes counted / t), fp64 arrays"),
                         ("transfer", "host <-> device bandwidth, buffer counted once")):
         if kind not in by_kind:

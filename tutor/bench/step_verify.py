@@ -103,6 +103,13 @@ def sized_config(config: dict, *, layers: int, hidden: int, heads: int, seq: int
         out["moe_intermediate_size"] = int(round(hidden * out["moe_intermediate_size"] / orig_hidden / 64)) * 64
     for key in ("layer_types", "max_window_layers", "mlp_only_layers"):
         out.pop(key, None)
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        # Token ids of the full vocabulary point past the scaled one (an embedding's padding_idx must lie inside it).
+        ids = out.get(key)
+        if isinstance(ids, list):
+            out[key] = [i for i in ids if isinstance(i, int) and 0 <= i < vocab] or None
+        elif isinstance(ids, int) and not 0 <= ids < vocab:
+            out[key] = None
     out.pop("quantization_config", None)
     out.pop("torch_dtype", None)
     out["dtype"] = "float32"
@@ -479,34 +486,75 @@ OPTIMIZER_REPEATS = 5
 FRAMEWORK_SHAPE = dict(hidden=64, heads=2, seq=8, vocab=64)
 
 
-def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = None) -> list[tuple[str, float]]:
-    """Seconds per call of the model's own code at near-zero work, per decoder layer and for the rest of the
-    model: the same family built with 1 and with 2 layers of width 64 on 8 tokens, timed in `mode` (train:
-    forward and backward; prefill; decode: one token on a cache of 8); the layer is the difference."""
+def tiny_model(torch, config: dict, layers: int, device: str = "cpu", lora: FitRequest | None = None):
+    """The family of `config` at near-zero work (FRAMEWORK_SHAPE, `layers` decoder layers), fp32, on `device`, with
+    the attention transformers runs it with: SDPA where the family supports it, else its eager attention
+    (transformers 5 refuses SDPA for some families, e.g. Gemma 2)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    sized = sized_config(config, layers=layers, **FRAMEWORK_SHAPE)
+    hf = AutoConfig.for_model(**{k: v for k, v in sized.items() if k != "architectures"})
+    try:
+        hf._attn_implementation = "sdpa"
+        model = AutoModelForCausalLM.from_config(hf, dtype=torch.float32)
+    except ValueError as error:
+        if "scaled_dot_product_attention" not in str(error):
+            raise
+        hf._attn_implementation = "eager"
+        model = AutoModelForCausalLM.from_config(hf, dtype=torch.float32)
+    model = model.float().to(device)
+    if lora is not None:
+        add_lora_adapters(torch, model, replace(lora, lora_rank=min(lora.lora_rank, FRAMEWORK_SHAPE["hidden"])))
+    return model
+
+
+def host_clock(torch, device: str):
+    """A clock for the host's code: this thread's CPU time on a CPU (the work, not the other programs' turns); on
+    CUDA the wall clock after the queue drains (at near-zero work the device waits for the host, so the time is
+    the host's)."""
+    if not device.startswith("cuda"):
+        return CLOCK
+
+    def wall() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return wall
+
+
+def _median_on(clock, fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return statistics.median(times)
+
+
+def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = None, *, device: str = "cpu",
+                      batch: int = 1) -> list[tuple[str, float]]:
+    """Seconds per call of the model's own code at near-zero work, per decoder layer and for the rest of the
+    model: the same family built with 1 and with 2 (decode: 3) layers of width 64 on 8 tokens, timed in `mode`
+    (train: forward and backward; prefill; decode: one token for each of `batch` sequences on a cache of 8)
+    on `device`; the layer is the difference."""
     times = {}
+    clock = host_clock(torch, device)
     # A decode step is a few milliseconds, most of it this code: measured over 1 and 3 layers and more calls, so the
     # per-layer figure (a difference of two timings) is not mostly noise.
     depths = (1, 3) if mode == "decode" else (1, 2)
     calls = 40 if mode == "decode" else 15
     for layers in depths:
-        sized = sized_config(config, layers=layers, **FRAMEWORK_SHAPE)
-        hf = AutoConfig.for_model(**{k: v for k, v in sized.items() if k != "architectures"})
-        hf._attn_implementation = "sdpa"
-        model = AutoModelForCausalLM.from_config(hf, dtype=torch.float32).float()
-        if lora is not None:
-            add_lora_adapters(torch, model, replace(lora, lora_rank=min(lora.lora_rank, FRAMEWORK_SHAPE["hidden"])))
-        ids = torch.randint(0, FRAMEWORK_SHAPE["vocab"], (1, FRAMEWORK_SHAPE["seq"]))
+        model = tiny_model(torch, config, layers, device, lora)
+        ids = torch.randint(0, FRAMEWORK_SHAPE["vocab"], (batch, FRAMEWORK_SHAPE["seq"]), device=device)
         if mode == "train":
             model.train()
             forward, backward = [], []
             for index in range(12):
-                t0 = CLOCK()
+                t0 = clock()
                 loss = model(input_ids=ids, labels=ids).loss
-                t1 = CLOCK()
+                t1 = clock()
                 loss.backward()
-                t2 = CLOCK()
+                t2 = clock()
                 if index >= 2:
                     forward.append(t1 - t0)
                     backward.append(t2 - t1)
@@ -517,7 +565,7 @@ def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = 
             if mode == "prefill":
                 call = lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1)  # noqa: E731
                 call()
-                times[layers] = {"forward": _median_seconds(call, 15)}
+                times[layers] = {"forward": _median_on(clock, call, 15)}
             else:
                 out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
                 state = {"cache": out.past_key_values, "token": ids[:, -1:]}
@@ -527,7 +575,7 @@ def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = 
                     state["cache"] = result.past_key_values
 
                 step()
-                times[layers] = {"forward": _median_seconds(step, calls)}
+                times[layers] = {"forward": _median_on(clock, step, calls)}
     out = []
     low, high = depths
     for phase in times[low]:

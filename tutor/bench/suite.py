@@ -161,6 +161,19 @@ def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: S
                                                             cancel=cancel)))
         ordered = sorted(dtypes, key=lambda name: name != "fp32")
         cases.extend(matmul_case(dtype) for dtype in ordered)
+        # A decode step's matmuls are matrix-vector products, and on a GPU its kernels are launched one by one:
+        # what `time` needs for inference beyond the square sweep (tutor.bench.decode_gemm).
+        from tutor.bench.decode_gemm import decode_matmul_bandwidth, launch_costs
+
+        def decode_case(dtype: str) -> BenchCase:
+            return BenchCase(name=f"decode matmul {dtype}", kind="matmul", weight=0.2,
+                             run=lambda budget, cancel: decode_matmul_bandwidth(device, dtype, budget_s=budget,
+                                                                                cancel=cancel))
+
+        cases.extend(decode_case(dtype) for dtype in ordered if dtype in ("fp32", "bf16", "fp16"))
+        if device.startswith("cuda"):
+            cases.append(BenchCase(name="kernel launch", kind="matmul", weight=0.1,
+                                   run=lambda budget, cancel: [launch_costs(device)]))
     if "bandwidth" in kinds:
         cases.append(BenchCase(
             name="bandwidth", kind="bandwidth", weight=2.0,

@@ -46,6 +46,24 @@ def verify_model(model: str, size: str, recipe: str = "fp32") -> dict:
     return run_verification(read_model_config(model).config, size, recipe=recipe)
 
 
+def check_verify_device(device: str | None) -> None:
+    """--verify runs the real model on this machine's CPU (fp32, one thread). A GPU of this machine (an index,
+    cuda:N) is refused in one line, whether or not it is there: a CPU run does not verify a GPU's answer. A card
+    by name is answered from its datasheet and the verification stays what it says it is: this machine's."""
+    from tutor.hardware.specs import lookup_gpu_spec
+
+    text = (device or "").strip().lower()
+    if not (text.startswith("cuda") or (text.isdigit() and lookup_gpu_spec(text) is None)):
+        return
+    from tutor.hardware import detect_machine
+
+    if not detect_machine().gpus:
+        raise UserError(f"--verify --device {device}: no CUDA GPU on this machine (NVML finds none); "
+                        "verify on the CPU with --device cpu")
+    raise UserError(f"--verify --device {device}: verification on a GPU is not built yet (--verify runs on the CPU, "
+                    f"in fp32); use --device cpu, or compare `time --device {device}` with a run of your own")
+
+
 @click.command("time")
 @fit_options()
 @click.option("--tokens", "tokens_text", default=DEFAULT_TOKENS, show_default=True,
@@ -76,10 +94,13 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
                         "config.json rather than --params")
     if not model:
         raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json or a model folder")
-    from tutor.fit_answer import FitInputs, resolve_fit_model
+    from tutor.fit_answer import FitInputs, fit_model
 
-    arch, name, source, _ = resolve_fit_model(model, None)
+    found = fit_model(model, None)
+    arch, name, source = found.arch, found.name, found.source
     assert arch is not None  # a model (not a bare count) resolves to an architecture
+    if verify:
+        check_verify_device(device)
     tokens = parse_count(tokens_text)
     mfu = parse_fraction(mfu_text, "--mfu")
     if mfu == 0:
@@ -116,7 +137,8 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
         render_verify_only(report)
         return
     report = report_for_ceilings(arch, request, ceilings, device_words, name=name, source=source, tokens=tokens,
-                                 price=price, mfu=mfu, overlap=overlap, device=device)
+                                 price=price, mfu=mfu, overlap=overlap, device=device,
+                                 config=found.found.config if found.found is not None else None)
     if verified is not None:
         report["verify"] = verified
     if as_json:

@@ -126,20 +126,28 @@ def _render_train(console, Table, report: dict) -> None:
 
 def _render_inference(console, Table, report: dict) -> None:
     prefill = report["prefill"]
+    engines = report.get("engines") or {}
     console.print(f"prefill (time to first token) of {prefill['tokens']:,} tokens: "
                   f"[bold]{format_duration(prefill['seconds'])}[/bold], "
-                  f"{format_rate(prefill['tokens_per_second'], 'tokens/s')}")
+                  f"{format_rate(prefill['tokens_per_second'], 'tokens/s')} ({prefill.get('engine', 'eager')}, "
+                  f"bound by {prefill.get('bound', 'compute')})")
+    for row in prefill.get("engines", [])[1:]:
+        console.print(f"  with {row['engine']}: {format_duration(row['seconds'])}")
     table = Table(title=f"Decode at {report['request']['seq_len']:,} tokens of context", title_justify="left")
-    for column in ("batch", "per step", "tokens/s", "bound by"):
-        table.add_column(column, justify="right" if column != "bound by" else "left")
+    for column in ("engine", "batch", "per step", "tokens/s", "bound by", "host's code"):
+        table.add_column(column, justify="right" if column not in ("bound by", "engine") else "left")
     for point in report["decode"]:
-        table.add_row(f"{point['batch']:,}", format_duration(point["seconds_per_step"]),
-                      format_rate(point["tokens_per_second"], "tokens/s"), point["bound"])
+        share = point.get("host_share")
+        table.add_row(point.get("engine", "eager"), f"{point['batch']:,}", format_duration(point["seconds_per_step"]),
+                      format_rate(point["tokens_per_second"], "tokens/s"), point["bound"],
+                      "not counted" if share is None else format_percent(share))
     console.print(table)
+    for engine, words in engines.items():
+        console.print(f"[dim]{engine}: {markup_safe(words)}[/dim]")
     crossover = report["decode_compute_bound_batch"]
-    console.print(f"decode turns compute-bound at batch {crossover:,}" if crossover else
-                  "decode stays memory-bound at every batch: at this context the KV cache read grows with the "
-                  "batch as fast as the FLOPs")
+    console.print(f"the device's decode work turns compute-bound at batch {crossover:,}" if crossover else
+                  "the device's decode work stays memory-bound at every batch: at this context the KV cache read "
+                  "grows with the batch as fast as the FLOPs")
 
 
 def _render_verify(console, Table, verify: dict) -> None:

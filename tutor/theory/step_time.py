@@ -92,6 +92,31 @@ class BandwidthPoint:
 
 
 @dataclass(frozen=True)
+class HostCosts:
+    """Seconds the host spends in the framework's own code (Python, dispatch, kernel launches) per call of a
+    decoder layer and of the rest of the model, for a prefill and for a decode step at a few batches:
+    measured on the device at near-zero work (the same family at width 64, 1 and 3 layers, per layer the
+    difference), or an explicit assumption for a card by name. `rows`: (mode, name, batch, seconds) with
+    mode "prefill" or "decode" and name LAYER_CODE or MODEL_CODE (tutor.theory.step_operations)."""
+
+    rows: tuple[tuple[str, str, int, float], ...]
+    source: str
+
+    def seconds(self, mode: str, name: str, batch: int) -> float | None:
+        """Per call at `batch`: linear between the measured batches (a mixture-of-experts layer runs one
+        expert's code per expert its tokens touch, so its code grows with the batch), flat beyond them."""
+        points = sorted((b, s) for m, n, b, s in self.rows if m == mode and n == name)
+        if not points:
+            return None
+        if batch <= points[0][0]:
+            return points[0][1]
+        for (b0, s0), (b1, s1) in zip(points, points[1:]):
+            if batch <= b1:
+                return s0 + (s1 - s0) * (batch - b0) / (b1 - b0)
+        return points[-1][1]
+
+
+@dataclass(frozen=True)
 class Ceilings:
     """What a device can do, each figure with its source: the matmul curve over shapes, the memory
     bandwidth, the cost of a kernel launch, the links, and the datasheet peak for MFU."""
@@ -116,6 +141,15 @@ class Ceilings:
     named_seconds: tuple[tuple[str, float], ...] = ()
     framework_source: str = "framework code not timed (no measurement at near-zero work)"
     clock_fraction: Sourced | None = None    # the clock now over the clock the datasheet peak assumes
+    # The framework's own code per call on the host (Python, dispatch, launches), for an inference step's engines.
+    host: HostCosts | None = None
+    # True where the host queues kernels for another device (CUDA): an eager step takes the longer of the two.
+    host_overlaps: bool = False
+    # Seconds per kernel replayed from a CUDA graph (its floor, however little work it does): the graphs engine.
+    graph_kernel: Sourced | None = None
+    # Measured bandwidth of matrix-vector products (rows m -> bytes/s): a decode step's GEMMs on its weights.
+    decode_matmul: tuple[tuple[int, float], ...] = ()
+    decode_matmul_source: str = ""
 
     def named_rate(self, op: Operation) -> float | None:
         """The measured rate of this very operation, when the ceilings hold one."""
@@ -129,10 +163,12 @@ class Ceilings:
     def sources(self) -> dict[str, str]:
         """Each figure's source, for the output's `sources` (a test checks none is missing)."""
         out = {"matmul": self.gemm_source, "memory_bandwidth": self.bandwidth_source,
-               "kernel_overhead": self.kernel_overhead.source, "framework": self.framework_source}
+               "kernel_overhead": self.kernel_overhead.source,
+               **({"decode_matmul": self.decode_matmul_source} if self.decode_matmul else {}),
+               "framework": self.host.source if self.host is not None else self.framework_source}
         if self.peak_flops is not None:
             out["peak_flops"] = self.peak_flops.source
-        for name in ("intra_node_link", "inter_node_link", "link_latency", "clock_fraction"):
+        for name in ("intra_node_link", "inter_node_link", "link_latency", "clock_fraction", "graph_kernel"):
             figure = getattr(self, name)
             if figure is not None:
                 out[name] = figure.source
@@ -168,8 +204,27 @@ def gemm_rate(ceilings: Ceilings, op: Operation) -> float:
     rate = _interpolate([p.size for p in points], [p.flops_per_s for p in points], size)
     if op.bytes and ceilings.bandwidth_points:
         intensity = op.flops / op.bytes
-        rate = min(rate, intensity * memory_bandwidth(ceilings, op.bytes // op.batch))
+        skinny = decode_matmul_bandwidth(ceilings, op)
+        rate = min(rate, intensity * (skinny if skinny is not None else memory_bandwidth(ceilings, op.bytes // op.batch)))
     return rate
+
+
+SKINNY_ROWS = 16
+"""A GEMM with at most this many rows on one weight matrix is a matrix-vector product as BLAS libraries treat it."""
+
+
+def decode_matmul_bandwidth(ceilings: Ceilings, op: Operation) -> float | None:
+    """The bandwidth a weight GEMM with few rows (a decode step's, m = batch) streams at, from the measured
+    matrix-vector points (linear in m between them, flat beyond); None for other GEMMs or without points."""
+    if not ceilings.decode_matmul or op.batch != 1 or op.m > SKINNY_ROWS:
+        return None
+    points = sorted(ceilings.decode_matmul)
+    if op.m <= points[0][0]:
+        return points[0][1]
+    for (m0, b0), (m1, b1) in zip(points, points[1:]):
+        if op.m <= m1:
+            return b0 + (b1 - b0) * (op.m - m0) / (m1 - m0)
+    return points[-1][1]
 
 
 def memory_bandwidth(ceilings: Ceilings, nbytes: int) -> float:
@@ -192,7 +247,8 @@ def operation_seconds(ceilings: Ceilings, op: Operation) -> float:
     exact = exact_gemm_rate(ceilings, op) if op.kind == GEMM else None
     if exact is not None:
         return op.calls * op.flops / exact
-    per_call = op.bytes / memory_bandwidth(ceilings, op.bytes)
+    skinny = decode_matmul_bandwidth(ceilings, op) if op.kind == GEMM else None
+    per_call = op.bytes / (skinny if skinny is not None else memory_bandwidth(ceilings, op.bytes))
     if op.kind == GEMM:
         per_call = max(per_call, op.flops / gemm_rate(ceilings, op))
     return op.calls * (per_call + op.kernels * ceilings.kernel_overhead.value)
@@ -445,27 +501,113 @@ def training_run(step: StepTime, *, tokens: int, price_per_device_hour: float | 
 # Inference
 
 
+EAGER = "eager"
+GRAPHS = "graphs"
+ENGINE_WORDS = {EAGER: "eager (transformers' forward, as generate runs it)",
+                GRAPHS: "CUDA graphs (a captured step replayed, as serving engines run it)"}
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One inference pass (a prefill or one decode step) as an engine runs it: its time, the device's work
+    and the host's (None where the host's code was not measured), the compute and memory roofs, and what
+    bounds it: "compute" or "memory" (the device), or "host" (the framework's code on the CPU)."""
+
+    engine: str
+    seconds: float
+    device_seconds: float
+    host_seconds: float | None
+    compute_seconds: float
+    memory_seconds: float
+    bound: str
+    source: str
+
+
+def _host_seconds(ceilings: Ceilings, ops, *, mode: str, batch: int) -> float | None:
+    """The framework's own code in `ops` (FRAMEWORK operations): a per-call figure measured for this very step
+    (Ceilings.named_seconds, time --verify) or the host's costs (Ceilings.host); None when neither holds one."""
+    total, known = 0.0, False
+    for op in ops:
+        if op.kind != FRAMEWORK:
+            continue
+        named = next((s for name, s in ceilings.named_seconds if name == f"{op.phase}:{op.name}"), None)
+        per_call = named if named is not None else (
+            ceilings.host.seconds(mode, op.name, batch) if ceilings.host is not None else None)
+        if per_call is not None:
+            total += op.calls * per_call
+            known = True
+    return total if known else None
+
+
+def _graph_kernel_seconds(ceilings: Ceilings, op: Operation, floor: float) -> float:
+    """One operation replayed from a CUDA graph: no launch from the host, but no kernel shorter than the
+    graph's per-kernel floor."""
+    per_call = operation_seconds(replace(ceilings, kernel_overhead=Sourced(0.0, "s", "")), op) / op.calls
+    return op.calls * max(per_call, op.kernels * floor)
+
+
+def engine_steps(ceilings: Ceilings, ops, *, mode: str, batch: int) -> tuple[EngineStep, ...]:
+    """The pass under each engine this device runs.
+
+    - eager: the framework launches kernel by kernel from Python. On a CPU host and device are the same
+      cores, so the step is the device's work plus the host's code; on a GPU the host queues kernels ahead
+      of the device, so the step is the longer of the two (host-bound when the kernels are short: batch-1
+      decode of an 8B model in transformers is about 15x its bandwidth floor on an H200, measured).
+    - graphs (GPU only, Ceilings.graph_kernel): the step captured once and replayed (CUDA graphs; vLLM and
+      SGLang capture their decode steps): the device's work with no host code, each kernel at least the
+      graph's per-kernel floor (NVIDIA, "Getting Started with CUDA Graphs", 2019)."""
+    device_ops = [op for op in ops if op.kind != FRAMEWORK]
+    _, compute, memory = _roofs(ceilings, device_ops)
+    device = sum(operation_seconds(ceilings, op) for op in device_ops)
+    roof = "compute" if compute >= memory else "memory"
+    host = _host_seconds(ceilings, ops, mode=mode, batch=batch)
+    if host is None:
+        eager = EngineStep(EAGER, device, device, None, compute, memory, roof,
+                           "the device's work only: " + ceilings.framework_source)
+    elif ceilings.host_overlaps:
+        eager = EngineStep(EAGER, max(device, host), device, host, compute, memory, "host" if host > device else roof,
+                           "the longer of the device's work and the host's code (it queues kernels ahead)")
+    else:
+        eager = EngineStep(EAGER, device + host, device, host, compute, memory, "host" if host > device else roof,
+                           "the device's work plus the host's code (the same cores run both)")
+    steps = [eager]
+    if ceilings.graph_kernel is not None:
+        floor = ceilings.graph_kernel.value
+        graphs = sum(_graph_kernel_seconds(ceilings, op, floor) for op in device_ops)
+        steps.append(EngineStep(GRAPHS, graphs, graphs, 0.0, compute, memory, roof,
+                                f"the device's work, each kernel at least {floor * 1e6:.3g} µs: "
+                                + ceilings.graph_kernel.source))
+    return tuple(steps)
+
+
 @dataclass(frozen=True)
 class DecodePoint:
-    """One decode step at a batch: its time, tokens per second, and which roof bounds it."""
+    """One decode step at a batch, as the eager engine runs it: its time, tokens per second, and which roof
+    bounds the device's work (`engines`: the step under every engine the device runs)."""
 
     batch: int
     seconds: float
     tokens_per_second: float
     compute_seconds: float
     memory_seconds: float
+    engines: tuple[EngineStep, ...] = ()
 
     @property
     def bound(self) -> str:
         return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
 
 
-def prefill_seconds(arch: Architecture, request: FitRequest, ceilings: Ceilings) -> float:
-    """Time to first token: the forward pass over the whole prompt (batch × seq_len), compute-bound
-    for any real prompt, logits of the last position only (transformers generate)."""
+def prefill_engines(arch: Architecture, request: FitRequest, ceilings: Ceilings) -> tuple[EngineStep, ...]:
+    """Time to first token under each engine: the forward pass over the whole prompt (batch × seq_len),
+    logits of the last position only (transformers generate)."""
     ops = inference_operations(arch, request, queries=request.seq_len, context=request.seq_len,
                                logits_tokens=request.batch)
-    return sum(operation_seconds(ceilings, op) for op in ops)
+    return engine_steps(ceilings, ops, mode="prefill", batch=request.batch)
+
+
+def prefill_seconds(arch: Architecture, request: FitRequest, ceilings: Ceilings) -> float:
+    """Time to first token as the eager engine runs it, compute-bound on the device for any real prompt."""
+    return prefill_engines(arch, request, ceilings)[0].seconds
 
 
 def _roofs(ceilings: Ceilings, ops) -> tuple[float, float, float]:
@@ -489,10 +631,12 @@ def _curve_rate(ceilings: Ceilings, op: Operation) -> float:
 def decode_step(arch: Architecture, request: FitRequest, ceilings: Ceilings, *, batch: int,
                 context: int) -> DecodePoint:
     """One decode step for `batch` sequences with `context` tokens cached: every weight and the whole
-    KV cache read once (Pope et al. arXiv 2211.05102 §2.1), each op at its roofline bound."""
+    KV cache read once (Pope et al. arXiv 2211.05102 §2.1), each op at its roofline bound, under each engine."""
     ops = inference_operations(arch, replace(request, batch=batch), queries=1, context=context)
-    total, compute, memory = _roofs(ceilings, ops)
-    return DecodePoint(batch, total, batch / total, compute, memory)
+    engines = engine_steps(ceilings, ops, mode="decode", batch=batch)
+    eager = engines[0]
+    return DecodePoint(batch, eager.seconds, batch / eager.seconds, eager.compute_seconds, eager.memory_seconds,
+                       engines)
 
 
 def decode_compute_bound_batch(arch: Architecture, request: FitRequest, ceilings: Ceilings, *, context: int,

@@ -57,11 +57,13 @@ def inference_lines(report: dict[str, Any]) -> list[RenderableType]:
     prefill = report["prefill"]
     table = Table(expand=False, box=None, show_edge=False, pad_edge=False, header_style="bold")
     table.add_column(f"decode at {report['request']['seq_len']:,} tokens of context")
+    table.add_column("engine", no_wrap=True)
     table.add_column("per step", justify="right", no_wrap=True)
     table.add_column("tokens/s", justify="right", no_wrap=True)
     table.add_column("bound by", no_wrap=True)
     for point in report["decode"]:
-        table.add_row(f"batch {point['batch']:,}", format_duration(point["seconds_per_step"]),
+        table.add_row(f"batch {point['batch']:,}", point.get("engine", "eager"),
+                      format_duration(point["seconds_per_step"]),
                       format_rate(point["tokens_per_second"], "tokens/s"), point["bound"])
     crossover = report["decode_compute_bound_batch"]
     return [
@@ -69,8 +71,8 @@ def inference_lines(report: dict[str, Any]) -> list[RenderableType]:
                       (format_duration(prefill["seconds"]), "bold"),
                       f", {format_rate(prefill['tokens_per_second'], 'tokens/s')}"),
         table,
-        Text(f"decode turns compute-bound at batch {crossover:,}" if crossover else
-             "decode stays memory-bound at every batch at this context"),
+        Text(f"the device's decode work turns compute-bound at batch {crossover:,}" if crossover else
+             "the device's decode work stays memory-bound at every batch at this context"),
     ]
 
 
