@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The first run on a machine with NVIDIA GPUs and no network: every GPU path once, each step under its own
-# timeout and all of them under BUDGET_S (470 s), with a summary of what passed and each of our figures
-# beside a plain torch (or NVML) loop as a ratio (~1 is the goal).
+# The first run on a machine with NVIDIA GPUs and no network: every GPU path once, then the whole test suite,
+# each step under its own timeout and all of them under BUDGET_S (540 s), with a summary of what passed and
+# each of our figures beside a plain torch (or NVML) loop as a ratio (~1 is the goal).
 #
 #   bash benchmarks/gpu_wheels.sh                 # once, where an index is reachable: benchmarks/wheelhouse/
 #   bash benchmarks/gpu_first_run.sh              # on the GPU machine, from a copy of this tree + the wheelhouse
@@ -10,9 +10,16 @@
 # PYTHON: the machine's own Python with its CUDA torch (default /opt/torch/.venv/bin/python3 if it exists,
 # else python3). It is never changed: a venv made from it with --system-site-packages (plus a .pth naming its
 # site-packages, for when that Python is itself a venv) gets the wheelhouse with --no-index, and the project
-# runs from this tree through PYTHONPATH (no build backend, nothing fetched).
+# runs from this tree through PYTHONPATH (no build backend, nothing fetched). The wheelhouse carries the test
+# runner the project pins (pytest and its plugins), installed into the venv over whatever pytest the image has.
 # OUT: the folder for the results (default a new folder under /tmp): summary.json, summary.txt, steps.log
-# (every step's command, timeout, exit status and output) and outputs.json (each step's JSON output).
+# (every step's command, timeout, exit status and output), outputs.json (each step's JSON output),
+# image-packages.json and kit-packages.json (every distribution the machine's Python and the kit's venv see,
+# in import order) and, from the whole-suite step, pytest-junit.xml (every test, tracebacks kept),
+# pytest-failures.txt (the failures, short) and pytest-output.txt (pytest's own output).
+# The whole-suite step comes last: KIT_SUITE=tests/test_x.py for part of it, KIT_SUITE_WORKERS (default auto),
+# KIT_TEST_TIMEOUT (per test, default 100 s). The dry run skips it; without a GPU (not dry) it still runs,
+# then the kit exits 2.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -26,7 +33,7 @@ OUT=${OUT:-$(mktemp -d -t tensor-tutor-gpu-XXXX)}
 mkdir -p "$OUT"
 WORK=$(mktemp -d -t tt-kit-XXXX)   # each step's raw output; only the four files above go to OUT
 VENV=${KIT_VENV:-$WORK/venv}
-BUDGET_S=${BUDGET_S:-470}
+BUDGET_S=${BUDGET_S:-540}
 T0=$(date +%s)
 LOG=$OUT/steps.log
 : >"$LOG"
@@ -51,7 +58,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...: its own timeout, clamped to what is 
     fi
     echo "== $name (timeout $limit s): $*" >&2
     local start=$(date +%s)
-    timeout -k 5 "$limit" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    STEP_LIMIT=$limit timeout -k 5 "$limit" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
     local rc=$? status=ok
     (( rc == 124 || rc == 137 )) && status="timed out after $limit s"
     (( rc != 0 && rc != 124 && rc != 137 )) && status="FAILED (rc $rc)"
@@ -65,10 +72,29 @@ step() {  # step NAME TIMEOUT_S COMMAND...: its own timeout, clamped to what is 
 skip() { say "== $1: skipped ($2)"; record "$1" "skipped ($2)" 0 0; }
 
 finish() {  # finish EXIT_CODE: the summary into OUT, then exit
-    "$MACHINE_PYTHON" "$ROOT/benchmarks/gpu_summary.py" "$WORK" "$OUT" "$BUDGET_S" | tee -a "$LOG"
+    env -u PYTHONPATH "$MACHINE_PYTHON" "$ROOT/benchmarks/gpu_summary.py" "$WORK" "$OUT" "$BUDGET_S" \
+        "$WHEELHOUSE/image.txt" | tee -a "$LOG"
     rm -rf "$WORK"
     exit "$1"
 }
+
+packages_json() {  # packages_json PYTHON FILE: every distribution that Python sees, in sys.path order
+    env -u PYTHONPATH "$1" - "$2" <<'PY'
+import json, platform, re, sys
+from importlib import metadata
+rows, seen = [], set()
+for dist in metadata.distributions():  # sys.path order: the first of a name is the one imported
+    name = dist.metadata["Name"] or "?"
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    rows.append({"name": name, "version": dist.version, "location": str(dist.locate_file("")),
+                 "imported": key not in seen})
+    seen.add(key)
+json.dump({"python": sys.executable, "python_version": platform.python_version(), "prefix": sys.prefix,
+           "packages": rows}, open(sys.argv[1], "w"), indent=1)
+PY
+}
+# What the machine brings, recorded before anything is installed (an install that fails still leaves it).
+packages_json "$MACHINE_PYTHON" "$OUT/image-packages.json" || say "could not list $MACHINE_PYTHON's packages"
 
 # 1. Install the wheelhouse beside the machine's own packages (no index, no build).
 install_kit() {
@@ -93,28 +119,56 @@ install_kit() {
 print("\n".join(p for p in sys.path if p and os.path.isdir(p) and os.path.basename(p) in ("site-packages", "dist-packages")))' \
         >"$site/_machine_site_packages.pth"
     echo "machine site dirs: $(tr '\n' ' ' <"$site/_machine_site_packages.pth")"
+    # A pin the image has at another version (its pytest) goes into the venv, ahead of the image's on sys.path.
     PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
-        "${pip[@]}" install --no-index --find-links "$WHEELHOUSE" -r "$WHEELHOUSE/requirements.txt"
+        "${pip[@]}" install --no-index --find-links "$WHEELHOUSE" -r "$WHEELHOUSE/requirements.txt" || return
+    # For the record only: what the image's own packages think of the kit's versions.
+    echo "pip check:"; PIP_DISABLE_PIP_VERSION_CHECK=1 "${pip[@]}" check || true
 }
 export WHEELHOUSE VENV MACHINE_PYTHON WORK
 export -f install_kit
 step install 45 bash -c install_kit
 PY="$VENV/bin/python"
+[ -x "$PY" ] && packages_json "$PY" "$OUT/kit-packages.json"
 export PYTHONPATH=$ROOT TENSOR_TUTOR_DATA_DIR=$WORK/data   # this tree, and a data folder of the run's own
 TT="$PY -m tutor"
 if [ "${STATUS[install]}" != ok ]; then
     say "the kit did not install (see $LOG): nothing else can run"
     finish 1
 fi
-step imports 15 "$PY" -c 'import json, platform, torch, textual, textual_serve, platformdirs, syrupy, pytest_textual_snapshot, tutor
+# Every pin of the wheelhouse must be the version the kit's Python imports (not one the image has beside it).
+step imports 15 "$PY" -c 'import json, platform, sys, torch, textual, textual_serve, platformdirs, pytest, syrupy, pytest_textual_snapshot, tutor
 from importlib.metadata import version
+pins = [line.strip().split("==") for line in open(sys.argv[1]) if "==" in line]
+wrong = [f"{n} {version(n)} (the kit pins {v})" for n, v in pins if version(n) != v]
 print(json.dumps({"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
       "tutor": tutor.__version__, "torch_file": torch.__file__, "textual_file": textual.__file__,
-      **{n: version(n) for n in ("textual", "textual-serve", "platformdirs", "syrupy", "pytest-textual-snapshot")}}))'
+      "pytest_file": pytest.__file__,
+      **{n: version(n) for n in ("textual", "textual-serve", "platformdirs", "pytest", "pytest-xdist",
+                                 "pytest-timeout", "syrupy", "pytest-textual-snapshot", "transformers", "rich")},
+      "not_the_kit_s": wrong}))
+sys.exit("the kit imports other versions than it pins: " + "; ".join(wrong) if wrong else 0)' "$WHEELHOUSE/requirements.txt"
 if [ "${STATUS[imports]}" != ok ]; then
     say "the installed kit does not import (see $LOG)"
     finish 1
 fi
+
+# The whole suite (the last step, so the GPU figures come first): stopped with SIGINT 25 s before the step's
+# limit so that pytest still writes its JUnit XML; a hung test is failed after KIT_TEST_TIMEOUT.
+run_suite() {
+    local stop=$(( ${STEP_LIMIT:-240} - 25 ))
+    (( stop < 10 )) && stop=10
+    # shellcheck disable=SC2086  # KIT_SUITE: test paths, split on spaces
+    timeout -s INT -k 15 "$stop" "$PY" -m pytest ${KIT_SUITE:-} -n "${KIT_SUITE_WORKERS:-auto}" -p no:randomly \
+        -p no:cacheprovider --timeout "${KIT_TEST_TIMEOUT:-100}" --junitxml "$OUT/pytest-junit.xml" -rfE -q
+}
+export PY OUT
+export -f run_suite
+suite() {
+    rm -f "$OUT/pytest-junit.xml"
+    step pytest_full 240 bash -c run_suite
+    cp "$WORK/pytest_full.out" "$OUT/pytest-output.txt" 2>/dev/null
+}
 
 GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
 if [ "$GPUS" = "0" ]; then
@@ -122,13 +176,15 @@ if [ "$GPUS" = "0" ]; then
         step collect 60 "$PY" -m pytest --collect-only -q -m gpu -p no:cacheprovider
         [ "${STATUS[collect]}" = ok ] || { say "the test suite does not collect with the kit (see $LOG)"; finish 1; }
     fi
-    say "no CUDA GPU: torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) sees none; the kit installed offline and imports, nothing else to verify here"
+    say "no CUDA GPU: torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) sees none; the kit installed offline and imports, no GPU step to run here"
+    if (( DRY_RUN )); then skip pytest_full "dry run: the whole suite runs only for real"; else suite; fi
     finish $(( DRY_RUN ? 0 : 2 ))
 fi
 say "torch sees $GPUS CUDA GPU(s); steps under $BUDGET_S s in all"
 
 # 2. The GPU steps (single-GPU timeouts 60+15+50+20+30+15+40+15+10+40+55+40+20 = 410 s, with install and
-#    imports 470 s: under 8 minutes, and BUDGET_S clamps every step to what is left); ours beside plain.
+#    imports 470 s, then the whole suite's 240 s: BUDGET_S (540 s) clamps every step to what is left, so the
+#    suite gets what the GPU steps leave, 240 s when they take what they took last time, 154 s); ours beside plain.
 step pytest_gpu 60 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider
 step env 15 $TT env --json --torch
 step bench_quick 50 $TT bench --quick --dtype fp32,tf32,bf16,fp16,fp8 --budget 30 --json
@@ -161,5 +217,8 @@ if [ "$GPUS" -ge 2 ]; then
 else
     for name in $MULTI; do skip "$name" "one GPU"; done
 fi
+
+# 4. The whole suite, last.
+suite
 
 grep -q "FAILED\|timed out" "$WORK/steps.tsv" && finish 1 || finish 0

@@ -1,17 +1,22 @@
 """The summary of benchmarks/gpu_first_run.sh: each step's status and time, and each of tensor-tutor's
 figures beside its plain reference (benchmarks/gpu_reference.py) as a ratio, ours / plain.
 
-    python benchmarks/gpu_summary.py WORK_DIR OUT_DIR BUDGET_S
+    python benchmarks/gpu_summary.py WORK_DIR OUT_DIR BUDGET_S [IMAGE_MANIFEST]
 
-Reads WORK_DIR/steps.tsv (name, seconds, timeout, status) and WORK_DIR/<step>.out; writes
-OUT_DIR/summary.json, OUT_DIR/summary.txt and OUT_DIR/outputs.json (every step's JSON output) and prints
-the text. Standard library and tutor.formatting only (stdlib itself): it runs under the machine's own Python.
+Reads WORK_DIR/steps.tsv (name, seconds, timeout, status) and WORK_DIR/<step>.out, and from OUT_DIR the
+whole suite's pytest-junit.xml and the package lists (image-packages.json, kit-packages.json); writes
+OUT_DIR/summary.json, OUT_DIR/summary.txt, OUT_DIR/outputs.json (every step's JSON output) and, where the
+suite ran, OUT_DIR/pytest-failures.txt, and prints the text. IMAGE_MANIFEST (benchmarks/gpu_image.txt, as the
+wheelhouse was built against it): the versions the kit expected, set beside the ones the image has.
+Standard library and tutor.formatting only (stdlib itself): it runs under the machine's own Python.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -94,6 +99,61 @@ def comparisons(out: dict) -> list[dict]:
     return rows
 
 
+def junit_counts(path: Path) -> dict | None:
+    """passed/failed/errors/skipped of a JUnit XML (pytest's), and each failure or error with its traceback's
+    last lines; None where there is no readable file (a run killed before pytest wrote it)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    problems = []
+    for case in root.iter("testcase"):
+        if not case.get("name"):  # what pytest writes for the test running when it was interrupted
+            continue
+        test = f"{case.get('classname', '')}::{case.get('name', '')}"
+        kinds = {child.tag for child in case}
+        for tag, key in (("failure", "failed"), ("error", "errors")):
+            for child in case.findall(tag):
+                counts[key] += 1
+                lines = (child.text or "").rstrip().splitlines()
+                problems.append({"test": test, "kind": key, "message": child.get("message", ""), "tail": lines[-30:]})
+        if "skipped" in kinds and not kinds & {"failure", "error"}:
+            counts["skipped"] += 1
+        elif not kinds & {"failure", "error", "skipped"}:
+            counts["passed"] += 1
+    return {**counts, "problems": problems}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _imported(path: Path) -> dict[str, tuple[str, str]]:
+    """name -> (version, location) of each distribution a package list (gpu_first_run's packages_json) imports."""
+    try:
+        rows = json.loads(path.read_text()).get("packages", [])
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {_norm(r["name"]): (r["version"], r["location"]) for r in rows if r.get("imported", True)}
+
+
+def packages(out_dir: Path, manifest: Path | None) -> dict:
+    """The image as found against the manifest the kit was built for, and what the kit's venv shadows."""
+    image, kit = _imported(out_dir / "image-packages.json"), _imported(out_dir / "kit-packages.json")
+    expected = {}
+    if manifest is not None and manifest.exists():
+        for line in manifest.read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                name, _, version = line.partition("==")
+                expected[_norm(name)] = version.strip() or None
+    differs = [f"{n} {image[n][0] if n in image else 'missing'} (expected {v or 'present'})"
+               for n, v in sorted(expected.items()) if n not in image or (v and image[n][0] != v)]
+    shadowed = [f"{n} {image[n][0]} -> {kit[n][0]}" for n in sorted(kit) if n in image and kit[n][0] != image[n][0]]
+    return {"image_count": len(image), "kit_count": len(kit), "image_vs_manifest": differs, "kit_shadows": shadowed}
+
+
 def _cuda(results) -> str | None:
     devices = [r.get("device") for r in results if str(r.get("device", "")).startswith("cuda")]
     return devices[0] if devices else None
@@ -111,6 +171,7 @@ def main() -> int:
     from tutor.formatting import format_number
 
     work, out_dir, budget = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    manifest = Path(sys.argv[4]) if len(sys.argv) > 4 else None
     steps = []
     tsv = work / "steps.tsv"
     for line in (tsv.read_text().splitlines() if tsv.exists() else []):
@@ -127,10 +188,14 @@ def main() -> int:
             if lines:
                 tails[s["name"]] = lines[-4:]
     rows = comparisons(outputs)
+    suite = junit_counts(out_dir / "pytest-junit.xml") if any(s["name"] == "pytest_full" for s in steps) else None
+    listing = packages(out_dir, manifest)
     summary = {"steps": steps, "budget_s": budget, "seconds_total": sum(s["seconds"] for s in steps),
                "timeouts_total_s": sum(s["timeout_s"] for s in steps), "comparisons": rows,
                "text_tails": tails, "versions": outputs.get("imports"), "passed": not any(s["status"].startswith(("FAILED", "timed out"))
-                                                                     for s in steps)}
+                                                                     for s in steps),
+               "suite": {k: v for k, v in suite.items() if k != "problems"} if suite else None,
+               "packages": listing}
     lines = [f"GPU first run: {out_dir}", "steps (seconds taken / timeout):"]
     lines += [f"  {s['name']:16} {s['seconds']:>4} s / {s['timeout_s']:>3} s  {s['status']}" for s in steps]
     lines.append(f"  total {summary['seconds_total']} s (timeouts {summary['timeouts_total_s']} s, budget {budget:g} s)")
@@ -143,6 +208,21 @@ def main() -> int:
             note = f"  [{r['note']}]" if r["note"] else ""
             lines.append(f"  {r['what']:62} {_figure(r['ours'], r['unit']):>14} vs {_figure(r['plain'], r['unit']):>14}"
                          f"  ratio {ratio_text}{note}")
+    if listing["image_count"]:
+        lines.append(f"packages: the image has {listing['image_count']} (image-packages.json), the kit's venv sees "
+                     f"{listing['kit_count']} (kit-packages.json)")
+        if listing["image_vs_manifest"]:
+            lines.append("  the image differs from the kit's manifest: " + ", ".join(listing["image_vs_manifest"]))
+        if listing["kit_shadows"]:
+            lines.append("  the kit's venv shadows: " + ", ".join(listing["kit_shadows"]))
+    if suite is not None:
+        lines.append(f"whole suite: {suite['passed']} passed, {suite['failed']} failed, {suite['errors']} errors, "
+                     f"{suite['skipped']} skipped (pytest-junit.xml; failures in pytest-failures.txt)")
+        text = [f"{p['kind'].upper()} {p['test']}\n  " + p["message"].replace("\n", "\n  ") + "\n" + "\n".join(f"    {line}" for line in p["tail"])
+                for p in suite["problems"]]
+        (out_dir / "pytest-failures.txt").write_text("\n\n".join(text) + "\n" if text else "no failures, no errors\n")
+    elif any(s["name"] == "pytest_full" and not s["status"].startswith("skipped") for s in steps):
+        lines.append("whole suite: no JUnit XML (pytest was stopped before it wrote one; see pytest-output.txt)")
     for name, tail in tails.items():
         lines.append(f"{name} (last lines):")
         lines += [f"  {line}" for line in tail]

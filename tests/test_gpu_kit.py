@@ -1,5 +1,7 @@
-"""The offline GPU kit (issue 23): its time budget, its summary's ratios, and a clear stop without a wheelhouse.
-The kit itself runs in CI as benchmarks/gpu_kit_dry_run.sh (wheelhouse, offline install, "no CUDA GPU")."""
+"""The offline GPU kit: its time budget, the image manifest it is built against, its summary's ratios, suite
+counts and package lists, and a clear stop without a wheelhouse. The kit itself runs in CI as
+benchmarks/gpu_kit_dry_run.sh (wheelhouse, a stand-in image with the manifest's versions, offline install,
+"no CUDA GPU")."""
 
 from __future__ import annotations
 
@@ -8,12 +10,16 @@ import json
 import os
 import re
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST_RUN = ROOT / "benchmarks" / "gpu_first_run.sh"
+WHEELS = ROOT / "benchmarks" / "gpu_wheels.sh"
+MANIFEST = ROOT / "benchmarks" / "gpu_image.txt"
 
 
 def _summary_module():
@@ -23,16 +29,68 @@ def _summary_module():
     return module
 
 
-def test_the_single_gpu_steps_fit_in_eight_minutes() -> None:
+def _steps(text: str) -> list[tuple[str, int]]:
+    return [(name, int(n)) for name, n in re.findall(r"^\s*step (\w+) (\d+) ", text, flags=re.M)]
+
+
+def test_the_gpu_steps_come_first_and_the_whole_suite_last_within_one_call() -> None:
     text = FIRST_RUN.read_text()
     multi = text[text.index('if [ "$GPUS" -ge 2 ]'):]
     # what runs on one GPU: up to the GPU check, then from "torch sees" on (the no-GPU branch is the dry run's)
     single = text[:text.index("GPUS=$(")] + text[text.index('say "torch sees'):text.index('if [ "$GPUS" -ge 2 ]')]
-    timeouts = [int(n) for n in re.findall(r"^\s*step \w+ (\d+) ", single, flags=re.M)]
-    assert len(timeouts) >= 14 and sum(timeouts) < 480, timeouts
+    gpu = [(name, limit) for name, limit in _steps(single) if name != "pytest_full"]
+    assert len(gpu) >= 14 and sum(limit for _, limit in gpu) < 480, gpu
+    suite = dict(_steps(text))["pytest_full"]
     budget = int(re.search(r"BUDGET_S=\$\{BUDGET_S:-(\d+)\}", text).group(1))
-    assert budget < 480  # and every step, the multi-GPU ones too, is clamped to what is left of it
-    assert re.findall(r"^\s*step \w+ (\d+) ", multi, flags=re.M)
+    # every step is clamped to what is left of the budget; the device allows 600 s a call, the summary some more
+    assert 200 <= suite and budget <= 560
+    assert _steps(multi)
+    # the suite runs after everything else: its call is the last thing before the final finish
+    tail = text[text.index('if [ "$GPUS" -ge 2 ]'):]
+    assert re.search(r"^suite$", tail, flags=re.M) and tail.rindex("\nsuite\n") > tail.rindex("step lab_moe")
+    # and it is stopped before its step's limit, so pytest still writes the JUnit XML
+    assert "timeout -s INT" in text and "--junitxml" in text
+
+
+def test_the_per_test_timeout_comes_with_the_test_extra() -> None:
+    test_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert "--timeout" in FIRST_RUN.read_text()
+    assert any(r.startswith("pytest-timeout") for r in test_extra)
+
+
+def _manifest() -> dict[str, str | None]:
+    pins = {}
+    for line in MANIFEST.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name] = version or None
+    return pins
+
+
+def test_the_manifest_holds_the_image_s_versions_and_the_kit_ships_every_pytest_plugin() -> None:
+    image = _manifest()
+    assert image["pytest"] == "9.1.1" and image["transformers"] == "5.17.0" and image["rich"] == "15.0.0"
+    assert image["torch"].startswith("2.11.0")
+    runner = re.search(r'KIT_RUNNER=\$\{KIT_RUNNER:-"([^"]+)"\}', WHEELS.read_text()).group(1).split()
+    test_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    plugins = {re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in test_extra if r.startswith("pytest")}
+    # the project's pytest and every plugin in the kit, so no image version of them can break the install
+    assert plugins <= set(runner) and "pytest" in runner and "syrupy" in runner
+
+
+def test_the_wheelhouse_build_refuses_an_image_version_outside_the_project_s_range(tmp_path) -> None:
+    """The shipped kit failed on the GPU (syrupy needs pytest<9, the image has 9.1.1): taken from the image,
+    pytest must meet pytest>=8,<9, so the build stops here, before any index is asked."""
+    manifest = tmp_path / "image.txt"
+    manifest.write_text("torch==2.11.0+cu130\npytest==9.1.1\nrich==15.0.0\n")
+    env = {**os.environ, "IMAGE_MANIFEST": str(manifest), "WHEELHOUSE": str(tmp_path / "wh"),
+           "PYTHON": sys.executable, "KIT_RUNNER": "pytest-xdist pytest-randomly pytest-timeout pytest-textual-snapshot syrupy",
+           "PIP_NO_INDEX": "1"}
+    done = subprocess.run(["bash", str(WHEELS)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1
+    assert "pytest 9.1.1 (the project wants pytest>=8,<9)" in done.stderr
+    assert not (tmp_path / "wh").exists()
 
 
 def test_the_wheelhouse_is_ignored_by_git() -> None:
@@ -88,6 +146,71 @@ def test_without_a_wheelhouse_the_first_run_says_how_to_build_one(tmp_path) -> N
     log = (tmp_path / "out" / "steps.log").read_text()
     assert "gpu_wheels.sh" in log and "did not install" in done.stderr
     assert len(list((tmp_path / "out").iterdir())) <= 8
+    # what the machine's Python has is recorded before the install, so a failed one still leaves it
+    listed = json.loads((tmp_path / "out" / "image-packages.json").read_text())
+    assert "pytest" in {row["name"].lower() for row in listed["packages"]}
+
+
+def _summarize(work: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([os.environ.get("PYTHON", "python"), str(ROOT / "benchmarks" / "gpu_summary.py"), str(work),
+                           str(out), "540", *extra], capture_output=True, text=True, check=True)
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1" failures="1"
+skipped="1" tests="5"><testcase classname="tests.test_a" name="test_ok" time="0.1"/>
+<testcase classname="tests.test_a" name="test_ok_too" time="0.1"/>
+<testcase classname="tests.test_a" name="test_skip"><skipped type="pytest.skip" message="needs 2 GPUs"/></testcase>
+<testcase classname="tests.test_b" name="test_ratio"><failure message="assert 1.16 &lt; 1.1">def test_ratio():
+&gt;       assert ratio &lt; 1.1
+E       assert 1.16 &lt; 1.1
+tests/test_b.py:9: AssertionError</failure></testcase>
+<testcase classname="tests.test_c" name="test_fixture"><error message="failed on setup">E   OSError: no GPU</error></testcase>
+<testcase time="30.0"/></testsuite></testsuites>"""
+
+
+def test_the_summary_counts_the_whole_suite_from_its_junit_xml(tmp_path) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    (work / "steps.tsv").write_text("pytest_gpu\t30\t60\tok\npytest_full\t200\t240\tFAILED (rc 1)\n")
+    (out / "pytest-junit.xml").write_text(JUNIT)
+    done = _summarize(work, out)
+    report = json.loads((out / "summary.json").read_text())
+    # the nameless testcase is the one pytest was running when stopped: not a pass
+    assert report["suite"] == {"passed": 2, "failed": 1, "errors": 1, "skipped": 1}
+    assert "whole suite: 2 passed, 1 failed, 1 errors, 1 skipped" in done.stdout
+    failures = (out / "pytest-failures.txt").read_text()
+    assert "FAILED tests.test_b::test_ratio" in failures and "E       assert 1.16 < 1.1" in failures
+    assert "ERRORS tests.test_c::test_fixture" in failures and "OSError: no GPU" in failures
+
+
+def test_a_suite_stopped_before_its_xml_says_so(tmp_path) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    (work / "steps.tsv").write_text("pytest_full\t240\t240\ttimed out after 240 s\n")
+    done = _summarize(work, out)
+    assert "no JUnit XML" in done.stdout and json.loads((out / "summary.json").read_text())["suite"] is None
+
+
+def test_the_summary_sets_the_image_beside_its_manifest_and_names_what_the_kit_shadows(tmp_path) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    (work / "steps.tsv").write_text("install\t3\t45\tok\n")
+    def listing(rows):
+        return json.dumps({"packages": [{"name": n, "version": v, "location": loc, "imported": first}
+                                        for n, v, loc, first in rows]})
+    (out / "image-packages.json").write_text(listing([("pytest", "9.1.1", "/img", True), ("rich", "15.0.0", "/img", True),
+                                                      ("numpy", "2.5.3", "/img", True)]))
+    (out / "kit-packages.json").write_text(listing([("pytest", "8.4.2", "/kit", True), ("pytest", "9.1.1", "/img", False),
+                                                    ("rich", "15.0.0", "/img", True), ("textual", "8.2.8", "/kit", True)]))
+    manifest = tmp_path / "image.txt"
+    manifest.write_text("# the image\npytest==9.1.1\nrich==15.0.0\nnumpy==2.5.2\nclick\n")
+    done = _summarize(work, out, str(manifest))
+    packages = json.loads((out / "summary.json").read_text())["packages"]
+    assert packages["kit_shadows"] == ["pytest 9.1.1 -> 8.4.2"]
+    assert packages["image_vs_manifest"] == ["click missing (expected present)", "numpy 2.5.3 (expected 2.5.2)"]
+    assert "the kit's venv shadows: pytest 9.1.1 -> 8.4.2" in done.stdout
 
 
 def test_text_steps_keep_their_last_lines(tmp_path) -> None:
