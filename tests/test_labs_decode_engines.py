@@ -68,6 +68,20 @@ def test_a_cpu_without_a_measured_bandwidth_has_no_floor() -> None:
     assert lab.memory_bandwidth("cpu") is None  # the test's own empty notebook, and no CPU datasheet
 
 
+def test_the_read_bandwidth_bench_saved_for_this_machine_is_the_one_used() -> None:
+    import tutor.labs.decode_engines as lab
+    from tutor.bench.environment import environment_header, load_machine
+    from tutor.bench.notebook import append_run
+
+    header = environment_header(load_machine(), command="tensor-tutor bench bandwidth")
+    results = [{"kind": "bandwidth", "device": "cpu", "op": "copy", "gbps_median": 99.0},
+               {"kind": "bandwidth", "device": "cpu", "op": "read", "gbps_median": 12.5},
+               {"kind": "bandwidth", "device": "cuda:0", "op": "read", "gbps_median": 4000.0}]
+    assert append_run(header, results) is None  # the test's own data dir (conftest)
+    rate, source = lab.memory_bandwidth("cpu")
+    assert rate == 12.5e9 and "read bandwidth `bench` measured here" in source
+
+
 @pytest.mark.slow
 def test_the_static_step_a_graph_captures_decodes_as_eager_does() -> None:
     import torch

@@ -330,8 +330,9 @@ def _measure(params: dict, device: str, dtype: str, progress: ProgressFn, cancel
         floor = decode_time_per_token_bound(weight_bytes=weights, kv_bytes=kv_bytes, bandwidth=rate)
         metrics.update(bandwidth_floor_s=floor, eager_over_floor=eager_s / floor)
         rows.append(Measurement("bandwidth floor: (weights + KV cache) / bandwidth", None, "s", floor,
-                                f"{format_duration(floor)} from {source}",
-                                f"{weights:,} B of weights + {kv_bytes:,} B of cache per step"))
+                                f"{rate / 1e9:.3g} GB/s, {source}",
+                                f"{weights:,} B of weights + {kv_bytes:,} B of cache per step"
+                                + ("; bench reads with every core, this lab decodes on one" if device == "cpu" else "")))
         rows.append(Measurement("eager step / bandwidth floor", eager_s / floor, "x",
                                 note="1x would be an engine reading memory at full speed and nothing else"))
     else:
