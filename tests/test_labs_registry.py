@@ -14,7 +14,7 @@ from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, get_probe
 
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
-            "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "moe-alltoall",
+            "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "decode-engines", "moe-alltoall",
             "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
             "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time", "evaluation", "time-to-train")
 
@@ -153,6 +153,7 @@ TINY_PARAMS = {
     "checkpoint-interval": {"model": "gpt2", "size_mb": 1, "work_hours": 1, "runs": 1},
     "kv-cache": {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 2, "tokens": 2},
     "prefill-decode": {"hidden": 64, "layers": 1, "prompt": 4, "budget_s": 0.1, "device": "cpu"},
+    "decode-engines": {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 2, "tokens": 2, "device": "cpu"},
     "moe-alltoall": {"tokens": 4, "experts": 4, "top_k": 2, "ep": 2, "hidden": 8, "steps": 1},
     "moe": {"experts": 4, "hidden": 8, "ffn": 8, "tokens": 8, "steps": 1},
     "pipeline": {"microbatches": 2, "hidden": 8, "microbatch_tokens": 4, "steps": 2},
