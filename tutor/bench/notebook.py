@@ -281,7 +281,7 @@ def compare_runs_at_same_sizes(before: Run, after: Run) -> tuple[list[CaseCompar
     return same, differ
 
 
-def _same_machine(recorded: Any, machine: Machine) -> bool:
+def same_machine(recorded: Any, machine: Machine) -> bool:
     """Whether a run's header describes `machine`: the same CPU model and cores, the same GPUs by name
     (free memory and clocks move between runs; the hardware does not)."""
     if not isinstance(recorded, dict) or not isinstance(recorded.get("cpu"), dict):
@@ -298,7 +298,7 @@ def last_matmul_tflops(notebook: Notebook, *, device: str, dtype: str, machine: 
     """(TFLOP/s, date) of the newest finished `bench matmul` headline for `dtype` on `device` of this
     machine, None when the notebook has none (a cancelled run's figure may be a tiny size: skipped)."""
     for run in reversed(notebook.runs):
-        if run.cancelled or not _same_machine(run.header.get("machine"), machine):
+        if run.cancelled or not same_machine(run.header.get("machine"), machine):
             continue
         figures = [r.get("tflops_median") for r in run.results
                    if r.get("kind") == "matmul" and r.get("device") == device and r.get("dtype") == dtype

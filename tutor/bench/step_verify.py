@@ -100,7 +100,8 @@ def sized_config(config: dict, *, layers: int, hidden: int, heads: int, seq: int
     if "head_dim" in out or kind in ("qwen3", "gemma", "gemma2"):
         out["head_dim"] = hidden // heads
     if out.get("moe_intermediate_size"):
-        out["moe_intermediate_size"] = int(round(hidden * out["moe_intermediate_size"] / orig_hidden / 64)) * 64
+        # At least one 64-wide block: a narrow expert (DeepSeek-V3's 2048 of 7168) rounds to nothing at width 64.
+        out["moe_intermediate_size"] = max(1, int(round(hidden * out["moe_intermediate_size"] / orig_hidden / 64))) * 64
     for key in ("layer_types", "max_window_layers", "mlp_only_layers"):
         out.pop(key, None)
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):

@@ -172,11 +172,11 @@ def measured_read_bandwidth(device: str) -> tuple[float, str] | None:
     import math
 
     from tutor.bench.environment import load_machine
-    from tutor.bench.notebook import _same_machine, read_notebook
+    from tutor.bench.notebook import same_machine, read_notebook
 
     machine = load_machine()
     for run in reversed(read_notebook().runs):
-        if run.cancelled or not _same_machine(run.header.get("machine"), machine):
+        if run.cancelled or not same_machine(run.header.get("machine"), machine):
             continue
         for result in run.results:
             value = result.get("gbps_median")
