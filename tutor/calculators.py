@@ -304,8 +304,14 @@ def fit_time(values: Mapping[str, Any], machine: Machine | None) -> FitTime:
     if device is None:
         return FitTime(None, "time needs a device with known rates: a card (h100) or this machine, not a memory "
                              "size", timeline, peak)
+    config = None
+    if request.mode != "train":  # the eager engine counts the host's code of the model's own family
+        from tutor.fit_answer import fit_model
+
+        found = fit_model({"model": DEFAULT_MODEL, **values}["model"], None).found
+        config = found.config if found is not None else None
     try:
-        report = time_report(arch, request, device, name=answer.name, source=answer.source)
+        report = time_report(arch, request, device, name=answer.name, source=answer.source, config=config)
     except UserError as error:
         return FitTime(None, in_form_words(str(error)), timeline, peak)
     return FitTime(report, None, timeline, peak)

@@ -193,8 +193,8 @@ def with_host_costs(ceilings: Ceilings, config: dict | None) -> Ceilings:
     here = host_costs_for(config, "cpu")
     reference = host_costs_for(read_model_config(REFERENCE_MODEL).config, "cpu")
     if here is None or reference is None or per_layer_decode(reference) <= 0:
-        return replace(ceilings, host=reference_host_costs(1.0, "this family's code taken as Llama's (not measured "
-                                                                "here: needs torch and transformers)"))
+        return replace(ceilings, host=reference_host_costs(1.0, "this family's own code not measured on this "
+                                                                "machine: taken as Llama's"))
     scale = per_layer_decode(here) / per_layer_decode(reference)
     return replace(ceilings, host=reference_host_costs(scale, f"x {scale:.2f}, this family's decode layer code over "
                                                               "Llama's, both measured on this machine's CPU"))
