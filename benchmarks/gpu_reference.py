@@ -144,12 +144,60 @@ def step(model: str, seq: int, batch: int, device: str = "cuda") -> dict:
         sync()
         seconds.append(time.perf_counter() - t0)
     params = sum(p.numel() for p in net.parameters())
-    return {"model": model, "params": params, "seq": seq, "batch": batch,
-            "max_memory_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+    peak, reserved = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()) if cuda else (None, None)
+    del optimizer  # its state is the training step's, not the inference's
+    inference = eager_inference(torch, net, hf_config.vocab_size, device, sync, prompt=min(PROMPT, seq))
+    return {"model": model, "params": params, "seq": seq, "batch": batch, "train": {"median_s": seconds[-1]},
+            **inference,
+            "max_memory_allocated_bytes": peak,
             "allocated_before_step_bytes": before,
-            "max_memory_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None, "device": device,
+            "max_memory_reserved_bytes": reserved, "device": device,
             "build_s": built - started, "step_s": seconds, "torch": torch.__version__,
             "transformers": transformers.__version__}
+
+
+PROMPT = 2048
+DECODE_BATCHES = (1, 8)
+DECODE_STEPS = 16
+
+
+def eager_inference(torch, net, vocab: int, device: str, sync, prompt: int = PROMPT) -> dict:
+    """After the training steps, the same model as `generate` runs it: a prefill of `prompt` tokens (logits of the
+    last position), then decode steps of one token per sequence on transformers' DynamicCache, at batch 1 and 8
+    (medians, wall clock after the queue drains). The optimizer's state is dropped first."""
+    import statistics
+
+    net.zero_grad(set_to_none=True)
+    net.eval()
+    net.config.use_cache = True
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    out: dict = {"decode": {}}
+    with torch.no_grad():
+        ids = torch.randint(0, vocab, (1, prompt), device=device)
+        times = []
+        for index in range(4):
+            sync()
+            t0 = time.perf_counter()
+            net(input_ids=ids, use_cache=True, logits_to_keep=1)
+            sync()
+            if index:
+                times.append(time.perf_counter() - t0)
+        out["prefill"] = {"tokens": prompt, "median_s": statistics.median(times), "all_s": times}
+        for batch in DECODE_BATCHES:
+            ids = torch.randint(0, vocab, (batch, prompt), device=device)
+            cache = net(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+            token, steps = ids[:, -1:], []
+            for index in range(DECODE_STEPS + 2):
+                sync()
+                t0 = time.perf_counter()
+                cache = net(input_ids=token, past_key_values=cache, use_cache=True).past_key_values
+                sync()
+                if index >= 2:
+                    steps.append(time.perf_counter() - t0)
+            out["decode"][str(batch)] = {"context": prompt, "median_step_s": statistics.median(steps)}
+            del cache
+    return out
 
 
 def sampler(seconds: float) -> dict:

@@ -87,10 +87,26 @@ def comparisons(out: dict) -> list[dict]:
         add("fit formula peak vs real bf16 step (max_memory_allocated)", peak.get("formula_bytes"), real, "B")
     elif real is not None:
         add("real bf16 step (max_memory_allocated)", None, real, "B")
-    verify = (out.get("time_verify") or {}).get("verify") if isinstance(out.get("time_verify"), dict) else None
-    if isinstance(verify, dict):
-        add(f"time --verify step ({verify.get('model')}): predicted vs measured", verify.get("predicted_s"),
-            verify.get("measured_s"), "s")
+    timed = out.get("time_8b") if isinstance(out.get("time_8b"), dict) else {}
+    if timed and step:
+        real_decode = step.get("decode") or {}
+        for row in timed.get("decode") or []:
+            real = (real_decode.get(str(row.get("batch"))) or {}).get("median_step_s")
+            if real is not None:
+                add(f"time --device 0 decode @{row.get('batch')}, {row.get('engine')} ({row.get('bound')}) vs real "
+                    "eager step", row.get("seconds_per_step"), real, "s",
+                    "the real loop is eager: graphs should sit below it" if row.get("engine") == "graphs" else "")
+        add("time --device 0 prefill vs real", (timed.get("prefill") or {}).get("seconds"),
+            (step.get("prefill") or {}).get("median_s"), "s")
+    trained = out.get("time_train_8b") if isinstance(out.get("time_train_8b"), dict) else {}
+    if trained and step:
+        add("time --device 0 training step vs real", (trained.get("step") or {}).get("seconds"),
+            (step.get("train") or {}).get("median_s"), "s")
+    versus = out.get("time_vs_real") if isinstance(out.get("time_vs_real"), dict) else {}
+    for model in versus.get("models") or []:
+        for key, real in (model.get("measured") or {}).items():
+            add(f"time --device 0 {key} vs transformers ({model.get('model')}, {versus.get('size')} size)",
+                (model.get("predicted") or {}).get(key), real, "s")
     sampler = out.get("sampler") if isinstance(out.get("sampler"), dict) else {}
     ours, plain = sampler.get("ours") or {}, sampler.get("plain") or {}
     for key, unit in ((("utilization_pct", "%"), ("sm_clock_mhz", "MHz"), ("power_w", "W")) if sampler else ()):
