@@ -173,25 +173,26 @@ def inference_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, batc
     }
 
 
-def with_host_costs(ceilings: Ceilings, config: dict | None) -> Ceilings:
+def with_host_costs(ceilings: Ceilings, config: dict | None, on_measure=None) -> Ceilings:
     """The ceilings with the host's costs for this model's family: measured on this machine's device (cpu or
     cuda:N, cached; tutor.bench.host_costs); for a card by name, the assumed host (tutor.bench.ceilings) times
     this family's code over Llama's, both measured on this machine's CPU where it can. Unchanged without a
-    config, or where nothing can be measured (the answer then says the host's code is not counted)."""
+    config, or where nothing can be measured (the answer then says the host's code is not counted). `on_measure`
+    hears a sentence before a measurement starts."""
     from tutor.bench.ceilings import reference_host_costs
     from tutor.bench.host_costs import REFERENCE_MODEL, host_costs_for, per_layer_decode
 
     if config is None:
         return ceilings
     if ceilings.device == "cpu" or ceilings.device.startswith("cuda"):
-        costs = host_costs_for(config, ceilings.device)
+        costs = host_costs_for(config, ceilings.device, on_measure)
         return replace(ceilings, host=costs) if costs is not None else ceilings
     if ceilings.host is None:
         return ceilings
     from tutor.model_files import read_model_config
 
-    here = host_costs_for(config, "cpu")
-    reference = host_costs_for(read_model_config(REFERENCE_MODEL).config, "cpu")
+    here = host_costs_for(config, "cpu", on_measure)
+    reference = host_costs_for(read_model_config(REFERENCE_MODEL).config, "cpu", on_measure)
     if here is None or reference is None or per_layer_decode(reference) <= 0:
         return replace(ceilings, host=reference_host_costs(1.0, "this family's own code not measured on this "
                                                                 "machine: taken as Llama's"))
@@ -224,12 +225,13 @@ def memory_check(arch, request: fitting.FitRequest, device: str | None) -> dict:
 
 def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, device_words: str, *, name: str,
                         source: str, tokens: int, price: float | None = None, mfu: float | None = None,
-                        overlap: float = 1.0, device: str | None = None, config: dict | None = None) -> dict:
+                        overlap: float = 1.0, device: str | None = None, config: dict | None = None,
+                        on_measure=None) -> dict:
     """`time --json`'s report (without verify) for a checked request on ceilings already resolved; `device` is
     what the user named (for the memory check, `memory`); `config`, the model's config.json, lets an inference
     answer count the host's code of its family (with_host_costs)."""
     if request.mode != "train":
-        ceilings = with_host_costs(ceilings, config)
+        ceilings = with_host_costs(ceilings, config, on_measure)
     else:  # the engines' figures time inference only: a training step's sources list what it used
         ceilings = replace(ceilings, host=None, graph_kernel=None, decode_matmul=())
     report = {"model": {"name": name, "source": source, "model_type": arch.model_type},

@@ -24,6 +24,7 @@ import os
 import platform
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from tutor.theory.step_operations import LAYER_CODE, MODEL_CODE
@@ -149,10 +150,11 @@ def measure_host_costs(config: dict, device: str = "cpu") -> HostCosts:
     return HostCosts(tuple(rows), source)
 
 
-def host_costs_for(config: dict, device: str = "cpu") -> HostCosts | None:
+def host_costs_for(config: dict, device: str = "cpu", on_measure: Callable[[str], None] | None = None
+                   ) -> HostCosts | None:
     """This family's host costs on `device` ("cpu" or "cuda:N"): from the cache, else measured now and kept;
     None where they cannot be had (no torch or transformers, no such device, measuring switched off, or the
-    family does not build at width 64)."""
+    family does not build at width 64). `on_measure` is told, in a sentence, before a measurement starts."""
     try:
         key = cache_key(config, device)
     except Exception:  # no torch or transformers, or a config sized_config cannot read: no host term
@@ -161,6 +163,9 @@ def host_costs_for(config: dict, device: str = "cpu") -> HostCosts | None:
     found = _from_entry(entry) if isinstance(entry, dict) else None
     if found is not None or os.environ.get(MEASURE_ENV, "1") == "0":
         return found
+    if on_measure is not None:
+        on_measure(f"measuring the {config.get('model_type', 'model')} family's own code on {device} "
+                   "(once per family; a few seconds)")
     try:
         costs = measure_host_costs(config, device)
     except Exception:  # a family transformers cannot build small, a device that went away: answer without it

@@ -138,7 +138,8 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
         return
     report = report_for_ceilings(arch, request, ceilings, device_words, name=name, source=source, tokens=tokens,
                                  price=price, mfu=mfu, overlap=overlap, device=device,
-                                 config=found.found.config if found.found is not None else None)
+                                 config=found.found.config if found.found is not None else None,
+                                 on_measure=lambda words: click.echo(f"tensor-tutor: {words}", err=True))
     if verified is not None:
         report["verify"] = verified
     if as_json:

@@ -503,8 +503,8 @@ def training_run(step: StepTime, *, tokens: int, price_per_device_hour: float | 
 
 EAGER = "eager"
 GRAPHS = "graphs"
-ENGINE_WORDS = {EAGER: "eager (transformers' forward, as generate runs it)",
-                GRAPHS: "CUDA graphs (a captured step replayed, as serving engines run it)"}
+ENGINE_WORDS = {EAGER: "transformers' forward as generate runs it, op by op from Python",
+                GRAPHS: "the step captured once in a CUDA graph and replayed, as vLLM and SGLang run decode"}
 
 
 @dataclass(frozen=True)
