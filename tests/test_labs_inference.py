@@ -37,6 +37,20 @@ def test_grouped_query_attention_shrinks_the_measured_cache() -> None:
     assert full["kv_bytes_per_token"] == 4 * grouped["kv_bytes_per_token"]
 
 
+def test_the_cache_goes_in_under_the_keyword_this_transformers_reads() -> None:
+    # transformers 5.17's forward has only past_key_values (a `cache=` lands in **kwargs, unused, and
+    # the lab's cache stays empty); 5.25's has cache.
+    from tutor.bench.memory_trace import cache_argument
+
+    class Old:
+        def forward(self, input_ids, past_key_values=None, use_cache=None, **kwargs): ...
+
+    class New:
+        def forward(self, input_ids, cache=None, use_cache=None, **kwargs): ...
+
+    assert (cache_argument(Old()), cache_argument(New())) == ("past_key_values", "cache")
+
+
 def test_heads_that_do_not_divide_are_a_user_error() -> None:
     with pytest.raises(UserError, match="multiple of"):
         run_probe("kv-cache", {"hidden": 64, "heads": 4, "kv_heads": 3})
