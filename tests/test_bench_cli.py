@@ -30,7 +30,8 @@ def fake_machine():
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measure_on_cpu: None) -> Path:
+    """A data folder, the fake CPU machine, and the CPU as the device measured (its peaks are the fake's)."""
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
     monkeypatch.setattr("tutor.bench.environment.load_machine", fake_machine)
     return tmp_path

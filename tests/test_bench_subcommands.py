@@ -111,7 +111,8 @@ def test_the_torchrun_form_prints_one_json_object(tmp_path: Path) -> None:
 
 
 def test_a_real_matmul_run_measures_the_fixed_size_case_and_two_runs_compare_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measure_on_cpu: None) -> None:
+    # The CPU's fixed size: the default device is the CPU here (measure_on_cpu), as on the recorded machine.
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
     monkeypatch.setattr("tutor.bench.environment.load_machine", lambda: recorded_machine())
     from tutor.bench.matmul import fixed_matmul_size

@@ -57,8 +57,10 @@ def test_heads_that_do_not_divide_are_a_user_error() -> None:
 
 
 @pytest.mark.slow
-def test_decode_is_bandwidth_bound_and_prefill_is_faster_per_token() -> None:
-    # 64 MiB of fp32 weights: above this machine's 32 MiB L3, so decode streams them from DRAM.
+def test_decode_is_bandwidth_bound_and_prefill_is_faster_per_token(measure_on_cpu: None) -> None:
+    # On the CPU, one core: 64 MiB of fp32 weights is above this machine's 32 MiB L3, so decode streams
+    # them from DRAM. A GPU's eager decode of these small matmuls is bound by the host's kernel launches
+    # instead (the H200 record: 15x slower than its bandwidth bound), which this test is not about.
     metrics = run_probe("prefill-decode", {"hidden": 1024, "layers": 2, "prompt": 64, "budget_s": 1.5}).metrics
     assert metrics["weight_bytes"] == 2 * 2 * 1024 * 4096 * 4
     assert metrics["decode_intensity"] == pytest.approx(0.5, rel=0.01)  # GEMV: about 2/b with b = 4
