@@ -45,6 +45,15 @@ def own_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("TENSOR_TUTOR_MEASURE_HOST", "0")
 
 
+@pytest.fixture
+def measure_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test of CPU physics (one core's share of the peak, the last-level cache, psutil's memory,
+    a recorded CPU-only machine): a bench or lab left to choose its device (no --device, device=auto)
+    measures on the CPU, as on a machine without CUDA. On a CUDA machine that default is cuda:0
+    (tutor.bench.environment.resolve_device), where those figures do not hold."""
+    monkeypatch.setattr("tutor.bench.environment.cuda_device_count", lambda: 0)
+
+
 def _torch_default_threads() -> int:
     """The intra-op thread count torch starts with: OMP_NUM_THREADS, else one per physical core."""
     import psutil

@@ -20,6 +20,7 @@ from tutor.cli import main
 from tutor.commands.bench import bench
 
 from tests.machines import recorded_machine
+from tests.subprocess_env import pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +30,8 @@ def fake_machine():
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measure_on_cpu: None) -> Path:
+    """A data folder, the fake CPU machine, and the CPU as the device measured (its peaks are the fake's)."""
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
     monkeypatch.setattr("tutor.bench.environment.load_machine", fake_machine)
     return tmp_path
@@ -110,7 +112,7 @@ def test_ctrl_c_stops_within_seconds_prints_what_finished_and_exits_130(tmp_path
     # Rich draws its progress bar into a pipe only when told the pipe is a terminal. The sweep stops
     # at a plateau within seconds, so the signal goes in as soon as bf16 starts: fp32 has finished
     # (something to print) and bf16 and fp16 are still to come (something to cancel).
-    env = {**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path), "PYTHONPATH": str(ROOT),
+    env = {**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path), "PYTHONPATH": pythonpath(ROOT),
            "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "tutor", "bench", "matmul", "--dtype", "fp32,bf16,fp16",
                                 "--budget", "30", "--json"], cwd=ROOT, env=env,

@@ -131,11 +131,26 @@ def test_under_torchrun_the_job_ranks_are_used_and_nothing_is_spawned(monkeypatc
         monkeypatch.setenv(key, value)
     # ranks=10,000 would be refused locally: torchrun's world decides.
     results = run_ranks(summed_ranks, {}, ranks=10_000, timeout_s=60)
-    assert results == [{"rank": 0, "world": 1, "sum": 1.0, "threads": results[0]["threads"], "backend": "gloo"}]
+    # One rank on this node: NCCL where there is a GPU for it (cuda:0), gloo on a machine without CUDA.
+    backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= 1 else "gloo"
+    assert results == [{"rank": 0, "world": 1, "sum": 1.0, "threads": results[0]["threads"], "backend": backend}]
     assert not rank_processes()
     import torch.distributed as dist
 
     assert not dist.is_initialized()  # the group run_ranks created is gone
+
+
+@pytest.mark.parametrize(("gpus", "local_world", "backend"),
+                         [(0, 1, "gloo"), (1, 1, "nccl"), (1, 2, "gloo"), (2, 2, "nccl"), (8, 4, "nccl")])
+def test_a_torchrun_job_uses_nccl_only_when_each_local_rank_has_a_gpu(
+        monkeypatch: pytest.MonkeyPatch, gpus: int, local_world: int, backend: str) -> None:
+    # The choice every rank of the job makes alike (a machine with `gpus` GPUs, simulated): two ranks on
+    # one GPU would get NCCL on rank 0 only, or a cuda:1 that does not exist.
+    from tutor.bench.ranks import torchrun_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert torchrun_backend(local_world) == backend
 
 
 @pytest.mark.gpu

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.subprocess_env import pythonpath
+
 ROOT = Path(__file__).resolve().parents[1]
 SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 
@@ -26,7 +28,7 @@ def test_a_signal_keeps_what_finished_records_a_cancelled_run_and_exits_128_plus
     from tutor.bench.matmul import fixed_matmul_size
 
     ready_line = f"matmul fp32 {fixed_matmul_size('cpu')}²: done"
-    env = {**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path), "PYTHONPATH": pythonpath(ROOT)}
     env.pop("TTY_COMPATIBLE", None)  # stderr is a pipe: one plain line per finished case
     process = subprocess.Popen([sys.executable, "-m", "tutor", "bench", "matmul", "--dtype", "fp32", "--device", "cpu",
                                 "--budget", "300", "--json"], cwd=ROOT, env=env,

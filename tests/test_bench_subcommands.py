@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from tutor.commands.bench import bench
 
 from tests.machines import recorded_machine
+from tests.subprocess_env import pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 EVERY_RUN_OPTION = {"--quick", "--device", "--dtype", "--budget", "--ranks", "--ops", "--sizes", "--json"}
@@ -70,7 +71,7 @@ def test_the_collective_module_help_documents_every_option_without_importing_tor
     script = ("import sys\nfrom tutor.bench.collective import main\ntry:\n    main(['--help'])\n"
               "except SystemExit:\n    pass\nprint('torch imported:', 'torch' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
     assert "torch imported: False" in done.stdout, done.stdout + done.stderr
     for option in ("--ops", "--sizes", "--budget", "--json"):
         assert option in done.stdout
@@ -79,7 +80,7 @@ def test_the_collective_module_help_documents_every_option_without_importing_tor
 def test_bench_collective_json_is_one_object_and_a_spent_budget_skips_the_larger_sizes(tmp_path: Path) -> None:
     # A budget far below the ranks' start-up: the first size is measured (MIN_ITERS), the larger one is
     # skipped and the run says so, instead of measuring it past the budget.
-    env = {**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path), "PYTHONPATH": pythonpath(ROOT)}
     done = subprocess.run([sys.executable, "-m", "tutor", "bench", "collective", "--ranks", "2", "--ops", "all_reduce",
                            "--sizes", "256M,64K", "--budget", "0.01", "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -95,18 +96,23 @@ def test_bench_collective_json_is_one_object_and_a_spent_budget_skips_the_larger
 
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not installed")
 def test_the_torchrun_form_prints_one_json_object(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "tutor.bench.collective",
                            "--ops", "all_reduce,all_gather", "--sizes", "64K", "--budget", "2", "--json"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
-    assert payload["device"]["ranks"] == 2 and payload["device"]["backend"] == "gloo"
+    import torch
+
+    # Two ranks on this node: NCCL only with a GPU for each (gloo on one GPU, or none).
+    backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= 2 else "gloo"
+    assert payload["device"]["ranks"] == 2 and payload["device"]["backend"] == backend
     assert [(r["op"], r["state"]) for r in payload["results"]] == [("all_reduce", "ok"), ("all_gather", "ok")]
 
 
 def test_a_real_matmul_run_measures_the_fixed_size_case_and_two_runs_compare_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measure_on_cpu: None) -> None:
+    # The CPU's fixed size: the default device is the CPU here (measure_on_cpu), as on the recorded machine.
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
     monkeypatch.setattr("tutor.bench.environment.load_machine", lambda: recorded_machine())
     from tutor.bench.matmul import fixed_matmul_size

@@ -51,8 +51,9 @@ def test_lab_default_output_draws_the_probe_render(data_dir: Path) -> None:
     assert json_code == 0 and json_out.lstrip().startswith("{") and not out.lstrip().startswith("{")
 
 
-def test_bench_default_output_is_a_table_with_the_peak(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    machine = recorded_machine()
+def test_bench_default_output_is_a_table_with_the_peak(data_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        measure_on_cpu: None) -> None:
+    machine = recorded_machine()  # a CPU-only record: its peak is the CPU's, the device measured here
     monkeypatch.setattr("tutor.bench.environment.load_machine", lambda: machine)
     code, out, err = run(["bench", "matmul", "--dtype", "fp32", "--budget", "1"])
     assert code == 0, err

@@ -44,8 +44,14 @@ def test_cpu_peaks_in_json_agree_with_the_machine_api():
 def test_rich_rendering_on_this_machine():
     result = CliRunner().invoke(env_module.env, [])
     assert result.exit_code == 0, result.output
-    assert "CPU" in result.output and "RAM" in result.output and "NVIDIA GPUs" in result.output
-    assert "clock for peaks" in result.output
+    assert "CPU" in result.output and "RAM" in result.output and "clock for peaks" in result.output
+    # One panel per GPU NVML lists here (an H200 machine: "GPU 0: NVIDIA H200 (cuda:0 ..."); without one,
+    # the single "NVIDIA GPUs" panel that says why.
+    gpus = detect_machine().gpus
+    if gpus:
+        assert all(f"GPU {gpu.index}: " in result.output for gpu in gpus), result.output
+    else:
+        assert "NVIDIA GPUs" in result.output
 
 
 @pytest.fixture

@@ -28,9 +28,11 @@ def test_theory_imports_only_the_standard_library() -> None:
         "    importlib.import_module('tutor.theory.' + m.name)"
     )
     loaded = modules_after_import(statement)
-    # sitecustomize/usercustomize: the interpreter's own start-up hooks (Debian's Python ships one), not an import of ours
-    third_party = loaded - set(sys.stdlib_module_names) - {"tutor", "__main__", "_distutils_hack", "sitecustomize",
-                                                           "usercustomize"}
+    # What the interpreter loads before any import of ours is not theory's doing: sitecustomize (Debian's
+    # Python ships one), a .pth file's import (setuptools' _distutils_hack, a virtualenv's or uv's
+    # _virtualenv, an editable install's finder), whatever this machine's Python and venv bring.
+    at_start_up = modules_after_import("pass")
+    third_party = loaded - at_start_up - set(sys.stdlib_module_names) - {"tutor"}
     assert not third_party, f"tutor.theory imported non-stdlib modules: {sorted(third_party)}"
 
 

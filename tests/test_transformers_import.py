@@ -16,6 +16,8 @@ from transformers.utils import import_utils  # noqa: E402
 
 from tutor.bench import transformers_import  # noqa: E402
 
+from tests.subprocess_env import pythonpath  # noqa: E402
+
 MODELS = Path(transformers.__file__).parent / "models"
 
 
@@ -62,7 +64,7 @@ def test_a_fresh_process_with_the_cache_imports_transformers_as_before(data_dir)
               "from transformers.utils import import_utils as u\n"
               "print(hasattr(u.define_import_structure, '__wrapped__'), m.LlamaForCausalLM.__name__,"
               " transformers.AutoConfig.__name__)")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(Path(__file__).resolve().parent.parent)}
     for _ in range(2):  # the first process writes the cache, the second reads it
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == 0, done.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ui_fakes import fake_machine, fake_services, until  # noqa: E402
+from subprocess_env import pythonpath  # noqa: E402
 
 from tutor.ui.app import TutorApp  # noqa: E402
 from tutor.ui.machine_detection import MachineDetection  # noqa: E402
@@ -64,7 +65,7 @@ print(json.dumps(seen))
 
 
 def first_paint_report(tmp_path: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TENSOR_TUTOR_DATA_DIR": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT), "TENSOR_TUTOR_DATA_DIR": str(tmp_path)}
     # Launch.CSS_PATH: the subclass lives in a script, so app.tcss is named by TutorApp's folder.
     script = FIRST_PAINT.replace("CSS_PATH = TutorApp.CSS_PATH",
                                  f"CSS_PATH = {str(ROOT / 'tutor' / 'ui' / 'app.tcss')!r}")

@@ -20,7 +20,7 @@ from tutor.theory import formats  # noqa: E402
 from tutor.theory.units import GiB  # noqa: E402
 from tutor.ui.screens.help import GLOBAL_HELP, help_for  # noqa: E402
 from tutor.worker.jobs import BenchRow, bench_rows  # noqa: E402
-from tutor.ui.widgets.bits import encodings, flags, float_formats, torch_agrees  # noqa: E402
+from tutor.ui.widgets.bits import check_text, encodings, flags, float_formats, torch_agrees  # noqa: E402
 from tutor.calculators import build_request, machine_capacity  # noqa: E402
 from tutor.ui.widgets.calc import calc_renderable, coerce  # noqa: E402
 from tutor.ui.widgets.charts import Comparison, bar_text, comparison_lines, gauge_text  # noqa: E402
@@ -198,6 +198,16 @@ def test_torch_agreement_treats_nan_as_equal():
     assert torch_agrees(formats.encode("1", "fp32"), 1.0) is True
     assert torch_agrees(formats.encode("1", "fp32"), 1.5) is False
     assert torch_agrees(formats.encode("1", "fp32"), None) is None
+
+
+def test_a_torch_that_casts_e4m3_overflow_to_nan_agrees_without_saturation():
+    # torch 2.11 stores NaN for an fp8-e4m3 overflow, later builds 448: both are modes the theory has.
+    over = formats.encode("1000", "fp8-e4m3")
+    assert torch_agrees(over, math.nan) is True and torch_agrees(over, 448.0) is True
+    assert torch_agrees(over, 0.0) is False and torch_agrees(over, math.inf) is False
+    assert torch_agrees(formats.encode("1", "fp8-e4m3"), math.nan) is False  # no overflow, no other mode
+    assert check_text(over, {"fp8-e4m3": math.nan}).plain == "✓ NaN: this torch does not saturate"
+    assert check_text(over, {"fp8-e4m3": 448.0}).plain == "✓ same"
 
 
 @pytest.mark.parametrize("value", ["0.1", "65504", "70000", "1e-8", "3.4e38", "-2.5", "448", "1000"])

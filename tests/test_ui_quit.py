@@ -20,6 +20,7 @@ sys.path.insert(0, str(TESTS))
 
 from test_worker import pid_alive, wait_until  # noqa: E402
 from ui_fakes import fake_services, sync, until  # noqa: E402
+from subprocess_env import pythonpath  # noqa: E402
 
 from tutor.ui.app import TutorApp  # noqa: E402
 from tutor.worker.client import WorkerClient  # noqa: E402
@@ -31,7 +32,7 @@ from tutor.worker.proxies import worker_probes  # noqa: E402
 async def test_ctrl_q_during_a_run_kills_the_measurement_process_before_the_app_closes():
     from worker_probes import PROBES
 
-    client = WorkerClient(probes_module="worker_probes", warm=False, env={"PYTHONPATH": str(TESTS)})
+    client = WorkerClient(probes_module="worker_probes", warm=False, env={"PYTHONPATH": pythonpath(TESTS)})
     probes = worker_probes(client, PROBES)
     app = TutorApp(dataclasses.replace(fake_services(), worker=client))
     seen_at_exit: list[tuple[str, int | None]] = []
@@ -96,7 +97,7 @@ EXIT_SCRIPT = textwrap.dedent("""
 def test_learn_ends_the_process_after_the_app_without_the_interpreter_teardown(tmp_path):
     done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**__import__("os").environ, "TENSOR_TUTOR_DATA_DIR": str(tmp_path),
-                               "PYTHONPATH": str(ROOT)})
+                               "PYTHONPATH": pythonpath(ROOT)})
     assert done.returncode == 3, done.stderr[-2000:]
     assert done.stdout.startswith("app done ") and "atexit ran" in done.stdout
     assert "learn returned" not in done.stdout and "interpreter teardown ran" not in done.stdout

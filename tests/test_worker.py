@@ -43,7 +43,7 @@ def wait_until(predicate, timeout_s: float = 60.0) -> bool:
 @pytest.fixture
 def client():
 
-    worker = WorkerClient(probes_module="worker_probes", warm=False, env={"PYTHONPATH": str(TESTS)})
+    worker = WorkerClient(probes_module="worker_probes", warm=False, env={"PYTHONPATH": pythonpath(TESTS)})
     states: list[WorkerState] = []
     worker.subscribe(states.append)
     worker.states = states  # type: ignore[attr-defined]
@@ -59,6 +59,8 @@ def probes(client):
 
 
 sys.path.insert(0, str(TESTS))
+
+from subprocess_env import pythonpath  # noqa: E402
 
 
 @pytest.mark.slow
@@ -170,7 +172,7 @@ def test_the_worker_and_its_children_die_with_the_app(tmp_path):
         from tutor.worker.client import WorkerClient
         from tutor.worker.proxies import worker_probes
         from worker_probes import PROBES
-        client = WorkerClient(probes_module="worker_probes", warm=False, env={{"PYTHONPATH": {str(TESTS)!r}}})
+        client = WorkerClient(probes_module="worker_probes", warm=False, env={{"PYTHONPATH": {pythonpath(TESTS)!r}}})
         probes = worker_probes(client, PROBES)
         def progress(fraction, text):
             if text.startswith("child "):
@@ -208,7 +210,7 @@ def test_the_worker_runs_niced_and_under_the_memory_limit_it_is_given():
     from tutor.worker.__main__ import MEASUREMENT_NICENESS
 
     limited = WorkerClient(probes_module="worker_probes", warm=False,
-                           env={"PYTHONPATH": str(TESTS), "TENSOR_TUTOR_WORKER_MEMORY_LIMIT": "3GiB"})
+                           env={"PYTHONPATH": pythonpath(TESTS), "TENSOR_TUTOR_WORKER_MEMORY_LIMIT": "3GiB"})
     try:
         result = worker_probe(limited, PROBES["limits"]).run({}, lambda *a: None, threading.Event())
     finally:
@@ -223,7 +225,7 @@ def test_every_job_runs_in_the_thread_that_warmed_the_worker_not_in_one_of_its_o
     # pool beside the warm one, and fp32 matmuls at one core's rate (issue 20's low first numbers).
     from worker_probes import PROBES
 
-    warm = WorkerClient(probes_module="worker_probes", warm=True, env={"PYTHONPATH": str(TESTS)})
+    warm = WorkerClient(probes_module="worker_probes", warm=True, env={"PYTHONPATH": pythonpath(TESTS)})
     try:
         where = worker_probe(warm, PROBES["where"])
         first, second = (where.run({}, lambda *a: None, threading.Event()).metrics for _ in range(2))

@@ -518,7 +518,7 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
         register_model_states,
         storage_tracker_class,
         token_ids,
-        _cache_argument,
+        cache_argument,
     )
 
     vocab = model.config.get_text_config().vocab_size
@@ -547,7 +547,7 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
             with tracker, torch.no_grad():
                 tracker.set_phase("prefill")
                 cache = DynamicCache(config=model.config)
-                out = model(input_ids=ids, **{_cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
+                out = model(input_ids=ids, **{cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
                 tracker.set_phase("head")
                 logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
             tracker.mark(cache_tensors(cache), "kv_cache")

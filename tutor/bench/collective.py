@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         print("run under torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK); for local ranks use "
               "`tensor-tutor bench collective --ranks N`", file=sys.stderr)
         return 2
-    from tutor.bench.ranks import init_torchrun_group, torchrun_job
+    from tutor.bench.ranks import init_torchrun_group, torchrun_backend, torchrun_job
 
     try:
         job = torchrun_job()
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     from tutor.bench.timing import usable_cpu_count
 
     started = time.time()
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = torchrun_backend(job.local_world)
     local_rank = job.local_rank
     # Ranks on one node share its cores; without this each would start a full-size thread pool.
     torch.set_num_threads(max(1, usable_cpu_count() // job.local_world))

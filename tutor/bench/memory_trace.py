@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 import weakref
+import contextlib
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -617,8 +618,10 @@ def _replay(tracker, marks) -> tuple[TimelineMoment, ...]:
     return tuple(moments)
 
 
-def _cache_argument(model) -> str:
-    """transformers 5.x renamed forward's `past_key_values` to `cache` (the old name warns until 5.40)."""
+def cache_argument(model) -> str:
+    """The name of forward's KV-cache keyword: transformers renamed `past_key_values` to `cache` during 5.x
+    (5.17 has only `past_key_values` and drops an unknown `cache=` into **kwargs unused; the old name warns
+    until 5.40)."""
     import inspect
 
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -673,7 +676,7 @@ def _traced_prefill(model, ids, mark_layers: bool):
         with tracker, torch.no_grad():
             tracker.set_phase("prefill")
             cache = DynamicCache(config=model.config)
-            out = model(input_ids=ids, **{_cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=ids, **{cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
             next_token_logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
             marks.append(("prefill", "end of prefill: the next token's logits", None, len(tracker.events)))
     finally:
@@ -702,6 +705,10 @@ def _fake_tensor_workarounds(fake: bool):
     2. The meta kernel of torch's grouped_mm accepts only bf16 while the CPU kernel runs fp32 too;
        for other dtypes the experts use transformers' own grouped-mm fallback op, whose outputs
        have the same shapes.
+    3. That fallback's backward walks the experts' token offsets (`offs.tolist()`), values a fake
+       tensor lacks. transformers 5.25 wraps it in an op with a shape-only fake; older ones (5.17)
+       run it as Python and the traced backward stops at aten._local_scalar_dense. There the
+       fallback runs as `_grouped_mm_on_fake_tensors`, which allocates and saves what it does.
     """
     if not fake:
         yield
@@ -715,9 +722,44 @@ def _fake_tensor_workarounds(fake: bool):
     def grouped_mm_on_meta(input, weight, offs):
         return can_use_grouped_mm(input, weight, offs) and weight.dtype == torch.bfloat16
 
-    with patch.object(masking_utils, "find_packed_sequence_indices", lambda position_ids: None), \
-            patch.object(moe, "_can_use_grouped_mm", grouped_mm_on_meta):
+    patches = [patch.object(masking_utils, "find_packed_sequence_indices", lambda position_ids: None),
+               patch.object(moe, "_can_use_grouped_mm", grouped_mm_on_meta)]
+    if hasattr(moe, "_grouped_mm") and not hasattr(torch.ops.transformers, "grouped_mm_fallback_backward"):
+        grouped_mm = moe._grouped_mm
+        fallback = _grouped_mm_on_fake_tensors()
+
+        def grouped_mm_traceable(input, weight, offs):
+            if grouped_mm_on_meta(input, weight, offs):
+                return grouped_mm(input, weight, offs)
+            return fallback.apply(input.to(weight.dtype), weight, offs)
+
+        patches.append(patch.object(moe, "_grouped_mm", grouped_mm_traceable))
+    with contextlib.ExitStack() as stack:
+        for active in patches:
+            stack.enter_context(active)
         yield
+
+
+def _grouped_mm_on_fake_tensors():
+    """transformers' grouped-mm fallback (transformers.integrations.moe, 5.17) for fake tensors: the
+    same output (zeros of S x out), the same tensors held for backward (input and weight saved, the offsets
+    kept on ctx) and the same gradients (zeros_like of each, filled in place per expert by the real one),
+    without reading the offsets."""
+    torch = _torch()
+
+    class GroupedMmFallback(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input, weight, offs):
+            ctx.save_for_backward(input, weight)
+            ctx.offs = offs  # the real op keeps them until backward: their bytes stay live as long
+            return torch.zeros(input.size(0), weight.size(2), device=input.device, dtype=input.dtype)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            input, weight = ctx.saved_tensors
+            return torch.zeros_like(input), torch.zeros_like(weight), None
+
+    return GroupedMmFallback
 
 
 @contextmanager

@@ -250,6 +250,14 @@ def choose_backend(ranks: int, backend: str | None = None) -> str:
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= ranks else "gloo"
 
 
+def torchrun_backend(local_world: int) -> str:
+    """The backend of a torchrun job whose nodes each run `local_world` ranks: NCCL when every one of
+    them has a GPU of its own, else gloo. Every rank gets the same answer: NCCL refuses two ranks on
+    one GPU (and a rank past the last GPU has none to set), and ranks that chose different backends
+    would never meet in the process group."""
+    return choose_backend(local_world)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now: the rendezvous of a local run's ranks."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -555,7 +563,7 @@ def _run_under_torchrun(fn: RankFn, params: dict, *, progress: Callable[[float, 
     local_rank = job.local_rank
     created = not dist.is_initialized()
     if created:
-        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > local_rank else "gloo"
+        backend = torchrun_backend(job.local_world)
         device = f"cuda:{local_rank}" if backend == "nccl" else "cpu"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
@@ -593,4 +601,4 @@ def run_lab_ranks(name: str, fn: RankFn, params: dict, *, ranks: int, timeout_s:
 
 __all__ = ["DEFAULT_MEMORY_PER_RANK", "RankContext", "RankFailure", "RankFn", "RanksCancelled", "check_local_ranks",
            "choose_backend", "end_rank", "free_port", "local_rank_cap", "process_group_device", "run_lab_ranks",
-           "run_ranks", "init_torchrun_group", "torchrun_job", "torchrun_rank", "under_torchrun"]
+           "run_ranks", "init_torchrun_group", "torchrun_backend", "torchrun_job", "torchrun_rank", "under_torchrun"]

@@ -111,6 +111,7 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
         note = "needs Hugging Face transformers: pip install -e '.[trace]'"
         return ProbeResult("kv-cache", (Measurement("KV cache bytes per token", None, "B", note=note),), {}, note,
                            False, "cpu")
+    from tutor.bench.memory_trace import cache_argument
     from tutor.theory.kv_cache import kv_cache_bytes_per_token
 
     heads, kv_heads, hidden = params["heads"], params["kv_heads"], params["hidden"]
@@ -129,6 +130,9 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
     # transformers declares .to through functools.wraps(nn.Module.to), which mypy reads as a call missing self
     model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
     cache = DynamicCache(config=config)
+    # Under the keyword this transformers reads: one it does not know is ignored, and the model then
+    # fills a cache of its own while this one stays empty.
+    cache_keyword = cache_argument(model)
     ids = torch.randint(0, config.vocab_size, (1, params["prompt"]), device=device)
     lengths: list[int] = []
     sizes: list[int] = []
@@ -141,7 +145,7 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
                 break
             if step and time.perf_counter() > deadline:
                 break
-            logits = model(ids, cache=cache, use_cache=True).logits
+            logits = model(ids, **{cache_keyword: cache}, use_cache=True).logits
             lengths.append(cache.get_seq_length())
             sizes.append(cache_tensor_bytes(cache))
             ids = logits[:, -1:].argmax(dim=-1)  # greedy: the next step feeds one token

@@ -156,12 +156,17 @@ def _zero_rank(ctx: RankContext, p: dict) -> dict:
         zero_optimizer = ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=torch.optim.AdamW, lr=LR)
         sharded = measure(wrapped, zero_optimizer, zero_optimizer.optim)
     else:
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        # The rank's own device: without a mesh fully_shard takes the machine's accelerator, so on a
+        # CUDA machine whose ranks run gloo on the CPU (fewer GPUs than ranks) it would move the
+        # shards to cuda:0 and ask gloo to reduce-scatter them there.
+        mesh = init_device_mesh(device.type, (ctx.world,))
         reshard = stage == 3
         for module in (model.embed, *model.blocks, model.head):
-            fully_shard(module, reshard_after_forward=reshard)
-        fully_shard(model, reshard_after_forward=reshard)
+            fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
         sharded = measure(model, optimizer, optimizer)
     ctx.progress(0.9, "comparing")

@@ -211,7 +211,7 @@ FORMATS: dict[str, NumberFormat] = {
     "fp8-e4m3": _float_format(
         "fp8-e4m3", 8, 4, 3, "fn",
         "FP8 E4M3 (float8_e4m3fn): no infinities, one NaN pattern S.1111.111, max 448; "
-        "torch's cast saturates overflow to ±448.",
+        "torch's cast saturates overflow to ±448 (builds before April 2026, such as 2.11, give NaN).",
         "Micikevicius et al., 'FP8 Formats for Deep Learning', arXiv 2209.05433 Table 1; OCP OFP8 v1.0",
         saturating_cast=True),
     "fp8-e5m2": _float_format(
@@ -531,7 +531,10 @@ def encode(value: Number, fmt: NumberFormat | str, saturate: bool | None = None)
     Overflow: a finite input whose rounded magnitude exceeds max finite
     * saturate=None (default): does what torch's cast does: IEEE formats give ±inf
       (IEEE 754-2019 §7.4); fp8-e4m3 clamps to ±448, and ±inf also becomes ±448, as
-      torch.float8_e4m3fn casts do (c10/util/Float8_e4m3fn.h, checked in tests/test_formats.py).
+      torch.float8_e4m3fn casts do since pytorch/pytorch#178817 (April 2026;
+      torch/headeronly/util/Float8_e4m3fn.h, checked in tests/test_formats.py). Earlier builds
+      (2.11 among them) give NaN instead: saturate=False; tutor.labs.precision.torch_saturates_e4m3
+      says which one a torch is.
     * saturate=True: clamp to ±max finite, ±inf included: the "SATFINITE" conversion of CUDA's
       __nv_cvt_float_to_fp8 and the OCP OFP8 v1.0 saturation mode used by FP8 training recipes
       (NVIDIA Transformer Engine).

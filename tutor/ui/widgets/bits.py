@@ -58,14 +58,36 @@ def encodings(value: str, names: Sequence[str]) -> list[formats.Encoding]:
     return [formats.encode(value, name) for name in names]
 
 
-def torch_agrees(encoding: formats.Encoding, cast: float | None) -> bool | None:
-    """Whether torch stored the same value as the theory (NaN equals NaN here); None if not cast."""
-    if cast is None:
-        return None
-    theory = encoding.value_float
+def _same_value(theory: float, cast: float) -> bool:
     if math.isnan(theory) or math.isnan(cast):
         return math.isnan(theory) and math.isnan(cast)
     return theory == cast
+
+
+def unsaturated(encoding: formats.Encoding) -> formats.Encoding | None:
+    """The same input without saturation, where the theory's default saturated it (fp8-e4m3's
+    overflow: torch builds before pytorch/pytorch#178817, 2.11 among them, cast it to NaN); else None."""
+    if not encoding.saturated:
+        return None
+    value = encoding.input_value if encoding.input_value is not None else encoding.input_float
+    return formats.encode(value, encoding.format, saturate=False)
+
+
+def torch_agrees(encoding: formats.Encoding, cast: float | None) -> bool | None:
+    """Whether torch stored the same value as the theory (NaN equals NaN here), in the overflow mode this
+    torch casts with (see `unsaturated`); None if not cast."""
+    if cast is None:
+        return None
+    if _same_value(encoding.value_float, cast):
+        return True
+    other = unsaturated(encoding)
+    return other is not None and _same_value(other.value_float, cast)
+
+
+def without_saturation(encoding: formats.Encoding, cast: float | None) -> bool:
+    """True when torch agrees only in the non-saturating mode: it stored NaN where the theory clamps."""
+    return (cast is not None and not _same_value(encoding.value_float, cast)
+            and bool(torch_agrees(encoding, cast)))
 
 
 def check_text(encoding: formats.Encoding, torch_values: dict[str, float] | None) -> Text:
@@ -75,6 +97,8 @@ def check_text(encoding: formats.Encoding, torch_values: dict[str, float] | None
     agrees = torch_agrees(encoding, torch_values.get(encoding.format.name))
     if agrees is None:
         return Text("no dtype", style="dim")
+    if agrees and without_saturation(encoding, torch_values[encoding.format.name]):
+        return Text("✓ NaN: this torch does not saturate", style="green")
     if agrees:
         return Text("✓ same", style="green")
     return Text(f"✗ {short(torch_values[encoding.format.name])}", style="red")
@@ -192,7 +216,10 @@ hardware stores exactly what the theory says (the first use loads torch: a few s
         if torch_values is not None:
             same = sum(bool(torch_agrees(e, torch_values.get(e.format.name))) for e in rows)
             cast = sum(e.format.name in torch_values for e in rows)
-            status.update(f"torch stored {same} of {cast} castable formats exactly as the theory says")
+            unclamped = [e.format.name for e in rows if without_saturation(e, torch_values.get(e.format.name))]
+            mode = (f" ({', '.join(unclamped)}: without saturation, as this torch casts overflow)"
+                    if unclamped else "")
+            status.update(f"torch stored {same} of {cast} castable formats exactly as the theory says{mode}")
         else:
             status.update("Enter: show this value   Confirm with torch: cast it for real")
         return True
