@@ -722,7 +722,7 @@ def _fake_tensor_workarounds(fake: bool):
     def grouped_mm_on_meta(input, weight, offs):
         return can_use_grouped_mm(input, weight, offs) and weight.dtype == torch.bfloat16
 
-    patches = [patch.object(masking_utils, "find_packed_sequence_indices", lambda position_ids: None),
+    patches: list[Any] = [patch.object(masking_utils, "find_packed_sequence_indices", lambda position_ids: None),
                patch.object(moe, "_can_use_grouped_mm", grouped_mm_on_meta)]
     if hasattr(moe, "_grouped_mm") and not hasattr(torch.ops.transformers, "grouped_mm_fallback_backward"):
         grouped_mm = moe._grouped_mm
@@ -747,7 +747,7 @@ def _grouped_mm_on_fake_tensors():
     without reading the offsets."""
     torch = _torch()
 
-    class GroupedMmFallback(torch.autograd.Function):
+    class GroupedMmFallback(torch.autograd.Function):  # type: ignore[name-defined]  # torch comes from _torch()
         @staticmethod
         def forward(ctx, input, weight, offs):
             ctx.save_for_backward(input, weight)
