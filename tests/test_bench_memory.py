@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+
 import psutil
 
 from tutor.bench.memory import memory_accounting
@@ -18,7 +20,10 @@ def test_cpu_snapshot_is_the_process_rss() -> None:
 
 def test_rss_grows_with_a_touched_allocation() -> None:
     before = memory_accounting("cpu").process_rss_bytes
-    block = bytearray(b"\x01") * (64 * 2**20)  # every byte written (a zero bytearray is calloc'd: untouched pages)
+    # A fresh anonymous mapping, every page written: a malloc'd block may come from pages this long-lived test process
+    # already has resident (seen once in a full run: RSS unchanged to the byte), a new mapping never does.
+    block = mmap.mmap(-1, 64 * 2**20)
+    block.write(b"\x01" * (64 * 2**20))
     after = memory_accounting("cpu").process_rss_bytes
     assert after - before > 32 * 2**20
-    del block
+    block.close()

@@ -409,6 +409,7 @@ def test_nccl_process_groups_bind_their_device(monkeypatch):
                         "MASTER_PORT": "29999"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # one GPU for the job's one rank: NCCL
     seen.clear()
     with pytest.raises(RuntimeError, match="stop here"):
         collective.main([])

@@ -180,12 +180,7 @@ ROTATE_BYTES = 64 * 2**20  # GEMM operands rotate over copies this large, so wei
 
 
 def _median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = CLOCK()
-        fn()
-        times.append(CLOCK() - start)
-    return statistics.median(times)
+    return _median_on(CLOCK, fn, repeats)
 
 
 REUSE_LIMIT_BYTES = 256 * 2**20
