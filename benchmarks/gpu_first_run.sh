@@ -182,7 +182,7 @@ if [ "$GPUS" = "0" ]; then
 fi
 say "torch sees $GPUS CUDA GPU(s); steps under $BUDGET_S s in all"
 
-# 2. The GPU steps (single-GPU timeouts 60+15+50+20+30+15+40+15+10+40+55+15+10+60+20 = 455 s, with install and
+# 2. The GPU steps (single-GPU timeouts 60+15+50+20+30+15+30+15+10+40+55+15+35+45+20 = 455 s, with install and
 #    imports 515 s, then the whole suite's 240 s: BUDGET_S (540 s) clamps every step to what is left, so the
 #    suite gets what the GPU steps leave: about 240 s when they take what they took last time (154 s) plus the
 #    time steps' ~80 s); ours beside plain.
@@ -192,7 +192,7 @@ step bench_quick 50 $TT bench --quick --dtype fp32,tf32,bf16,fp16,fp8 --budget 3
 step bench_transfer 20 $TT bench transfer --budget 10 --json
 step ref_matmul 30 "$PY" benchmarks/gpu_reference.py matmul
 step ref_memory 15 "$PY" benchmarks/gpu_reference.py memory
-step first_number 40 "$PY" benchmarks/first_number.py --launches 2 --bench-budget 10
+step first_number 30 "$PY" benchmarks/first_number.py --launches 2 --bench-budget 10
 step fit_device_0 15 $TT fit llama-3.1-8b --device 0 --json
 step ref_free 10 "$PY" benchmarks/gpu_reference.py free
 step fit_trace 40 $TT fit llama-3.1-8b --mode train --recipe bf16 --device 0 --trace --json
@@ -200,8 +200,8 @@ step ref_step 55 "$PY" benchmarks/gpu_reference.py step llama-3.1-8b
 # `time --device 0` from bench_quick's run, for the requests ref_step ran for real (the summary sets them side by
 # side), then against transformers' own prefill and decode loop for several families, a MoE among them.
 step time_8b 15 $TT time llama-3.1-8b --device 0 --seq 2048 --json
-step time_train_8b 10 $TT time llama-3.1-8b --mode train --recipe bf16 --seq 4096 --device 0 --json
-step time_vs_real 60 "$PY" benchmarks/time_inference_vs_transformers.py --device cuda:0 --no-bench --budget 30 --json
+step time_verify 35 $TT time llama-3.1-8b --mode train --recipe bf16 --seq 4096 --device 0 --verify --json
+step time_vs_real 45 "$PY" benchmarks/time_inference_vs_transformers.py --device cuda:0 --no-bench --budget 20 --json
 step sampler 20 "$PY" benchmarks/gpu_reference.py sampler --seconds 10
 
 # 3. With 2+ GPUs: NCCL, one GPU per rank, in whatever is left of the budget.

@@ -98,10 +98,22 @@ def comparisons(out: dict) -> list[dict]:
                     "the real loop is eager: graphs should sit below it" if row.get("engine") == "graphs" else "")
         add("time --device 0 prefill vs real", (timed.get("prefill") or {}).get("seconds"),
             (step.get("prefill") or {}).get("median_s"), "s")
-    trained = out.get("time_train_8b") if isinstance(out.get("time_train_8b"), dict) else {}
-    if trained and step:
-        add("time --device 0 training step vs real", (trained.get("step") or {}).get("seconds"),
-            (step.get("train") or {}).get("median_s"), "s")
+    verified = (out.get("time_verify") or {}).get("verify") if isinstance(out.get("time_verify"), dict) else None
+    if isinstance(verified, dict):
+        where = f"{verified.get('model')} on {verified.get('device', 'the CPU')}, {verified.get('scaled', '')}"
+        if "predicted_s" in verified:
+            add(f"time --verify training step ({where}): predicted vs measured", verified.get("predicted_s"),
+                verified.get("measured_s"), "s")
+        for phase, row in (verified.get("phases") or {}).items():
+            add(f"time --verify {phase}: predicted vs measured", row.get("predicted_s"), row.get("measured_s"), "s")
+        if isinstance(verified.get("prefill"), dict):
+            add("time --verify prefill: predicted vs measured", verified["prefill"].get("predicted_s"),
+                verified["prefill"].get("measured_s"), "s")
+        for row in verified.get("decode_engines") or []:
+            add(f"time --verify decode @{row.get('batch')}, {row.get('engine')}: predicted vs measured",
+                row.get("predicted_s"), row.get("measured_s"), "s")
+        if verified.get("graphs_note"):
+            add("time --verify CUDA graphs", None, None, "s", verified["graphs_note"])
     versus = out.get("time_vs_real") if isinstance(out.get("time_vs_real"), dict) else {}
     for model in versus.get("models") or []:
         for key, real in (model.get("measured") or {}).items():

@@ -136,7 +136,12 @@ def test_the_summary_sets_time_beside_the_real_steps_it_predicts() -> None:
                     "decode": [{"batch": 1, "engine": "eager", "bound": "host", "seconds_per_step": 0.0559},
                                {"batch": 8, "engine": "eager", "bound": "host", "seconds_per_step": 0.05},
                                {"batch": 1, "engine": "graphs", "bound": "memory", "seconds_per_step": 0.007}]},
-        "time_train_8b": {"step": {"seconds": 0.42}},
+        "time_verify": {"verify": {"model": "Llama-3.1-8B", "device": "cuda:0", "scaled": "full size",
+                                   "predicted_s": 0.42, "measured_s": 0.486,
+                                   "phases": {"optimizer": {"predicted_s": 0.075, "measured_s": 0.097}},
+                                   "prefill": {"predicted_s": 0.056, "measured_s": 0.063},
+                                   "decode_engines": [{"engine": "graphs", "batch": 1, "predicted_s": 0.007,
+                                                       "measured_s": 0.008}]}},
         "time_vs_real": {"size": "gpu", "models": [{"model": "mixtral-8x7b", "measured": {"decode@1": 0.03},
                                                     "predicted": {"decode@1": 0.025}}]},
     }
@@ -146,7 +151,10 @@ def test_the_summary_sets_time_beside_the_real_steps_it_predicts() -> None:
                                                                                                        abs=1e-3)
     assert "graphs should sit below" in rows["time --device 0 decode @1, graphs (memory) vs real eager step"]["note"]
     assert rows["time --device 0 prefill vs real"]["ratio"] == pytest.approx(0.056 / 0.063, abs=1e-3)
-    assert rows["time --device 0 training step vs real"]["ratio"] == pytest.approx(0.42 / 0.486, abs=1e-3)
+    step = "time --verify training step (Llama-3.1-8B on cuda:0, full size): predicted vs measured"
+    assert rows[step]["ratio"] == pytest.approx(0.42 / 0.486, abs=1e-3)
+    assert rows["time --verify optimizer: predicted vs measured"]["ratio"] == pytest.approx(0.075 / 0.097, abs=1e-3)
+    assert rows["time --verify decode @1, graphs: predicted vs measured"]["ratio"] == pytest.approx(0.875, abs=1e-3)
     assert rows["time --device 0 decode@1 vs transformers (mixtral-8x7b, gpu size)"]["ratio"] == pytest.approx(0.833,
                                                                                                                abs=1e-3)
 

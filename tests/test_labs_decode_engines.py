@@ -87,7 +87,8 @@ def test_the_static_step_a_graph_captures_decodes_as_eager_does() -> None:
     import torch
     from transformers import LlamaForCausalLM
 
-    from tutor.labs.decode_engines import StaticDecoder, eager_decoder, llama_config
+    from tutor.bench.decode_loops import StaticDecoder, eager_decoder
+    from tutor.labs.decode_engines import llama_config
 
     torch.manual_seed(0)
     config = llama_config(layers=2, hidden=64, heads=4, kv_heads=2, max_positions=64)

@@ -135,15 +135,6 @@ def test_time_on_this_cpu_reports_eager_rows_only_with_the_measured_matrix_vecto
     assert report["decode"][0]["host_share"] is None and "not" in report["decode"][0]["source"]
 
 
-def test_verify_on_a_gpu_index_is_one_line_and_exit_2(monkeypatch) -> None:
-    """Assumes nothing of the machine: without a CUDA GPU the line says there is none; with one, that verifying on
-    a GPU is not built (a CPU run would not verify the GPU's answer)."""
-    for device in ("0", "cuda:1"):
-        code, out, err = run(["time", "llama-3.2-1b", "--verify", "--device", device])
-        assert code == 2 and out == ""
-        assert err.count("\n") == 1 and f"--verify --device {device}" in err
-
-
 def test_the_host_costs_of_a_family_are_measured_once_on_the_cpu_and_then_read_back(tmp_path, monkeypatch) -> None:
     """Measures on the CPU (device "cpu"), whatever else the machine has."""
     pytest.importorskip("transformers")

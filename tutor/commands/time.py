@@ -46,24 +46,6 @@ def verify_model(model: str, size: str, recipe: str = "fp32") -> dict:
     return run_verification(read_model_config(model).config, size, recipe=recipe)
 
 
-def check_verify_device(device: str | None) -> None:
-    """--verify runs the real model on this machine's CPU (fp32, one thread). A GPU of this machine (an index,
-    cuda:N) is refused in one line, whether or not it is there: a CPU run does not verify a GPU's answer. A card
-    by name is answered from its datasheet and the verification stays what it says it is: this machine's."""
-    from tutor.hardware.specs import lookup_gpu_spec
-
-    text = (device or "").strip().lower()
-    if not (text.startswith("cuda") or (text.isdigit() and lookup_gpu_spec(text) is None)):
-        return
-    from tutor.hardware import detect_machine
-
-    if not detect_machine().gpus:
-        raise UserError(f"--verify --device {device}: no CUDA GPU on this machine (NVML finds none); "
-                        "verify on the CPU with --device cpu")
-    raise UserError(f"--verify --device {device}: verification on a GPU is not built yet (--verify runs on the CPU, "
-                    f"in fp32); use --device cpu, or compare `time --device {device}` with a run of your own")
-
-
 @click.command("time")
 @fit_options()
 @click.option("--tokens", "tokens_text", default=DEFAULT_TOKENS, show_default=True,
@@ -76,8 +58,9 @@ def check_verify_device(device: str | None) -> None:
 @click.option("--overlap", "overlap_text", default="1", show_default=True,
               help="Share (0-1) of the data-parallel gradient traffic hidden under the backward pass.")
 @click.option("--verify", is_flag=True,
-              help="Run the real transformers model of MODEL's architecture, scaled down, on this machine and "
-                   "compare predicted with measured step, prefill and decode (needs torch and transformers).")
+              help="Run the real transformers model of MODEL's architecture and compare predicted with measured step, "
+                   "prefill and decode: on the CPU scaled down (--verify-size); with --device N on that CUDA GPU, "
+                   "at full size where it fits, eager and CUDA graphs (needs torch and transformers).")
 @click.option("--verify-size", type=click.Choice(("tiny", "small", "medium", "large")), default="medium",
               show_default=True, help="How far --verify scales the model down (medium: a step of about a second).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -99,8 +82,9 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     found = fit_model(model, None)
     arch, name, source = found.arch, found.name, found.source
     assert arch is not None  # a model (not a bare count) resolves to an architecture
-    if verify:
-        check_verify_device(device)
+    from tutor.bench.device_verify import gpu_index
+
+    gpu = gpu_index(device) if verify else None
     tokens = parse_count(tokens_text)
     mfu = parse_fraction(mfu_text, "--mfu")
     if mfu == 0:
@@ -116,14 +100,29 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     request = fitting.FitRequest(**settings)
     request = apply_devices(request, devices)
     check_time_request(arch, request)
+    if gpu is not None:
+        from tutor.bench.device_verify import check_device
+
+        check_device(gpu, device)  # before anything is read or measured: no such device is one line
     try:
         ceilings, device_words = resolve_ceilings(device, ceilings_dtype(request))
     except UserError as error:
-        if not verify:
+        if not verify or gpu is not None:
             raise
         ceilings, device_words, missing = None, "this machine", str(error)
-    # --verify runs full steps in fp32, or LoRA steps for a LoRA request (QLoRA's kernels need a GPU: refused there)
-    verified = verify_model(model, verify_size, str(request.recipe) if request.adapter else "fp32") if verify else None
+    verified: dict | None
+    if gpu is not None:  # --verify on a GPU of this machine: the real model there, against `time --device N`
+        from tutor.bench.device_verify import run_device_verification
+
+        config = found.found.config if found.found is not None else None
+        if config is None:
+            raise UserError("--verify builds the real model: it needs a config.json (a preset, a file or a folder)")
+        verified = run_device_verification(config, request, f"cuda:{gpu}", name=name, source=source)
+    else:
+        # --verify runs full steps in fp32, or LoRA steps for a LoRA request (QLoRA's kernels need a GPU: refused
+        # there)
+        verified = verify_model(model, verify_size, str(request.recipe) if request.adapter else "fp32") if verify \
+            else None
     if ceilings is None:
         assert verified is not None  # without ceilings only --verify gets this far
         report = {"model": {"name": name, "source": source, "model_type": arch.model_type},

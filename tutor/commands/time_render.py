@@ -151,22 +151,30 @@ def _render_inference(console, Table, report: dict) -> None:
 
 
 def _render_verify(console, Table, verify: dict) -> None:
-    console.print(f"\n[bold]Verified on this machine[/bold]: {markup_safe(verify['model'])} "
+    where = f"on {verify['device']}" if verify.get("device") else "on this machine"
+    console.print(f"\n[bold]Verified {markup_safe(where)}[/bold]: {markup_safe(verify['model'])} "
                   f"[dim]({markup_safe(verify.get('scaled', ''))})[/dim]")
     table = Table(title_justify="left")
     for column in ("what", "predicted", "measured", "measured / predicted"):
         table.add_column(column, justify="left" if column == "what" else "right")
-    for name, row in verify["phases"].items():
+
+    def add(name: str, row: dict) -> None:
         table.add_row(name, format_duration(row["predicted_s"]), format_duration(row["measured_s"]),
                       format_quantity(row["measured_s"] / row["predicted_s"], "x") if row["predicted_s"] else "N/A")
-    table.add_section()
-    table.add_row("[bold]training step[/bold]", format_duration(verify["predicted_s"]),
-                  format_duration(verify["measured_s"]), format_quantity(verify["measured_s"] / verify["predicted_s"], "x"))
-    for name in ("prefill", "decode"):
-        if name in verify:
-            row = verify[name]
-            table.add_row(name, format_duration(row["predicted_s"]), format_duration(row["measured_s"]),
-                          format_quantity(row["measured_s"] / row["predicted_s"], "x"))
+
+    for name, row in verify.get("phases", {}).items():
+        add(name, row)
+    if "predicted_s" in verify:
+        table.add_section()
+        add("[bold]training step[/bold]", verify)
+    if "prefill" in verify:
+        add("prefill", verify["prefill"])
+    engines = verify.get("decode_engines")
+    if engines:
+        for row in engines:
+            add(f"decode, batch {row['batch']}, {row['engine']}", row)
+    elif "decode" in verify:
+        add("decode", verify["decode"])
     console.print(table)
-    for note in verify.get("notes", []):
+    for note in [*verify.get("notes", []), *([verify["graphs_note"]] if verify.get("graphs_note") else [])]:
         console.print(f"[dim]{markup_safe(note)}[/dim]")

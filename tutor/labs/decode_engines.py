@@ -16,12 +16,12 @@ no CUDA-graph figure there.
 
 from __future__ import annotations
 
-import inspect
 import statistics
 import threading
 import time
 from typing import Any
 
+from tutor.bench.decode_loops import GRAPH_WARMUPS, StaticDecoder, capture_cuda_graph, eager_decoder
 from tutor.formatting import format_duration, format_percent
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
@@ -30,7 +30,6 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 VOCAB = 256
 HOST_HEAD_DIM = 8  # the host-floor model: hidden = 8 · heads (64 at 8 heads), as many layers
 WARMUP_STEPS = 2   # untimed steps of each model before the timed ones (first-call costs)
-GRAPH_WARMUPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
 MIN_ROUNDS = 3
 
 
@@ -54,86 +53,6 @@ def llama_config(*, layers: int, hidden: int, heads: int, kv_heads: int, max_pos
 
     return LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions)
-
-
-def cache_keyword(model) -> str:
-    """transformers 5.x renamed forward's `past_key_values` to `cache` (the old name warns until 5.40)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def eager_decoder(model, config, prompt_ids):
-    """Reads the prompt into a DynamicCache, then returns step(): one greedy token through the model's
-    forward, the cache growing by one position, as `generate` does at batch 1."""
-    from transformers import DynamicCache
-
-    keyword = cache_keyword(model)
-    cache = DynamicCache(config=config)
-    state = {"token": model(prompt_ids, **{keyword: cache}, use_cache=True).logits[:, -1:].argmax(dim=-1)}
-
-    def step():
-        logits = model(state["token"], **{keyword: cache}, use_cache=True).logits
-        state["token"] = logits[:, -1:].argmax(dim=-1)
-        return logits
-
-    step.cache = cache  # type: ignore[attr-defined]
-    return step
-
-
-class StaticDecoder:
-    """One decode step whose every input stays at one address: a StaticCache of `max_len` positions,
-    the token and its position in tensors updated in place. Replaying the same kernels then decodes
-    the next token, which is what a CUDA graph needs (a captured step cannot take new Python values).
-    Device-agnostic: on a CPU it runs (the tests compare it with eager decode); only capture is CUDA's."""
-
-    def __init__(self, model, config, prompt_ids, max_len: int) -> None:
-        import torch
-        from transformers import StaticCache
-
-        self.model = model
-        self.keyword = cache_keyword(model)
-        self.takes_cache_position = "cache_position" in inspect.signature(model.forward).parameters
-        self.cache = StaticCache(config=config, max_cache_len=max_len)
-        prompt = int(prompt_ids.shape[1])
-        device = prompt_ids.device
-        logits = self._forward(prompt_ids, torch.arange(prompt, device=device).view(1, -1))
-        self.token = logits[:, -1:].argmax(dim=-1)
-        self.position = torch.full((1, 1), prompt, dtype=torch.long, device=device)
-        self.room = max_len - prompt  # steps the cache still holds: a step past it would index out of range
-
-    def _forward(self, ids, positions):
-        kwargs: dict[str, Any] = {self.keyword: self.cache, "use_cache": True, "position_ids": positions}
-        if self.takes_cache_position:  # transformers releases whose StaticCache writes at cache_position
-            kwargs["cache_position"] = positions.view(-1)
-        return self.model(ids, **kwargs).logits
-
-    def step(self):
-        if self.room <= 0:
-            raise RuntimeError("the static cache is full")
-        self.room -= 1
-        logits = self._forward(self.token, self.position)
-        self.token.copy_(logits[:, -1:].argmax(dim=-1))
-        self.position.add_(1)
-        return logits
-
-
-def capture_cuda_graph(decoder: StaticDecoder):
-    """The step captured in a CUDA graph after warm-up steps on a side stream (PyTorch's "CUDA Graphs"
-    notes: warm up outside capture so lazy initialisation and allocations happen before it). Each
-    replay runs one more step; `decoder.room` is spent by the caller per replay."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(GRAPH_WARMUPS):
-            decoder.step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    room = decoder.room
-    with torch.cuda.graph(graph):
-        decoder.step()  # recorded, not run: the cache does not advance
-    decoder.room = room
-    return graph
 
 
 def time_in_turns(steps: dict[str, Any], sync, *, rounds: int, budget_s: float, cancel: threading.Event,

@@ -1,0 +1,273 @@
+"""`tensor-tutor time MODEL --verify --device N`: `time`'s answer for a CUDA device, beside the real model run there.
+
+The prediction is `time --device N`'s own: the ceilings of this machine's latest bench run on that device and the
+host's costs of MODEL's family (tutor.time_answer). The real run is MODEL as transformers builds it from its
+config (random weights, SDPA), on the device, at full size where its step fits in 85% of the memory free now,
+else with fewer decoder layers (the same width, so the same kernels; the prediction is made for that same
+model). Timed with CUDA events (the wall clock after the queue drains where events are not available):
+
+- mode train: forward (the loss), backward and the optimizer (torch.optim.AdamW, foreach) as phases, the median
+  of STEPS after WARMUP; recipes bf16 (bf16 weights and states), fp32, and hf-amp (fp32 weights under
+  torch.autocast to bf16);
+- a prefill of the request's sequence (batch 1; logits of the last position), the median of PREFILLS;
+- decode after that prompt, at batch 1 and 8: eager (transformers' forward with a DynamicCache, the loop
+  `generate` runs) and, where transformers' StaticCache can be captured, the same step replayed from a CUDA
+  graph (tutor.bench.decode_loops), the median of DECODE_STEPS each.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+
+from tutor.errors import UserError
+from tutor.theory.fit import FitRequest
+
+WARMUP = 2
+STEPS = 3
+PREFILLS = 3
+DECODE_STEPS = 12
+DECODE_BATCHES = (1, 8)
+MEMORY_SHARE = 0.85
+GPU_RECIPES = ("bf16", "fp32", "hf-amp")
+
+
+def gpu_index(device: str | None) -> int | None:
+    """The CUDA index `--device` names (0, cuda:1), or None for anything else (cpu, a card by name)."""
+    from tutor.hardware.specs import lookup_gpu_spec
+
+    text = (device or "").strip().lower()
+    if text.startswith("cuda"):
+        rest = text[4:].lstrip(":")
+        return int(rest) if rest.isdigit() else 0
+    if text.isdigit() and lookup_gpu_spec(text) is None:
+        return int(text)
+    return None
+
+
+def check_device(index: int, asked: str | None = None) -> str:
+    """'cuda:N' when torch sees that device, else a one-line UserError (naming the device as `asked`)."""
+    asked = asked if asked is not None else str(index)
+    try:
+        import torch
+    except ImportError:
+        raise UserError("--verify on a GPU runs the real model: it needs torch with CUDA") from None
+    if not torch.cuda.is_available():
+        raise UserError(f"--verify --device {asked}: no CUDA GPU on this machine (torch sees none); "
+                        "verify on the CPU with --device cpu")
+    if index >= torch.cuda.device_count():
+        raise UserError(f"--verify --device {asked}: torch sees {torch.cuda.device_count()} CUDA GPU(s), "
+                        f"numbered from 0")
+    return f"cuda:{index}"
+
+
+class _Timer:
+    """Seconds between two marks on `device`: CUDA events there, the wall clock after a sync elsewhere."""
+
+    def __init__(self, torch, device: str) -> None:
+        self.torch, self.cuda = torch, device.startswith("cuda")
+
+    def mark(self):
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start, end) -> float:
+        if self.cuda:
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        return end - start
+
+
+def layers_that_fit(arch, request: FitRequest, free_bytes: int) -> int:
+    """The most decoder layers of `arch` whose step (tutor.theory.fit, as `fit` counts it) fits in MEMORY_SHARE
+    of `free_bytes`: all of them where the whole model fits, at least 1."""
+    from tutor.theory import fit as fitting
+
+    def need(layers: int) -> int:
+        return fitting.estimate(replace(arch, num_layers=layers), request).worst.total
+
+    budget = MEMORY_SHARE * free_bytes
+    if need(arch.num_layers) <= budget:
+        return arch.num_layers
+    low, high = 1, arch.num_layers
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if need(mid) <= budget else (low, mid)
+    return low
+
+
+def _build(torch, config: dict, device: str, dtype):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
+    with torch.device(device):  # initialised where it runs: billions of parameters take minutes on the host
+        try:
+            hf._attn_implementation = "sdpa"
+            model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
+        except ValueError as error:
+            if "scaled_dot_product_attention" not in str(error):
+                raise
+            hf._attn_implementation = "eager"
+            model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
+    return model.to(dtype), hf
+
+
+def _train(torch, model, ids, recipe: str, timer: _Timer) -> dict[str, float]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    autocast = recipe == "hf-amp"
+    phases: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
+    model.train()
+    for index in range(WARMUP + STEPS):
+        t0 = timer.mark()
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = model(input_ids=ids, labels=ids).loss
+        t1 = timer.mark()
+        loss.backward()
+        t2 = timer.mark()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        t3 = timer.mark()
+        if index >= WARMUP:
+            phases["forward"].append(timer.seconds(t0, t1))
+            phases["backward"].append(timer.seconds(t1, t2))
+            phases["optimizer"].append(timer.seconds(t2, t3))
+        del loss
+    del optimizer
+    return {name: statistics.median(values) for name, values in phases.items()}
+
+
+def _inference(torch, model, hf, vocab: int, seq: int, device: str, timer: _Timer) -> dict:
+    from tutor.bench.decode_loops import StaticDecoder, capture_cuda_graph, eager_decoder
+
+    model.eval()
+    out: dict = {"decode": {}}
+    with torch.no_grad():
+        ids = torch.randint(0, vocab, (1, seq), device=device)
+        model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        times = []
+        for _ in range(PREFILLS):
+            t0 = timer.mark()
+            model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            times.append(timer.seconds(t0, timer.mark()))
+        out["prefill"] = statistics.median(times)
+        for batch in DECODE_BATCHES:
+            prompt = torch.randint(0, vocab, (batch, seq), device=device)
+            step = eager_decoder(model, hf, prompt)
+            for _ in range(2):
+                step()
+            times = []
+            for _ in range(DECODE_STEPS):
+                t0 = timer.mark()
+                step()
+                times.append(timer.seconds(t0, timer.mark()))
+            out["decode"][("eager", batch)] = statistics.median(times)
+            del step
+            if not device.startswith("cuda"):
+                continue
+            try:
+                decoder = StaticDecoder(model, hf, prompt, max_len=seq + DECODE_STEPS + 8)
+                graph = capture_cuda_graph(decoder)
+            except Exception as error:  # a family or release whose static cache does not capture: say why
+                out.setdefault("graphs_note", f"CUDA graph capture failed: {type(error).__name__}: "
+                                              f"{(str(error).splitlines() or [''])[0][:160]}")
+                continue
+            times = []
+            for _ in range(min(DECODE_STEPS, decoder.room)):
+                decoder.room -= 1
+                t0 = timer.mark()
+                graph.replay()
+                times.append(timer.seconds(t0, timer.mark()))
+            out["decode"][("graphs", batch)] = statistics.median(times)
+            del graph, decoder
+    return out
+
+
+def run_device_verification(config: dict, request: FitRequest, device: str, *, name: str, source: str) -> dict:
+    """Predict with `time --device` for `device`, then run the same (possibly fewer-layer) model there."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from tutor.bench.ceilings import compute_dtype, device_ceilings
+    from tutor.theory.models import architecture_from_config
+    from tutor.time_answer import report_for_ceilings
+
+    train = request.mode == "train"
+    if train and request.recipe not in GPU_RECIPES:
+        raise UserError(f"--verify on a GPU runs {', '.join(GPU_RECIPES)} training steps (no master-weight "
+                        f"copies); use --recipe bf16 rather than {request.recipe}")
+    if train and request.adapter:
+        raise UserError("--verify on a GPU runs full training steps; a LoRA step is verified on the CPU")
+    if request.devices != 1:
+        raise UserError("--verify runs one device: leave --dp, --tp, --pp and --devices at 1")
+    hf_logging.set_verbosity_error()
+    arch = architecture_from_config(config, name=name)
+    free = torch.cuda.mem_get_info(device)[0] if device.startswith("cuda") else 1 << 62
+    layers = layers_that_fit(arch, request, free)
+    scaled = dict(config) if layers == arch.num_layers else _with_layers(config, layers)
+    arch = architecture_from_config(scaled, name=name)
+    index_text = device.split(":")[1] if device.startswith("cuda") else "cpu"  # as `time --device` reads it
+    ceilings, words = device_ceilings(index_text, compute_dtype(request))
+    predicted = report_for_ceilings(arch, request, ceilings, words, name=name, source=source, tokens=1,
+                                    config=scaled, device=index_text)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "hf-amp": torch.float32}[request.recipe] if train else \
+        {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16}.get(str(request.dtype), torch.bfloat16)
+    torch.manual_seed(0)
+    model, hf = _build(torch, scaled, device, dtype)
+    timer = _Timer(torch, device)
+    result: dict = {"device": device, "model": name, "layers": layers, "full_layers": config.get("num_hidden_layers"),
+                    "scaled": "full size" if layers == arch.num_layers and scaled == config else
+                              f"{layers} of {config.get('num_hidden_layers')} decoder layers (the step fits in "
+                              f"{MEMORY_SHARE:.0%} of the memory free)",
+                    "clock": "CUDA events" if device.startswith("cuda") else "wall clock"}
+    if train:
+        ids = torch.randint(0, arch.vocab_size, (request.batch, request.seq_len), device=device)
+        measured = _train(torch, model, ids, request.recipe, timer)
+        phases = predicted["step"]["phases"]
+        result["phases"] = {phase: {"predicted_s": phases.get(phase, 0.0), "measured_s": seconds}
+                            for phase, seconds in measured.items()}
+        result["predicted_s"], result["measured_s"] = predicted["step"]["seconds"], sum(measured.values())
+        if device.startswith("cuda"):
+            result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+        model.zero_grad(set_to_none=True)
+        # The trained model as it is: its inference is timed (and predicted) in the weights' own dtype.
+        inference_request = replace(request, mode="inference", batch=1,
+                                    dtype="bf16" if dtype == torch.bfloat16 else "fp32")
+        inference_ceilings, _ = device_ceilings(index_text, compute_dtype(inference_request))
+        predicted_inference = report_for_ceilings(arch, inference_request, inference_ceilings, words, name=name,
+                                                  source=source, tokens=1, config=scaled, device=index_text)
+    else:
+        predicted_inference = predicted
+    ran = _inference(torch, model, hf, arch.vocab_size, request.seq_len, device, timer)
+    result["prefill"] = {"predicted_s": predicted_inference["prefill"]["seconds"], "measured_s": ran["prefill"]}
+    rows = []
+    for row in predicted_inference["decode"]:
+        measured_s = ran["decode"].get((row["engine"], row["batch"]))
+        if measured_s is not None:
+            rows.append({"engine": row["engine"], "batch": row["batch"], "bound": row["bound"],
+                         "predicted_s": row["seconds_per_step"], "measured_s": measured_s})
+    result["decode_engines"] = rows
+    eager_one = next((r for r in rows if r["engine"] == "eager" and r["batch"] == 1), None)
+    if eager_one is not None:
+        result["decode"] = {"predicted_s": eager_one["predicted_s"], "measured_s": eager_one["measured_s"],
+                            "batch": 1, "context": request.seq_len}
+    if "graphs_note" in ran:
+        result["graphs_note"] = ran["graphs_note"]
+    result["sources"] = predicted_inference["sources"]
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return result
+
+
+def _with_layers(config: dict, layers: int) -> dict:
+    """The config with `layers` decoder layers, its per-layer lists cut to match (transformers checks them)."""
+    out = dict(config)
+    out["num_hidden_layers"] = layers
+    for key, value in config.items():
+        if isinstance(value, list) and len(value) == config.get("num_hidden_layers"):
+            out[key] = value[:layers]
+    return out
