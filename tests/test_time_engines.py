@@ -173,3 +173,19 @@ def test_the_decode_matmul_bench_measures_both_row_counts_on_the_cpu() -> None:
     results = decode_matmul_bandwidth("cpu", "fp32", budget_s=0.01)
     assert [r.m for r in results] == list(DECODE_ROWS)[:len(results)] and results
     assert all(r.gbps_median > 0 and r.to_json()["kind"] == "decode_matmul" for r in results)
+
+
+def test_an_mla_decode_step_re_projects_its_cached_latents_over_the_whole_context() -> None:
+    """transformers' DeepseekV3Attention keeps the latent (kv_lora_rank + the RoPE key) and runs kv_b_proj over
+    every cached token at each step; a prefill and a training step project their own tokens only."""
+    model = resolve_model("deepseek-v3")[0]
+    request = FitRequest(mode="inference", batch=2, seq_len=512)
+    ops = inference_operations(model, request, queries=1, context=512)
+    kv_b = [op for op in ops if op.name == "kv_b_proj"]
+    assert kv_b and all(op.m == 2 * 512 and op.k == model.kv_lora_rank for op in kv_b)
+    append = next(op for op in ops if op.name.startswith("KV cache append"))
+    assert append.bytes == 2 * 512 * (model.kv_lora_rank + model.qk_rope_head_dim) * 2 * 2  # read + write, bf16
+    assert any(op.name.startswith("keys assembled") for op in ops)
+    prefill = inference_operations(model, request, queries=512, context=512)
+    assert all(op.m == 2 * 512 for op in prefill if op.name == "kv_b_proj")
+    assert not any(op.name.startswith("keys assembled") for op in prefill)

@@ -235,8 +235,16 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     ops.append(memory_op("input norm", "forward", T * h, norm_bytes, 1, calls=calls, kernels=norm_kernels,
                          formula=f"{arch.norm} over {T:,} x {h:,}: {norm_bytes:g} B per element"))
     projections = attention_projections(arch, tp)
+    # transformers' DeepseekV3Attention caches the compressed latent (kv_lora_rank + the shared RoPE key per
+    # token) and expands it with kv_b_proj on every pass (expand_kv): a decode step re-projects the whole context.
+    latent_cache = arch.uses_mla and shape.queries < shape.context and not training
     for name, out, inp in projections[:-1]:
-        ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
+        rows = shape.batch * shape.context if latent_cache and name == "kv_b_proj" else T
+        ops.append(gemm(name, "forward", rows, out, inp, calls=calls, element_bytes=e))
+    if latent_cache:
+        keys = shape.batch * a * shape.context * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+        ops.append(memory_op("keys assembled (k_nope, shared k_rot)", "forward", keys, 2, e, calls=calls, kernels=2,
+                             formula="expand_kv: new_empty, then k_nope and the broadcast k_rot copied in"))
     if arch.qk_norm:
         ops.append(memory_op("q/k norm", "forward", T * (a + g) * d, norm_bytes, 1, calls=calls,
                              kernels=2 * norm_kernels))
@@ -249,7 +257,8 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     if cache_copy and shape.queries < shape.context and not training:
         # transformers' DynamicCache appends the new keys and values with torch.cat: each decode step
         # reads the cached K and V and writes them again, one token longer (cache_utils.DynamicLayer.update).
-        cached = shape.batch * g * shape.context * (d + dv)
+        width = arch.kv_lora_rank + arch.qk_rope_head_dim if arch.uses_mla else g * (d + dv)  # MLA: the latent
+        cached = shape.batch * shape.context * width
         ops.append(memory_op("KV cache append (torch.cat)", "forward", cached, 2, e, calls=calls, kernels=2))
     # Grouped-query kernels read each key/value head once for the a/g query heads that share it.
     kv_read = e * shape.batch * g * shape.context * d
