@@ -224,12 +224,15 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
         link = Sourced(rate * 1e9, "B/s", f"measured all_reduce busbw at {size:,} B, {label}")
     peak = _positive(headline.get("peak_tflops"))
     sizes = ", ".join(f"{p.m}x{p.n}x{p.k}" for p in points)
-    skinny = sorted((int(r["m"]), rate * 1e9) for r in run.results
+    skinny = sorted((int(r["m"]), int(r["bytes"]), rate * 1e9) for r in run.results
                     if r.get("kind") == "decode_matmul" and r.get("device") == device and r.get("dtype") == dtype
-                    and isinstance(r.get("m"), int) and (rate := _positive(r.get("gbps_median"))) is not None)
-    skinny_source = (f"measured x·Wᵀ at m = {', '.join(str(m) for m, _ in skinny)} rows ("
-                     + ", ".join(f"{rate / 1e9:.3g} GB/s" for _, rate in skinny) + f"), weights past the caches, {label}"
-                     if skinny else "")
+                    and isinstance(r.get("m"), int) and isinstance(r.get("bytes"), int) and r["bytes"] > 0
+                    and (rate := _positive(r.get("gbps_median"))) is not None)
+    rows_measured = sorted({m for m, _, _ in skinny})
+    skinny_source = ("measured x·Wᵀ with " + "; ".join(
+        f"{m} row(s): " + ", ".join(f"{rate / 1e9:.3g} GB/s at {nbytes / 2**20:.3g} MiB" for mm, nbytes, rate in skinny
+                                    if mm == m) for m in rows_measured)
+        + f" (weights past the caches), {label}" if skinny else "")
     graph_kernel = None
     if device.startswith("cuda"):
         graph_kernel = Sourced(GRAPH_KERNEL, "s", GRAPH_KERNEL_SOURCE)

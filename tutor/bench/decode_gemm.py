@@ -25,8 +25,11 @@ from tutor.bench.timing import BenchCancelled
 DECODE_ROWS = (1, 8)
 ROTATE_BYTES = 256 * 2**20          # past the caches of the CPUs measured (the VM's share of a 480 MiB L3)
 GPU_ROTATE_BYTES = 1 << 30          # past an H100/H200's 50-60 MB of L2 many times over
-CPU_SIDE, GPU_SIDE = 2048, 8192     # square weight matrices: 16 MiB fp32 on a CPU, 128 MiB bf16 on a GPU
-REPEATS = 3
+# Square weight matrices from a small model's to a large one's: a small matrix streams slower (one thread of the
+# 2-core dev box, fp32, m = 1: 14 GB/s at 512², 19-22 GB/s from 1024² up).
+CPU_SIDES = (512, 1024, 2048, 4096)
+GPU_SIDES = (1024, 2048, 4096, 8192)
+REPEATS = 2
 LAUNCH_KERNELS = 500
 
 
@@ -39,13 +42,14 @@ class DecodeMatmulResult:
     m: int
     n: int
     k: int
+    bytes: int  # per call: the weights + the input and output rows
     gbps_median: float
     iters: int
     kind: str = "decode_matmul"
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "device": self.device, "dtype": self.dtype, "m": self.m, "n": self.n, "k": self.k,
-                "gbps_median": self.gbps_median, "iters": self.iters,
+                "bytes": self.bytes, "gbps_median": self.gbps_median, "iters": self.iters,
                 "bytes_counting": "weights + input and output rows, once per call"}
 
 
@@ -71,18 +75,15 @@ def _torch_dtype(torch, dtype: str):
 
 def decode_matmul_bandwidth(device: str, dtype: str, *, budget_s: float,
                             cancel: threading.Event | None = None) -> list[DecodeMatmulResult]:
-    """Matrix-vector bandwidth at each of DECODE_ROWS on `device` in `dtype` (module docstring); the rows that
-    finished within `budget_s` (none if cancelled first)."""
+    """Matrix-vector bandwidth at each of DECODE_ROWS and each weight size on `device` in `dtype` (module
+    docstring); the points that finished within `budget_s`, the largest sizes first to go (none if cancelled)."""
     import torch
 
     if dtype not in ("fp32", "bf16", "fp16"):
         return []
     cuda = device.startswith("cuda")
-    side = GPU_SIDE if cuda else CPU_SIDE
-    element = torch.finfo(_torch_dtype(torch, dtype)).bits // 8
-    weight_bytes = side * side * element
-    copies = max(2, (GPU_ROTATE_BYTES if cuda else ROTATE_BYTES) // weight_bytes)
-    weights = [torch.randn(side, side, device=device).to(_torch_dtype(torch, dtype)) for _ in range(copies)]
+    torch_dtype = _torch_dtype(torch, dtype)
+    element = torch.finfo(torch_dtype).bits // 8
 
     def sync() -> None:
         if cuda:
@@ -91,25 +92,28 @@ def decode_matmul_bandwidth(device: str, dtype: str, *, budget_s: float,
     deadline = time.perf_counter() + budget_s
     results = []
     with torch.no_grad():
-        for m in DECODE_ROWS:
-            x = torch.randn(m, side, device=device).to(_torch_dtype(torch, dtype))
-            for w in weights[:2]:  # warm: the kernel chosen, its workspace allocated
-                torch.nn.functional.linear(x, w)
-            times = []
-            for _ in range(REPEATS):
-                if cancel is not None and cancel.is_set():
-                    raise BenchCancelled()
-                sync()
-                start = time.perf_counter()
-                for w in weights:
+        for side in GPU_SIDES if cuda else CPU_SIDES:
+            weight_bytes = side * side * element
+            copies = max(2, (GPU_ROTATE_BYTES if cuda else ROTATE_BYTES) // weight_bytes)
+            weights = [torch.randn(side, side, device=device).to(torch_dtype) for _ in range(copies)]
+            for m in DECODE_ROWS:
+                x = torch.randn(m, side, device=device).to(torch_dtype)
+                for w in weights[:2]:  # warm: the kernel chosen, its workspace allocated
                     torch.nn.functional.linear(x, w)
-                sync()
-                times.append((time.perf_counter() - start) / len(weights))
-                if time.perf_counter() > deadline:
-                    break
-            moved = weight_bytes + element * (m * side * 2)
-            results.append(DecodeMatmulResult(device, dtype, m, side, side, moved / statistics.median(times) / 1e9,
-                                              len(times) * len(weights)))
+                times = []
+                for _ in range(REPEATS):
+                    if cancel is not None and cancel.is_set():
+                        raise BenchCancelled()
+                    sync()
+                    start = time.perf_counter()
+                    for w in weights:
+                        torch.nn.functional.linear(x, w)
+                    sync()
+                    times.append((time.perf_counter() - start) / len(weights))
+                moved = weight_bytes + element * (m * side * 2)
+                results.append(DecodeMatmulResult(device, dtype, m, side, side, moved,
+                                                  moved / statistics.median(times) / 1e9, len(times) * len(weights)))
+            del weights
             if time.perf_counter() > deadline:
                 break
     return results

@@ -91,12 +91,14 @@ def render_results(results: Sequence[Any], header: dict[str, Any], console: Cons
     from rich.markup import escape
 
     if "decode_matmul" in by_kind:
-        table = Table(title="decode matmul: x·Wᵀ with m rows (the batch), weights rotated past the caches",
+        sides = sorted({r.n for r in by_kind["decode_matmul"]})
+        table = Table(title="decode matmul: x·Wᵀ with m rows (the batch) on square weights, rotated past the caches",
                       title_justify="left")
-        for column in ("dtype", "m x n x k", "median"):
-            table.add_column(column, justify="right" if column == "median" else "left")
-        for r in by_kind["decode_matmul"]:
-            table.add_row(r.dtype, f"{r.m}x{r.n}x{r.k}", _rate(r.gbps_median, "GB/s"))
+        for column in ("dtype", "m", *(f"{side}²" for side in sides)):
+            table.add_column(column, justify="left" if column == "dtype" else "right")
+        for dtype, m in dict.fromkeys((r.dtype, r.m) for r in by_kind["decode_matmul"]):
+            rates = {r.n: r.gbps_median for r in by_kind["decode_matmul"] if r.dtype == dtype and r.m == m}
+            table.add_row(dtype, str(m), *(_rate(rates[side], "GB/s") if side in rates else "-" for side in sides))
         console.print(table)
     for r in by_kind.get("launch", ()):
         graph = format_duration(r.graph_kernel_s) if r.graph_kernel_s is not None else f"not measured ({escape(r.note)})"

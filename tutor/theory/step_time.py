@@ -147,8 +147,9 @@ class Ceilings:
     host_overlaps: bool = False
     # Seconds per kernel replayed from a CUDA graph (its floor, however little work it does): the graphs engine.
     graph_kernel: Sourced | None = None
-    # Measured bandwidth of matrix-vector products (rows m -> bytes/s): a decode step's GEMMs on its weights.
-    decode_matmul: tuple[tuple[int, float], ...] = ()
+    # Measured bandwidth of matrix-vector products, (rows m, bytes per call, bytes/s): a decode step's GEMMs on its
+    # weights stream at it, by their row count and size.
+    decode_matmul: tuple[tuple[int, int, float], ...] = ()
     decode_matmul_source: str = ""
 
     def named_rate(self, op: Operation) -> float | None:
@@ -215,16 +216,23 @@ SKINNY_ROWS = 16
 
 def decode_matmul_bandwidth(ceilings: Ceilings, op: Operation) -> float | None:
     """The bandwidth a weight GEMM with few rows (a decode step's, m = batch) streams at, from the measured
-    matrix-vector points (linear in m between them, flat beyond); None for other GEMMs or without points."""
+    matrix-vector points: at each measured row count log-log in the bytes per call (flat beyond the ends), then
+    linear in m between row counts (flat beyond); None for other GEMMs or without points."""
     if not ceilings.decode_matmul or op.batch != 1 or op.m > SKINNY_ROWS:
         return None
-    points = sorted(ceilings.decode_matmul)
-    if op.m <= points[0][0]:
-        return points[0][1]
-    for (m0, b0), (m1, b1) in zip(points, points[1:]):
+    by_rows: dict[int, list[tuple[int, float]]] = {}
+    for m, nbytes, rate in ceilings.decode_matmul:
+        by_rows.setdefault(m, []).append((nbytes, rate))
+    curve = []
+    for m, points in sorted(by_rows.items()):
+        points.sort()
+        curve.append((m, _interpolate([float(b) for b, _ in points], [r for _, r in points], max(1, op.bytes))))
+    if op.m <= curve[0][0]:
+        return curve[0][1]
+    for (m0, b0), (m1, b1) in zip(curve, curve[1:]):
         if op.m <= m1:
             return b0 + (b1 - b0) * (op.m - m0) / (m1 - m0)
-    return points[-1][1]
+    return curve[-1][1]
 
 
 def memory_bandwidth(ceilings: Ceilings, nbytes: int) -> float:
