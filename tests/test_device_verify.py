@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 
 from tests.cli_runner import run
-from tutor.bench.device_verify import _with_layers, gpu_index, layers_that_fit, run_device_verification
+from tutor.bench.device_verify import _with_layers, gpu_index, layers_that_fit
 from tutor.bench.notebook import append_run
 from tutor.errors import UserError
 from tutor.model_files import read_model_config, resolve_model
 from tutor.theory.fit import FitRequest
+from tutor.time_answer import device_verification
 
 
 @pytest.mark.parametrize("text, index", [("0", 0), ("3", 3), ("cuda", 0), ("cuda:1", 1), ("CUDA:2", 2), ("cpu", None),
@@ -52,7 +53,7 @@ def test_verification_on_a_device_times_the_step_prefill_and_each_engine_s_decod
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
     _bench_run(tmp_path)
     request = FitRequest(mode="train", recipe="fp32", batch=1, seq_len=32, optimizer="adamw")
-    result = run_device_verification(_tiny_llama(), request, "cpu", name="tiny llama", source="test")
+    result = device_verification(_tiny_llama(), request, "cpu", name="tiny llama", source="test")
     assert result["scaled"] == "full size" and result["device"] == "cpu"
     assert set(result["phases"]) == {"forward", "backward", "optimizer"}
     assert result["measured_s"] == pytest.approx(sum(p["measured_s"] for p in result["phases"].values()))
@@ -68,7 +69,7 @@ def test_recipes_a_gpu_verification_cannot_run_are_one_line() -> None:
     for request in (FitRequest(mode="train", recipe="mixed", batch=1, seq_len=32),
                     FitRequest(mode="inference", batch=1, seq_len=32, dp=2)):
         with pytest.raises(UserError) as error:
-            run_device_verification(_tiny_llama(), request, "cpu", name="x", source="y")
+            device_verification(_tiny_llama(), request, "cpu", name="x", source="y")
         assert "\n" not in str(error.value)
 
 

@@ -265,3 +265,54 @@ def time_report(arch, request: fitting.FitRequest, device: str | None, *, name: 
     return report_for_ceilings(arch, request, ceilings, device_words, name=name, source=source,
                                tokens=parse_count(DEFAULT_TOKENS) if tokens is None else tokens, price=price,
                                mfu=mfu, overlap=overlap, device=device, config=config)
+
+
+def device_verification(config: dict, request: fitting.FitRequest, device: str, *, name: str, source: str) -> dict:
+    """`time --verify --device N`: `time --device N`'s own answer (this machine's bench run on that device, the
+    family's host costs) for the model tutor.bench.device_verify builds there, beside that model's real step,
+    prefill and decode per engine."""
+    from tutor.bench.ceilings import compute_dtype
+    from tutor.bench.device_verify import MEMORY_SHARE, measure_model, verification_config, weights_dtype
+    from tutor.theory.models import architecture_from_config
+
+    scaled = verification_config(config, request, device)
+    arch = architecture_from_config(scaled, name=name)
+    where = device.split(":")[1] if device.startswith("cuda") else "cpu"  # as `time --device` reads it
+    full = config.get("num_hidden_layers")
+    result: dict = {"device": device, "model": name, "layers": arch.num_layers, "full_layers": full,
+                    "scaled": "full size" if scaled == config else
+                              f"{arch.num_layers} of {full} decoder layers (the step fits in {MEMORY_SHARE:.0%} of the "
+                              "memory free)"}
+    inference_request = replace(request, mode="inference", batch=1, dtype=weights_dtype(request))
+    inference = report_for_ceilings(arch, inference_request, resolve_ceilings(where, ceilings_dtype(inference_request))[0],
+                                    "", name=name, source=source, tokens=1, config=scaled, device=where)
+    trained = None
+    if request.mode == "train":
+        ceilings, words = resolve_ceilings(where, compute_dtype(request))
+        trained = report_for_ceilings(arch, request, ceilings, words, name=name, source=source, tokens=1, device=where)
+    measured = measure_model(scaled, request, device)
+    result["clock"] = measured["clock"]
+    if trained is not None:
+        phases = trained["step"]["phases"]
+        result["phases"] = {phase: {"predicted_s": phases.get(phase, 0.0), "measured_s": seconds}
+                            for phase, seconds in measured["phases"].items()}
+        result["predicted_s"] = trained["step"]["seconds"]
+        result["measured_s"] = sum(measured["phases"].values())
+        if "max_memory_allocated_bytes" in measured:
+            result["max_memory_allocated_bytes"] = measured["max_memory_allocated_bytes"]
+    result["prefill"] = {"predicted_s": inference["prefill"]["seconds"], "measured_s": measured["prefill"]}
+    rows = []
+    for row in inference["decode"]:
+        seconds = measured["decode"].get((row["engine"], row["batch"]))
+        if seconds is not None:
+            rows.append({"engine": row["engine"], "batch": row["batch"], "bound": row["bound"],
+                         "predicted_s": row["seconds_per_step"], "measured_s": seconds})
+    result["decode_engines"] = rows
+    eager_one = next((r for r in rows if r["engine"] == "eager" and r["batch"] == 1), None)
+    if eager_one is not None:
+        result["decode"] = {"predicted_s": eager_one["predicted_s"], "measured_s": eager_one["measured_s"],
+                            "batch": 1, "context": request.seq_len}
+    if "graphs_note" in measured:
+        result["graphs_note"] = measured["graphs_note"]
+    result["sources"] = inference["sources"]
+    return result

@@ -1,7 +1,7 @@
-"""`tensor-tutor time MODEL --verify --device N`: `time`'s answer for a CUDA device, beside the real model run there.
+"""`tensor-tutor time MODEL --verify --device N`: the real model run on a CUDA device, to set beside `time`'s answer
+for it (tutor.time_answer.device_verification predicts and joins).
 
-The prediction is `time --device N`'s own: the ceilings of this machine's latest bench run on that device and the
-host's costs of MODEL's family (tutor.time_answer). The real run is MODEL as transformers builds it from its
+The real run is MODEL as transformers builds it from its
 config (random weights, SDPA), on the device, at full size where its step fits in 85% of the memory free now,
 else with fewer decoder layers (the same width, so the same kernels; the prediction is made for that same
 model). Timed with CUDA events (the wall clock after the queue drains where events are not available):
@@ -186,14 +186,11 @@ def _inference(torch, model, hf, vocab: int, seq: int, device: str, timer: _Time
     return out
 
 
-def run_device_verification(config: dict, request: FitRequest, device: str, *, name: str, source: str) -> dict:
-    """Predict with `time --device` for `device`, then run the same (possibly fewer-layer) model there."""
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    from tutor.bench.ceilings import compute_dtype, device_ceilings
+def verification_config(config: dict, request: FitRequest, device: str) -> dict:
+    """The config the verification builds: MODEL's own where its step fits in MEMORY_SHARE of `device`'s free
+    memory, else with fewer decoder layers (layers_that_fit). Refuses in one line what a GPU verification cannot
+    run."""
     from tutor.theory.models import architecture_from_config
-    from tutor.time_answer import report_for_ceilings
 
     train = request.mode == "train"
     if train and request.recipe not in GPU_RECIPES:
@@ -203,64 +200,49 @@ def run_device_verification(config: dict, request: FitRequest, device: str, *, n
         raise UserError("--verify on a GPU runs full training steps; a LoRA step is verified on the CPU")
     if request.devices != 1:
         raise UserError("--verify runs one device: leave --dp, --tp, --pp and --devices at 1")
-    hf_logging.set_verbosity_error()
-    arch = architecture_from_config(config, name=name)
-    free = torch.cuda.mem_get_info(device)[0] if device.startswith("cuda") else 1 << 62
-    layers = layers_that_fit(arch, request, free)
-    scaled = dict(config) if layers == arch.num_layers else _with_layers(config, layers)
-    arch = architecture_from_config(scaled, name=name)
-    index_text = device.split(":")[1] if device.startswith("cuda") else "cpu"  # as `time --device` reads it
-    ceilings, words = device_ceilings(index_text, compute_dtype(request))
-    predicted = report_for_ceilings(arch, request, ceilings, words, name=name, source=source, tokens=1,
-                                    config=scaled, device=index_text)
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "hf-amp": torch.float32}[request.recipe] if train else \
-        {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16}.get(str(request.dtype), torch.bfloat16)
-    torch.manual_seed(0)
-    model, hf = _build(torch, scaled, device, dtype)
-    timer = _Timer(torch, device)
-    result: dict = {"device": device, "model": name, "layers": layers, "full_layers": config.get("num_hidden_layers"),
-                    "scaled": "full size" if layers == arch.num_layers and scaled == config else
-                              f"{layers} of {config.get('num_hidden_layers')} decoder layers (the step fits in "
-                              f"{MEMORY_SHARE:.0%} of the memory free)",
-                    "clock": "CUDA events" if device.startswith("cuda") else "wall clock"}
-    if train:
-        ids = torch.randint(0, arch.vocab_size, (request.batch, request.seq_len), device=device)
-        measured = _train(torch, model, ids, request.recipe, timer)
-        phases = predicted["step"]["phases"]
-        result["phases"] = {phase: {"predicted_s": phases.get(phase, 0.0), "measured_s": seconds}
-                            for phase, seconds in measured.items()}
-        result["predicted_s"], result["measured_s"] = predicted["step"]["seconds"], sum(measured.values())
-        if device.startswith("cuda"):
-            result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
-        model.zero_grad(set_to_none=True)
-        # The trained model as it is: its inference is timed (and predicted) in the weights' own dtype.
-        inference_request = replace(request, mode="inference", batch=1,
-                                    dtype="bf16" if dtype == torch.bfloat16 else "fp32")
-        inference_ceilings, _ = device_ceilings(index_text, compute_dtype(inference_request))
-        predicted_inference = report_for_ceilings(arch, inference_request, inference_ceilings, words, name=name,
-                                                  source=source, tokens=1, config=scaled, device=index_text)
+    arch = architecture_from_config(config)
+    if device.startswith("cuda"):
+        import torch
+
+        free = torch.cuda.mem_get_info(device)[0]
     else:
-        predicted_inference = predicted
-    ran = _inference(torch, model, hf, arch.vocab_size, request.seq_len, device, timer)
-    result["prefill"] = {"predicted_s": predicted_inference["prefill"]["seconds"], "measured_s": ran["prefill"]}
-    rows = []
-    for row in predicted_inference["decode"]:
-        measured_s = ran["decode"].get((row["engine"], row["batch"]))
-        if measured_s is not None:
-            rows.append({"engine": row["engine"], "batch": row["batch"], "bound": row["bound"],
-                         "predicted_s": row["seconds_per_step"], "measured_s": measured_s})
-    result["decode_engines"] = rows
-    eager_one = next((r for r in rows if r["engine"] == "eager" and r["batch"] == 1), None)
-    if eager_one is not None:
-        result["decode"] = {"predicted_s": eager_one["predicted_s"], "measured_s": eager_one["measured_s"],
-                            "batch": 1, "context": request.seq_len}
-    if "graphs_note" in ran:
-        result["graphs_note"] = ran["graphs_note"]
-    result["sources"] = predicted_inference["sources"]
+        free = 1 << 62
+    layers = layers_that_fit(arch, request, free)
+    return dict(config) if layers == arch.num_layers else _with_layers(config, layers)
+
+
+def weights_dtype(request: FitRequest) -> str:
+    """The dtype the verified model's weights are built in: the recipe's for training (hf-amp: fp32 weights under
+    autocast), the request's for inference (bf16 by default)."""
+    if request.mode == "train":
+        return "bf16" if request.recipe == "bf16" else "fp32"
+    return {"fp32": "fp32", "tf32": "fp32", "fp16": "fp16"}.get(str(request.dtype), "bf16")
+
+
+def measure_model(config: dict, request: FitRequest, device: str) -> dict:
+    """The real model of `config` on `device` (module docstring): measured seconds of the training step's phases
+    (mode train), a prefill and each engine's decode step at DECODE_BATCHES."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[weights_dtype(request)]
+    torch.manual_seed(0)
+    model, hf = _build(torch, config, device, dtype)
+    timer = _Timer(torch, device)
+    vocab = int(config.get("vocab_size") or hf.vocab_size)
+    out: dict = {"clock": "CUDA events" if device.startswith("cuda") else "wall clock"}
+    if request.mode == "train":
+        ids = torch.randint(0, vocab, (request.batch, request.seq_len), device=device)
+        out["phases"] = _train(torch, model, ids, request.recipe, timer)
+        if device.startswith("cuda"):
+            out["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+        model.zero_grad(set_to_none=True)
+    out.update(_inference(torch, model, hf, vocab, request.seq_len, device, timer))
     del model
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
-    return result
+    return out
 
 
 def _with_layers(config: dict, layers: int) -> dict:

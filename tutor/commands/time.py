@@ -112,12 +112,12 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
         ceilings, device_words, missing = None, "this machine", str(error)
     verified: dict | None
     if gpu is not None:  # --verify on a GPU of this machine: the real model there, against `time --device N`
-        from tutor.bench.device_verify import run_device_verification
+        from tutor.time_answer import device_verification
 
         config = found.found.config if found.found is not None else None
         if config is None:
             raise UserError("--verify builds the real model: it needs a config.json (a preset, a file or a folder)")
-        verified = run_device_verification(config, request, f"cuda:{gpu}", name=name, source=source)
+        verified = device_verification(config, request, f"cuda:{gpu}", name=name, source=source)
     else:
         # --verify runs full steps in fp32, or LoRA steps for a LoRA request (QLoRA's kernels need a GPU: refused
         # there)
