@@ -85,6 +85,10 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     from tutor.bench.device_verify import gpu_index
 
     gpu = gpu_index(device) if verify else None
+    if verify and device is None:  # this machine's device, as `time` answers for it: cuda:0 where there is one
+        from tutor.hardware import detect_machine
+
+        gpu = 0 if detect_machine().gpus else None
     tokens = parse_count(tokens_text)
     mfu = parse_fraction(mfu_text, "--mfu")
     if mfu == 0:

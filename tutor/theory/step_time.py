@@ -614,7 +614,8 @@ def prefill_engines(arch: Architecture, request: FitRequest, ceilings: Ceilings)
 
 
 def prefill_seconds(arch: Architecture, request: FitRequest, ceilings: Ceilings) -> float:
-    """Time to first token as the eager engine runs it, compute-bound on the device for any real prompt."""
+    """Time to first token as the eager engine runs it (compute-bound on the device for a long prompt; bound by the
+    host's code on a GPU for a short one)."""
     return prefill_engines(arch, request, ceilings)[0].seconds
 
 
