@@ -92,6 +92,23 @@ async def test_inference_shows_the_prefill_and_decode_that_time_answers():
 
 
 @sync
+async def test_a_layout_that_does_not_fit_is_timed_under_the_line_the_command_prints():
+    """Llama-3.1-8B trained on one H100 (no ZeRO, no recompute) needs about twice its memory: the panel says so above
+    the step, as `time` does, in the form's words; a layout that fits says nothing of memory."""
+    app = TutorApp(fake_services())
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await settled_fit(pilot, model="llama-3.1-8b", mode="train", device="h100", seq="4096")
+        text = text_of(screen.query_one("#fit-time"))
+        expected = time_json(["llama-3.1-8b", "--mode", "train", "--device", "h100", "--seq", "4096"])
+        assert expected["memory"]["fits"] is False
+        assert "does not fit:" in text and format_bytes(expected["memory"]["per_device_bytes"]) in text
+        assert "the memory above says" in text and "tensor-tutor fit" not in text
+        await fit_screen(pilot, model="llama-3.2-1b", seq="1024")
+        await until(pilot, lambda: screen.time_settled, "the time of a layout that fits")
+        assert "does not fit" not in text_of(screen.query_one("#fit-time"))
+
+
+@sync
 async def test_without_a_bench_run_or_with_a_size_the_time_says_why_in_one_line():
     app = TutorApp(fake_services())
     async with app.run_test(size=(120, 40)) as pilot:

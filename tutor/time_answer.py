@@ -49,6 +49,19 @@ def phase_share(part: float, whole: float) -> str:
     return format_percent(part / whole) if whole else "N/A"
 
 
+def does_not_fit_line(report: dict) -> str:
+    """'' when the layout fits (or the device's memory is unknown), else one line saying it cannot run as asked (the
+    CLI and the Fit screen print the same line)."""
+    from tutor.formatting import format_bytes
+
+    memory = report.get("memory") or {}
+    if memory.get("fits") is not False:
+        return ""
+    return (f"does not fit: {format_bytes(memory['per_device_bytes'])} per device against "
+            f"{format_bytes(memory['capacity_bytes'])} ({memory['device']}); the times below are for a run that "
+            "could not start: `tensor-tutor fit` with the same model and options says what would make it fit")
+
+
 def parse_fraction(text: str | None, name: str) -> float | None:
     """'0.38' or '38%' -> 0.38; None stays None; anything else a one-line UserError."""
     if text is None:

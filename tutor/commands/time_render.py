@@ -6,9 +6,8 @@ Every figure goes through tutor.formatting; names read from files are escaped (m
 from __future__ import annotations
 
 from tutor.commands.safe_text import markup_safe
-from tutor.time_answer import PHASE_WORDS, phase_share
+from tutor.time_answer import PHASE_WORDS, does_not_fit_line, phase_share
 from tutor.formatting import (
-    format_bytes,
     format_count,
     format_duration,
     format_number,
@@ -41,16 +40,6 @@ def render_report(report: dict) -> None:
         console.print(f"  {name.replace('_', ' ')}: [dim]{markup_safe(source)}[/dim]")
     for note in report.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {markup_safe(note)}")
-
-
-def does_not_fit_line(report: dict) -> str:
-    """'' when the layout fits (or the device's memory is unknown), else one line saying it cannot run as asked."""
-    memory = report.get("memory") or {}
-    if memory.get("fits") is not False:
-        return ""
-    return (f"does not fit: {format_bytes(memory['per_device_bytes'])} per device against "
-            f"{format_bytes(memory['capacity_bytes'])} ({memory['device']}); the times below are for a run that "
-            "could not start: `tensor-tutor fit` with the same model and options says what would make it fit")
 
 
 def render_verify_only(report: dict) -> None:

@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tutor.calculators import FitTime
-from tutor.time_answer import PHASE_WORDS, phase_share
+from tutor.time_answer import PHASE_WORDS, does_not_fit_line, phase_share
 from tutor.formatting import (
     format_bytes,
     format_count,
@@ -101,8 +101,12 @@ def time_renderable(answer: FitTime) -> RenderableType:
     report = answer.report
     device = report["device"]
     head = Text(f"on {device['name']}, {device['dtype']}", style="italic")
+    # The CLI's line, in the form's words: the form is where the options are changed.
+    misfit = does_not_fit_line(report).replace("`tensor-tutor fit` with the same model and options says",
+                                               "the memory above says")
+    warning = [Text(misfit, style="bold yellow")] if misfit else []
     body = train_lines(report) if report["mode"] == "train" else inference_lines(report)
-    return Group(head, *body, *sources_lines(report))
+    return Group(head, *warning, *body, *sources_lines(report))
 
 
 def peak_text(answer: FitTime) -> Text:
