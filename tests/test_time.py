@@ -544,3 +544,48 @@ def test_a_backward_is_timed_by_itself_on_a_fresh_forward_each_repeat() -> None:
     assert len(forwards) == 4  # one untimed warm-up, then a new graph for each timed backward
     assert x.grad is not None and x.grad.tolist() == [2.0] * 4  # each backward's gradient alone, none accumulated
     assert seconds > 0
+
+
+def test_every_time_example_of_the_readme_runs_as_printed_and_fits(tmp_path, monkeypatch) -> None:
+    """The README's `tensor-tutor time` lines (continuations joined, --verify left to the verify tests), run as a user
+    would after a bench run: each answers, and none is timed under a 'does not fit' line (the CPU example is held to
+    that only where this machine's RAM holds it: about 14 GB)."""
+    from pathlib import Path
+
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    header = {"date": "2026-12-01T10:00:00Z", "cancelled": False}
+    results = [{"kind": "matmul", "device": "cpu", "dtype": "fp32", "backend": "torch/mkl", "m": 1024, "n": 1024,
+                "k": 1024, "tflops_median": 0.1, "peak_tflops": 0.2, "peak_source": "test", "headline": True},
+               {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 20.0}]
+    assert append_run(header, results, tmp_path / "results.jsonl") is None
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    section = text[text.index("### How long: `tensor-tutor time`"):]
+    start = section.index("```bash") + len("```bash")
+    lines = section[start:section.index("```", start)].replace("\\\n", " ").splitlines()
+    examples = [line.split("#")[0].split()[1:] for line in lines if line.startswith("tensor-tutor time")]
+    examples = [argv for argv in examples if "--verify" not in argv]
+    assert len(examples) >= 4
+    for argv in examples:
+        code, out, err = run([*argv, "--json"])
+        assert code == 0, (argv, err)
+        memory = json.loads(out)["memory"]
+        if "cpu" not in argv or memory["capacity_bytes"] >= memory["per_device_bytes"] * 1.1:
+            assert memory["fits"] is True, (argv, memory)
+
+
+@pytest.mark.parametrize("device", ["cpu", "h100"])
+def test_time_s_memory_per_device_is_fit_s(device, tmp_path, monkeypatch) -> None:
+    """One story: the bytes `time` checks a layout against are the ones `fit` shows for the same request on the same
+    device (a CPU holds no CUDA context)."""
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    header = {"date": "2026-12-01T10:00:00Z", "cancelled": False}
+    results = [{"kind": "matmul", "device": "cpu", "dtype": "fp32", "backend": "torch/mkl", "m": 1024, "n": 1024,
+                "k": 1024, "tflops_median": 0.1, "peak_tflops": 0.2, "peak_source": "test", "headline": True},
+               {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 20.0}]
+    assert append_run(header, results, tmp_path / "results.jsonl") is None
+    argv = ["llama-3.2-1b", "--mode", "train", "--recipe", "fp32", "--seq", "1024", "--device", device, "--json"]
+    code, out, err = run(["fit", *argv])
+    assert code == 0, err
+    fitted = json.loads(out)
+    timed = _time_json(argv[:-1])
+    assert timed["memory"]["per_device_bytes"] == fitted["per_device_bytes"]["total"]

@@ -225,11 +225,12 @@ def memory_check(arch, request: fitting.FitRequest, device: str | None) -> dict:
     take either way, and says when it could not run. fits is None when the device's memory is unknown."""
     from tutor.hardware.memory_budget import device_budget
 
-    need = fitting.estimate(arch, request).worst.total
     try:
         budget = device_budget(device)
     except UserError:
         budget = None
+    # As `fit` counts it for that device: a CPU holds no CUDA context and runs its own attention kernel.
+    need = fitting.estimate(arch, replace(request, gpu=budget.gpu) if budget is not None else request).worst.total
     capacity = budget.capacity if budget is not None else None
     return {"per_device_bytes": need, "capacity_bytes": capacity,
             "device": budget.name if budget is not None else None,
