@@ -274,7 +274,7 @@ def waterfall(ceilings: Ceilings, *, gemm_flops: float, gemm_seconds: float, mod
     steps.append(WaterfallStep("measured maximum matmul", best, best / rate, ceilings.gemm_source))
     shapes = gemm_flops / gemm_seconds if gemm_seconds else best
     steps.append(WaterfallStep("this model's GEMM shapes", shapes, shapes / best,
-                               "the model's GEMMs at their own shapes' rates (the curve above)"))
+                               "the model's GEMMs, each at the rate the matmul ceiling gives its shape"))
     achieved = model_flops / step_seconds
     steps.append(WaterfallStep("achieved step", achieved, achieved / shapes,
                                "model FLOPs over the whole step: memory-bound ops, optimizer, communication, bubble"))
