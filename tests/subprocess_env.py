@@ -11,3 +11,13 @@ import os
 def pythonpath(*first: object) -> str:
     """`first` (paths), then the current PYTHONPATH, joined with os.pathsep."""
     return os.pathsep.join([*(str(path) for path in first), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+def default_signals() -> None:
+    """Popen's preexec_fn for a child that is sent a signal: SIGINT, SIGTERM and SIGHUP at their default
+    dispositions. A suite run under `nohup` or as a background job (`&`) starts with SIGHUP or SIGINT ignored, and a
+    child inherits that: tensor-tutor rightly keeps an ignored signal ignored, so the signal sent would be lost."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)

@@ -20,7 +20,7 @@ from tutor.cli import main
 from tutor.commands.bench import bench
 
 from tests.machines import recorded_machine
-from tests.subprocess_env import pythonpath
+from tests.subprocess_env import default_signals, pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def test_ctrl_c_stops_within_seconds_prints_what_finished_and_exits_130(tmp_path
            "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "tutor", "bench", "matmul", "--dtype", "fp32,bf16,fp16",
                                 "--budget", "30", "--json"], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     chunks: list[str] = []
     started = threading.Event()
 

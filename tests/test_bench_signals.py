@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.subprocess_env import pythonpath
+from tests.subprocess_env import default_signals, pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
@@ -32,7 +32,7 @@ def test_a_signal_keeps_what_finished_records_a_cancelled_run_and_exits_128_plus
     env.pop("TTY_COMPATIBLE", None)  # stderr is a pipe: one plain line per finished case
     process = subprocess.Popen([sys.executable, "-m", "tutor", "bench", "matmul", "--dtype", "fp32", "--device", "cpu",
                                 "--budget", "300", "--json"], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     lines: list[str] = []
     ready = threading.Event()
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.subprocess_env import default_signals
+
 pytest.importorskip("torch")
 GUARD_S = 300  # a hang guard, not a measured figure
 
@@ -26,7 +28,7 @@ def test_a_signal_while_writing_leaves_no_checkpoint(tmp_path: Path, signum: int
     folder.mkdir()
     process = subprocess.Popen(
         [sys.executable, "-m", "tutor", "lab", "checkpoint-write", "size_mb=256", "budget_s=60", f"dir={folder}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ), preexec_fn=default_signals)
     try:
         seen = []
         for line in process.stderr:  # a pipe gets whole progress lines: wait for the writing step
