@@ -148,3 +148,12 @@ def test_ctrl_c_stops_within_seconds_prints_what_finished_and_exits_130(tmp_path
     assert all(r["tflops_median"] > 0 for r in payload["results"])
     assert stopped_after < 30  # behaviour, not speed: far below the 600 s budget
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_run_ends_with_where_it_was_saved_and_what_to_do_next(data_dir: Path) -> None:
+    result = CliRunner().invoke(bench, ["matmul", "--dtype", "fp32", "--budget", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"saved to {data_dir / 'results.jsonl'}") and "tensor-tutor time" in last
+    # --json keeps stdout one JSON object: no sentence after it
+    json.loads(CliRunner().invoke(bench, ["matmul", "--dtype", "fp32", "--budget", "1", "--json"]).stdout)

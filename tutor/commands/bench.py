@@ -394,6 +394,14 @@ def _run_interruptible(kinds: tuple[str, ...] | None, options: dict[str, Any], i
         if interrupts.seen.is_set():
             click.echo("tensor-tutor: cancelled; the results above are what finished (saved as a cancelled run)",
                        err=True)
+        elif not as_json and not (warning or "").startswith("results not saved"):
+            from tutor.bench.notebook import notebook_path
+
+            where = "cpu" if device == "cpu" else device.removeprefix("cuda:")
+            timed = any(result.get("kind") == "matmul" for result in results)
+            click.echo(f"saved to {notebook_path()} (`tensor-tutor bench history` lists the runs); next: "
+                       + (f"`tensor-tutor time llama-3.2-1b --device {where}` times a model from these figures"
+                          if timed else "`tensor-tutor bench --quick` adds the matmul rates `tensor-tutor time` needs"))
 
     _quietly(interrupts, report)
     if interrupts.seen.is_set():
