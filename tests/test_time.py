@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tests.cli_runner import run
+from tutor.formatting import format_rate
 from tutor.time_answer import DECODE_BATCHES
 from tutor.bench.ceilings import card_ceilings, measured_ceilings
 from tutor.bench.notebook import append_run, read_notebook
@@ -349,8 +350,11 @@ def test_fit_shows_what_each_suggestion_costs_in_seconds_per_step() -> None:
     step = training_step_time(arch("llama-3.1-70b"), Request(mode="train", **changed),
                               card_ceilings(SPECS_BY_KEY["h100-sxm"], "bf16"))
     assert first["step_seconds"] == pytest.approx(step.seconds)
+    # Suggestions change the global batch: tokens per second, the whole step's tokens over its time, compares them.
+    assert first["tokens_per_second"] == pytest.approx(step.tokens_per_step / step.seconds)
     code, text, err = run(["fit", "llama-3.1-70b", "--mode", "train", "--device", "h100"])
     assert code == 0 and "per training step" in text and "seconds per step" in text
+    assert f"({format_rate(first['tokens_per_second'], 'tokens/s')})" in " ".join(text.split())
 
 
 def test_fit_on_a_bare_memory_size_says_why_its_suggestions_are_not_timed() -> None:

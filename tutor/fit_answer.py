@@ -341,6 +341,9 @@ class SuggestionTime:
     seconds: float | None
     kind: str
     source: str
+    tokens_per_second: float | None = None
+    """Tokens the step trains (global batch x sequence) or decodes (one per sequence) per second: what compares
+    suggestions whose global batches differ."""
 
 
 def suggestion_times(arch: Architecture, suggestions: tuple[fitting.Suggestion, ...],
@@ -367,11 +370,13 @@ def suggestion_times(arch: Architecture, suggestions: tuple[fitting.Suggestion, 
                 raise found
             ceilings, words = found
             if request.mode == fitting.Mode.TRAIN:
-                seconds = training_step_time(arch, request, ceilings).seconds
+                step = training_step_time(arch, request, ceilings)
+                seconds, rate = step.seconds, step.tokens_per_second
             else:
-                seconds = decode_step(arch, request, ceilings, batch=request.batch, context=request.seq_len).seconds
+                point = decode_step(arch, request, ceilings, batch=request.batch, context=request.seq_len)
+                seconds, rate = point.seconds, point.tokens_per_second
             out.append(SuggestionTime(seconds, kind, f"tensor-tutor time's model on {words}; "
-                                                     f"matmul: {ceilings.gemm_source}"))
+                                                     f"matmul: {ceilings.gemm_source}", rate))
         except UserError as error:
             out.append(SuggestionTime(None, kind, f"not timed: {error}"))
     return tuple(out)
@@ -480,5 +485,6 @@ def suggestion_json(suggestion: fitting.Suggestion, time: SuggestionTime | None 
     out: dict[str, Any] = {"change": change_flags(suggestion), "changes": changes, "reason": suggestion.reason or None,
                            "devices": suggestion.devices, "total_bytes": suggestion.total}
     if time is not None:
-        out.update(step_seconds=time.seconds, step_kind=time.kind, step_source=time.source)
+        out.update(step_seconds=time.seconds, step_kind=time.kind, step_source=time.source,
+                   tokens_per_second=time.tokens_per_second)
     return out
