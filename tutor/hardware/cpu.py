@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from tutor.hardware import cpu_clocks
 from tutor.theory import peaks
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
@@ -262,24 +263,46 @@ def compute_units(info: CpuinfoFields, arch: str) -> dict[str, ComputeUnit]:
 
 
 def choose_peak_clock(*, cpufreq_max_mhz: float | None, cpuinfo_mhz: float | None, model_name: str | None,
-                      cpufreq_current_mhz: float | None) -> Clock:
+                      cpufreq_current_mhz: float | None, vendor: str | None = None, family: int | None = None,
+                      model: int | None = None) -> Clock:
     """The clock a CPU peak assumes, and where it came from, best source first.
 
-    The cpufreq maximum is the highest clock the OS says the cores can reach, so a peak built on
-    it is an upper bound. Without cpufreq (most VMs expose no
-    /sys/devices/system/cpu/*/cpufreq) /proc/cpuinfo "cpu MHz" is
-    the next best, then the nominal "@ 2.20GHz" in the model name.
+    A peak is a ceiling, so its clock is the highest the cores reach. In order: the cpufreq maximum
+    (what the OS says the cores can reach); the published max boost/turbo clock of the SKU in the
+    model name (tutor.hardware.cpu_clocks), since most VMs expose no
+    /sys/devices/system/cpu/*/cpufreq; where the model name hides the SKU, the highest max boost of
+    its generation (CPUID family and model), an upper bound; the "@ 2.50GHz" of an Intel model name,
+    which is the base clock; /proc/cpuinfo "cpu MHz", a snapshot of the current clock (in a VM the
+    TSC rate, the base clock); last the current clock psutil reads.
+    The base clock and the snapshot are both below what the cores boost to, so a peak on either can
+    be beaten by a quiet measurement: they come last, and the higher of the two is taken.
     """
     if cpufreq_max_mhz and cpufreq_max_mhz > 0:
         return Clock(cpufreq_max_mhz * 1e6, "maximum clock from cpufreq (psutil.cpu_freq().max)")
-    if cpuinfo_mhz and cpuinfo_mhz > 0:
-        return Clock(cpuinfo_mhz * 1e6, "\"cpu MHz\" in /proc/cpuinfo (no cpufreq maximum on this system)")
+    sku = cpu_clocks.sku_clock(model_name)
+    if sku is not None:
+        return Clock(sku.max_hz, f"{sku.term} of the {sku.name}, as published ({sku.source})")
+    generation = cpu_clocks.generation_clock(model_name, vendor=vendor, family=family, model=model)
+    if generation is not None and family is not None and model is not None:
+        named = cpu_clocks.sku_in_model_name(model_name)
+        why = (f"the {named} is not in the clock table" if named is not None
+               else f"the model name \"{model_name}\" hides which SKU this is")
+        return Clock(generation.max_hz,
+                     f"upper bound, the highest max boost of any {generation.series} SKU ({generation.fastest}; "
+                     f"{generation.source}), as {why} (CPUID family {family:02X}h, model {model:02X}h)")
     match = re.search(r"@\s*(\d+(?:\.\d+)?)\s*GHz", model_name or "", re.IGNORECASE)
-    if match:
-        return Clock(float(match.group(1)) * 1e9, "nominal clock in the CPU model name")
+    base_hz = float(match.group(1)) * 1e9 if match else None
+    snapshot_hz = cpuinfo_mhz * 1e6 if cpuinfo_mhz and cpuinfo_mhz > 0 else None
+    if base_hz is not None and (snapshot_hz is None or base_hz >= snapshot_hz):
+        return Clock(base_hz, "base clock in the CPU model name (\"@ x GHz\"): turbo runs above it "
+                              "(no cpufreq maximum, the model is not in the clock table)")
+    if snapshot_hz is not None:
+        return Clock(snapshot_hz, "\"cpu MHz\" in /proc/cpuinfo, a snapshot of the current clock (in a VM the base "
+                                  "clock): boost may run above it (no cpufreq maximum, the model is not in the "
+                                  "clock table)")
     if cpufreq_current_mhz and cpufreq_current_mhz > 0:
-        return Clock(cpufreq_current_mhz * 1e6, "current clock from psutil.cpu_freq()")
-    return Clock(None, "unknown: no cpufreq, no \"cpu MHz\", no clock in the model name")
+        return Clock(cpufreq_current_mhz * 1e6, "current clock from psutil.cpu_freq(): boost may run above it")
+    return Clock(None, "unknown: no cpufreq, no clock table entry, no \"cpu MHz\", no clock in the model name")
 
 
 def cpu_peaks(units: dict[str, ComputeUnit], *, physical_cores: int | None, clock: Clock) -> dict[str, CpuPeak]:
@@ -377,7 +400,8 @@ def detect_cpu(cpuinfo_text: str | None = None, cache_root: Path = SYS_CACHE) ->
     freq_max = freq.max if freq is not None and freq.max else None
     freq_current = freq.current if freq is not None and freq.current else None
     peak_clock = choose_peak_clock(cpufreq_max_mhz=freq_max, cpuinfo_mhz=info.mhz, model_name=info.model_name,
-                                   cpufreq_current_mhz=freq_current)
+                                   cpufreq_current_mhz=freq_current, vendor=info.vendor, family=info.family,
+                                   model=info.model)
     if freq_current:
         current = Clock(freq_current * 1e6, "psutil.cpu_freq().current")
     elif info.mhz:
