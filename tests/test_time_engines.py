@@ -15,7 +15,7 @@ from tutor.bench.ceilings import measured_ceilings
 from tutor.bench.notebook import append_run, read_notebook
 from tutor.model_files import read_model_config, resolve_model
 from tutor.theory.fit import FitRequest
-from tutor.theory.step_operations import LAYER_CODE, MODEL_CODE, gemm, inference_operations
+from tutor.theory.step_operations import DEQUANTIZE, LAYER_CODE, MODEL_CODE, gemm, inference_operations
 from tutor.theory.step_time import (
     BandwidthPoint,
     Ceilings,
@@ -201,3 +201,47 @@ def test_an_mla_decode_step_re_projects_its_cached_latents_over_the_whole_contex
     prefill = inference_operations(model, request, queries=512, context=512)
     assert all(op.m == 2 * 512 for op in prefill if op.name == "kv_b_proj")
     assert not any(op.name.startswith("keys assembled") for op in prefill)
+
+
+def test_quantized_linears_are_read_packed_and_bitsandbytes_dequantizes_several_rows() -> None:
+    """Decode reads each block linear at its format's bytes (tutor.theory.memory, scales included); bitsandbytes
+    4-bit multiplies one row from the packed weight, several rows after a dequantize; the LM head stays 16-bit."""
+    from tutor.theory.memory import weight_format
+
+    model = resolve_model("llama-3.1-8b")[0]
+    plain = {op.name: op for op in inference_operations(model, FitRequest(mode="inference", batch=1, seq_len=1024),
+                                                        queries=1, context=1024)}
+    int4 = {op.name: op for op in inference_operations(
+        model, FitRequest(mode="inference", batch=1, seq_len=1024, dtype="int4"), queries=1, context=1024)}
+    packed = float(weight_format("int4").bits_per_weight) / 8
+    q = int4["q_proj"]
+    assert q.bytes == math.ceil(2 * (q.m * q.k + q.m * q.n) + packed * q.k * q.n) and q.bytes < plain["q_proj"].bytes / 3
+    assert int4["lm_head"].bytes == plain["lm_head"].bytes
+    one = inference_operations(model, FitRequest(mode="inference", batch=1, seq_len=1024, dtype="nf4"),
+                               queries=1, context=1024)
+    eight = inference_operations(model, FitRequest(mode="inference", batch=8, seq_len=1024, dtype="nf4"),
+                                 queries=1, context=1024)
+    assert not any("dequantize" in op.name for op in one)
+    linears = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert {op.name for op in eight if "dequantize" in op.name} == {f"{name}{DEQUANTIZE}" for name in linears}
+
+
+def test_time_decodes_int4_weights_faster_than_bf16_and_a_gptq_config_as_fit_reads_it(tmp_path) -> None:
+    """A card by name (H100): batch-1 decode under CUDA graphs is bound by the weights' bytes; a config.json with
+    a GPTQ quantization_config is timed with the format `fit` reads from it."""
+    def graphs_one(argv):
+        report = json.loads(run(["time", *argv, "--device", "h100", "--seq", "2048", "--json"])[1])
+        return next(r for r in report["decode"] if r["engine"] == "graphs" and r["batch"] == 1), report
+
+    bf16, _ = graphs_one(["llama-3.1-8b"])
+    int4, report = graphs_one(["llama-3.1-8b", "--dtype", "int4"])
+    assert int4["seconds_per_step"] < 0.75 * bf16["seconds_per_step"] and report["request"]["weights"] == "int4"
+    config = dict(read_model_config("llama-3.1-8b").config,
+                  quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    gptq, report = graphs_one([str(tmp_path / "config.json")])
+    assert report["request"]["weights"] == "gptq-int4-g128"
+    assert gptq["seconds_per_step"] == pytest.approx(int4["seconds_per_step"], rel=0.01)  # the same packed layout
+    assert any("quantization_config" in note for note in report["notes"])
+    fitted = json.loads(run(["fit", str(tmp_path / "config.json"), "--device", "h100", "--seq", "2048", "--json"])[1])
+    assert report["memory"]["per_device_bytes"] == fitted["per_device_bytes"]["total"]

@@ -262,13 +262,15 @@ def chosen_budget(values: Mapping[str, Any], machine: Machine | None = None) -> 
     return device_budget(None if device == THIS_DEVICE else device, machine)
 
 
-def answer_fit(inputs: FitInputs) -> FitAnswer:
-    """Does the model fit, and what would make it fit? (UserError for input that makes no sense.)"""
-    from tutor.hardware.memory_budget import device_budget
+def model_request_settings(model: FitModel, inputs: FitInputs, budget: DeviceBudget
+                     ) -> tuple[dict[str, Any], SafetensorsSummary | None, tuple[str, ...]]:
+    """The FitRequest fields of a question about `model` on a device with `budget`: the inputs, then what the
+    model's files say where the inputs do not (the config's quantization_config as the weight format, a
+    checkpoint's stored bytes for inference, a PEFT adapter's rank and targets) and whether the device is a GPU.
+    `fit` and `time` both ask here, so they count the same weights. Returns (settings, checkpoint, notes)."""
     from tutor.model_files import checkpoint_summary
 
-    model = fit_model(inputs.model, inputs.params)
-    arch, name, source, count = model.arch, model.name, model.source, model.count
+    arch = model.arch
     settings = dict(inputs.request)
     mode = settings.get("mode", fitting.Mode.INFERENCE)
     checkpoint = (checkpoint_summary(model.spec, model.found.config if model.found is not None else None)
@@ -287,8 +289,18 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
         assert arch is not None  # an adapter's base is always a model with an architecture
         settings, adapter_notes = _with_adapter(model.adapter, arch, settings, inputs.given)
         scheme_notes += adapter_notes
-    budget = inputs.budget or device_budget(inputs.device, inputs.machine)
     settings.setdefault("gpu", budget.gpu)
+    return settings, checkpoint, scheme_notes
+
+
+def answer_fit(inputs: FitInputs) -> FitAnswer:
+    """Does the model fit, and what would make it fit? (UserError for input that makes no sense.)"""
+    from tutor.hardware.memory_budget import device_budget
+
+    model = fit_model(inputs.model, inputs.params)
+    arch, name, source, count = model.arch, model.name, model.source, model.count
+    budget = inputs.budget or device_budget(inputs.device, inputs.machine)
+    settings, checkpoint, scheme_notes = model_request_settings(model, inputs, budget)
     request = fitting.FitRequest(**settings)
     if arch is not None and arch.calibration is not None:  # no hand profile: traces calibrate this setup
         from tutor.bench.arch_calibration import calibrated_for

@@ -254,7 +254,8 @@ def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, d
                           "pp": request.pp, "ep": request.ep, "zero": request.zero, "recipe": request.recipe,
                           "optimizer": request.optimizer, "recompute": request.recompute,
                           "attention": request.attention, "microbatches": request.microbatches or request.pp,
-                          "devices": request.devices},
+                          "devices": request.devices,
+                          "weights": str(request.dtype) if request.dtype is not None else None},
               "device": {"name": device_words, "key": ceilings.device, "dtype": ceilings_dtype(request)}}
     if request.mode == "train":
         report.update(train_answer(arch, request, ceilings, tokens=tokens, price=price, mfu=mfu, overlap=overlap))

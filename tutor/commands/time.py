@@ -98,10 +98,22 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
         raise UserError("--overlap needs a fraction between 0 and 1")
     if price is not None and (price < 0 or not math.isfinite(price)):
         raise UserError(f"--price must be a number >= 0, got {price}")
-    # The same request `fit` builds from the same options (tutor.fit_fields declares them once).
-    settings = {name: value for name, value in FitInputs.from_command(model, None, device, **fields).request.items()
-                if not (name == "dtype" and value is None)}
-    request = fitting.FitRequest(**settings)
+    # The same request `fit` builds from the same options and files (the config's quantization, a checkpoint's stored
+    # bytes, an adapter), so both count the same weights.
+    from tutor.fit_answer import model_request_settings
+    from tutor.hardware.memory_budget import device_budget
+
+    inputs = FitInputs.from_command(model, None, device, **fields)
+    try:
+        budget = device_budget(device)
+    except UserError:
+        budget = None  # an unknown device: resolve_ceilings below says so in time's words
+    if budget is not None:
+        settings, _, file_notes = model_request_settings(found, inputs, budget)
+    else:
+        settings, file_notes = dict(inputs.request), ()
+    request = fitting.FitRequest(**{name: value for name, value in settings.items()
+                                    if not (name == "dtype" and value is None)})
     request = apply_devices(request, devices)
     check_time_request(arch, request)
     if gpu is not None:
@@ -143,6 +155,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
                                  price=price, mfu=mfu, overlap=overlap, device=device,
                                  config=found.found.config if found.found is not None else None,
                                  on_measure=lambda words: click.echo(f"tensor-tutor: {words}", err=True))
+    report["notes"] = [*file_notes, *report["notes"]]
     if verified is not None:
         report["verify"] = verified
     if as_json:

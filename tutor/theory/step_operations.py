@@ -95,14 +95,16 @@ class Operation:
 
 
 def gemm(name: str, phase: str, m: int, n: int, k: int, *, calls: int, element_bytes: int, batch: int = 1,
-         fraction: float = 1.0, formula: str = "") -> Operation:
+         fraction: float = 1.0, formula: str = "", weight_bytes: float | None = None) -> Operation:
     """A (batched) GEMM C[m,n] = A[m,k]·B[k,n]: 2·m·n·k FLOPs per matrix (× `fraction` for a kernel that
     skips masked tiles), and its minimum traffic b·(mk + kn + mn) per matrix (Williams et al., Roofline,
-    CACM 2009)."""
+    CACM 2009); B (a weight) at `weight_bytes` per element where it is stored in another format than the
+    activations (a quantized linear read packed by its kernel)."""
     for value, what in ((m, "m"), (n, "n"), (k, "k"), (batch, "batch"), (calls, "calls")):
         positive_int(value, f"GEMM {what}")
     flops = round(2 * m * n * k * batch * fraction)
-    traffic = element_bytes * batch * (m * k + k * n + m * n)
+    b_bytes = element_bytes if weight_bytes is None else weight_bytes
+    traffic = math.ceil(batch * (element_bytes * (m * k + m * n) + b_bytes * k * n))
     return Operation(name, phase, GEMM, calls, flops, traffic, m, n, k, batch,
                      formula or f"2·{m}·{n}·{k}" + (f" x {batch}" if batch > 1 else ""))
 
@@ -134,6 +136,23 @@ def activation_bytes(request: FitRequest) -> int:
     if request.mode == "train" and not request.adapter:
         return FP32 if request.recipe == "fp32" else 2
     return FP32 if request.dtype in ("fp32", "tf32") else 2
+
+
+# Low-bit formats whose transformers kernels read the packed weight and dequantize it in registers (GPTQ/AWQ
+# through ExLlama/Marlin, FP8 and MXFP4/NVFP4 GEMMs, LLM.int8's int8 matmul); bitsandbytes NF4 does so only for one
+# token (its gemv_4bit), and otherwise dequantizes the whole weight to 16 bits before a 16-bit matmul
+# (bitsandbytes docs, "4-bit quantization": inference with batch size 1 uses the fast 4-bit GEMV kernel).
+FUSED_LOW_BIT = ("int4", "gptq-int4-g128", "awq-int4-g128", "fp8", "fp8-block128", "int8", "mxfp4", "nvfp4")
+BNB_4BIT = ("nf4", "nf4-dq")
+
+
+def quantized_linears(request: FitRequest) -> str | None:
+    """The low-bit format an inference request's block linears are stored in, where transformers keeps them so
+    (None: 16 or 32 bits, training, or GGUF, which transformers dequantizes to 16 bits when it loads the file)."""
+    if request.mode == "train" or request.dtype is None:
+        return None
+    name = str(request.dtype)
+    return name if name in FUSED_LOW_BIT or name in BNB_4BIT else None
 
 
 def causal_attention_fraction(kernel: str, causal: bool = True) -> float:
@@ -559,4 +578,29 @@ def inference_operations(arch: Architecture, request: FitRequest, *, queries: in
                                  cache_copy=request.impl == "hf")
     ops += model_ends_forward(arch, shape=shape, tp=request.tp, e=e, calls=1, first=True, last=True, loss=False,
                               logits_tokens=logits_tokens)
-    return tuple(ops)
+    quantized = quantized_linears(request)
+    return tuple(quantized_forward(ops, quantized, e) if quantized else ops)
+
+
+def quantized_forward(ops, fmt: str, e: int) -> list[Operation]:
+    """Inference `ops` with the block linears stored in `fmt` (tutor.theory.memory's bits per weight, scales
+    included): read packed by a fused kernel (FUSED_LOW_BIT, and bitsandbytes 4-bit for one row), or, for
+    bitsandbytes 4-bit over several rows, dequantized to 16 bits first (read packed, write 16-bit) and multiplied
+    in 16 bits, as QLoRA's forward is counted. Embeddings, the LM head and routers stay 16-bit."""
+    packed = float(weight_format(fmt).bits_per_weight) / 8
+    out: list[Operation] = []
+    for op in ops:
+        if op.kind != GEMM or op.name not in LINEAR_ROLES:
+            out.append(op)
+            continue
+        if fmt in BNB_4BIT and op.m > 1:
+            out.append(memory_op(op.name + DEQUANTIZE, op.phase, op.batch * op.n * op.k, packed + e, 1,
+                                 calls=op.calls, formula=f"{op.n:,} x {op.k:,} weights: {packed:.3g} B read + {e} B "
+                                                         f"written each ({fmt}, bitsandbytes dequantize_4bit)"))
+            out.append(op)
+            continue
+        weights = gemm(op.name, op.phase, op.m, op.n, op.k, calls=op.calls, element_bytes=e, batch=op.batch,
+                       weight_bytes=packed)
+        out.append(replace(op, bytes=weights.bytes,
+                           formula=op.formula + f"; weights {fmt} ({packed:.3g} B each, read packed)"))
+    return out
