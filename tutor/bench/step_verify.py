@@ -104,6 +104,10 @@ def sized_config(config: dict, *, layers: int, hidden: int, heads: int, seq: int
         out["moe_intermediate_size"] = max(1, int(round(hidden * out["moe_intermediate_size"] / orig_hidden / 64))) * 64
     for key in ("layer_types", "max_window_layers", "mlp_only_layers"):
         out.pop(key, None)
+    if isinstance(out.get("first_k_dense_replace"), int) and out["first_k_dense_replace"] >= layers:
+        # DeepSeek's dense first layers, more than the scaled model has: every layer a MoE one (at any of the depths
+        # the framework's code is measured at, so the per-layer difference is one kind of layer).
+        out["first_k_dense_replace"] = 0
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
         # Token ids of the full vocabulary point past the scaled one (an embedding's padding_idx must lie inside it).
         ids = out.get(key)
@@ -730,10 +734,15 @@ def _median_phases(rounds: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decode: bool, recipe: str) -> dict:
+    from tutor.bench.memory_trace import attention_to_run
+
     setup = verify_setup(config, size, recipe)
     arch, request = setup.arch, setup.request
+    # SDPA where the family has it, else eager (Gemma 2 in transformers 5): predicted as it runs.
+    attention, _ = attention_to_run(setup.config, "sdpa")
+    request = replace(request, attention=attention)
     hf_config = AutoConfig.for_model(**{k: v for k, v in setup.config.items() if k not in ("architectures",)})
-    hf_config._attn_implementation = "sdpa"
+    hf_config._attn_implementation = attention
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).float()
     params = sum(p.numel() for p in model.parameters())
