@@ -43,6 +43,9 @@ def own_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     # `time` measures a family's host code on first use (seconds of torch and transformers): only the tests that
     # are about that measurement switch it on.
     monkeypatch.setenv("TENSOR_TUTOR_MEASURE_HOST", "0")
+    # The app turns a failing handler into a notice (tutor.ui.guard); a test sees the failure itself, as
+    # Textual raises it, unless it is about that guard (it sets app.recover_failures).
+    monkeypatch.setenv("TENSOR_TUTOR_UI_STRICT", "1")
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import Input
 
+from tutor.ui import guard
 from tutor.ui.commands import TutorCommands
 from tutor.ui.messages import OpenLesson
 from tutor.ui.screens.home import HomeScreen
@@ -67,6 +68,14 @@ IDLE_CHECK_S = 2.0
 KEYLOG_ENV = "TENSOR_TUTOR_KEYLOG"
 """A file the app appends `<time.monotonic_ns()> <key>` to for every key it receives (the tmux key
 benchmarks read it: tmux send -> the app's loop). Unset, nothing is opened or written."""
+STRICT_ENV = "TENSOR_TUTOR_UI_STRICT"
+"""Set to 1: an exception in a handler ends the app with its traceback, as Textual does by default
+(the tests run so, to see every failure); unset, it becomes a notice (tutor.ui.guard)."""
+FAILURE_NOTICE_REPEAT_S = 30.0
+"""The same failure (same place, same error) is noticed at most once in this long; the log has each."""
+FAILURE_STORM = (50, 1.0)
+"""More failures than this in this many seconds: handling them is what fails (a frame that cannot be
+drawn, a notice that fails in turn); the app ends with the traceback, as Textual does, rather than spin."""
 HELD_FULL_COLLECTIONS = 1_000_000
 """The collector's third threshold while the app runs: its own full passes never come (see
 `hold_full_collections`); young-generation passes (about 1 ms) run as usual."""
@@ -115,6 +124,9 @@ def handles_keys_itself(node: object) -> bool:
     """Whether a widget acts on keys in its own handlers (Input, TextArea, a Select's list: an
     `_on_key`, `on_key` or `key_` method), not only through bindings."""
     return isinstance(node, Widget) and _class_handles_keys(type(node))
+
+
+guard.install()
 
 
 class TutorApp(App[None]):
@@ -173,6 +185,13 @@ class TutorApp(App[None]):
         self.shut_down = False
         """True once the app ran and shut down (its screens closed, the measurement process killed)."""
         self._keylog = open_keylog(os.environ.get(KEYLOG_ENV, ""))
+        self.recover_failures = os.environ.get(STRICT_ENV, "") != "1"
+        """Whether an exception in a handler becomes a notice (tutor.ui.guard) once the app runs."""
+        self.failures: list[str] = []
+        """Each failure turned into a notice this session, as its one line (what failed, and the error)."""
+        self._failures_armed = False
+        self._failure_times: list[float] = []
+        self._failure_noticed: dict[str, float] = {}
 
     @property
     def measured_results(self) -> ResultStore:
@@ -214,7 +233,9 @@ class TutorApp(App[None]):
 
     def start_after_first_paint(self) -> None:
         """What the home screen does not show, started once it is painted: the machine's detection
-        (a thread), the live sampler (its thread) and the measurement process."""
+        (a thread), the live sampler (its thread) and the measurement process. From now on a failing
+        handler is a notice (before, one is a start-up failure: Textual's exit with the traceback)."""
+        self._failures_armed = True
         if self.detected_machine is None:
             self.run_worker(self._detect_machine, thread=True, exclusive=True, group="machine-detection",
                             exit_on_error=False)
@@ -308,6 +329,39 @@ class TutorApp(App[None]):
             warning = f"theme not saved: {error}"
         if warning:  # save_settings returns its problem instead of raising
             self.notify(warning, severity="warning")
+
+    # ---- failures ----------------------------------------------------------------------------
+
+    def recover_from_failure(self, error: Exception, where: str = "") -> bool:
+        """Turn `error`, raised by a handler, an action or a render of one widget, into an error notice
+        and a log entry, and carry on: True when done so. False leaves it to Textual (exit code 1,
+        the traceback printed): before the first paint, once an exit is under way, with
+        $TENSOR_TUTOR_UI_STRICT=1, or in a storm of failures (see FAILURE_STORM)."""
+        if not (self.recover_failures and self._failures_armed) or self._exit or self._closing or self._closed:
+            return False
+        from textual.worker import WorkerFailed
+
+        now = time.monotonic()
+        limit, window_s = FAILURE_STORM
+        self._failure_times = [t for t in self._failure_times if now - t < window_s] + [now]
+        if len(self._failure_times) > limit:
+            return False
+        cause = error.error if isinstance(error, WorkerFailed) and isinstance(error.error, BaseException) else error
+        line = guard.failure_line(cause, where)
+        self.failures.append(line)
+        self.log.error(f"{line} (the app carries on)\n{guard.failure_traceback(cause)}")
+        if now - self._failure_noticed.get(line, -FAILURE_NOTICE_REPEAT_S) >= FAILURE_NOTICE_REPEAT_S:
+            self._failure_noticed[line] = now
+            self.notify(line, title="Something failed; the app carries on", severity="error", timeout=10,
+                        markup=False)
+        return True
+
+    def _handle_exception(self, error: Exception) -> None:
+        """Textual's report of an unhandled exception (a compose, a timer, a worker, a layout): a notice
+        where recover_from_failure takes it, else Textual's exit with the traceback."""
+        if self.recover_from_failure(error):
+            return
+        super()._handle_exception(error)
 
     # ---- navigation -----------------------------------------------------------------------
 

@@ -2,6 +2,10 @@
 lines from textual-hires-canvas), and under it the same chart as a table (tutor.plots.chart_table)
 for screen readers and for a terminal too small to draw in. `t` switches the picture off and on.
 
+The picture is still: textual-plot's keyboard pan and zoom (arrows, +/-, `r` to reset) are off until
+the learner asks for them with `z` on a focused chart, so the arrows scroll the screen and `r` keeps
+the screen's meaning (Bench: run). Its mouse pan and zoom stay off (allow_pan_and_zoom=False).
+
 The widget renders what it is given; the chart's figures were measured or computed elsewhere.
 A logarithmic x axis is drawn as log10(x) with tick labels in the chart's own units (textual-plot
 has no log axis of its own).
@@ -12,12 +16,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
+from textual.geometry import Region
 from textual_plot import HiResMode, LegendLocation, PlotWidget
+from textual_plot import plot_widget as textual_plot
 from textual_plot.axis_formatter import AxisFormatter, NumericAxisFormatter
 
 from tutor.formatting import format_bytes, format_number
@@ -49,14 +57,128 @@ class _LogAxis(AxisFormatter):
         return [format_number(value) for value in values]
 
 
+def usable_span(low: float, high: float) -> bool:
+    """Whether [low, high] can be an axis: finite, increasing, and wide enough against its magnitude
+    for textual-plot's mapping (it divides by high - low) and its ticks (log10 of a fifth of it)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return False
+    return high - low > max(abs(low), abs(high)) * 1e-9
+
+
+def widened(low: float, high: float) -> tuple[float, float]:
+    """[low, high] made usable as an axis: one value (a single point) gets a margin each side of it."""
+    if usable_span(low, high):
+        return low, high
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return 0.0, 1.0
+    centre = (low + high) / 2
+    margin = max(abs(centre) * 0.05, 0.5)
+    return centre - margin, centre + margin
+
+
+PAN_AND_ZOOM_ACTIONS = frozenset({"zoom_in", "zoom_out", "zoom_x_in", "zoom_x_out", "zoom_y_in", "zoom_y_out",
+                                  "pan_left", "pan_right", "pan_up", "pan_down", "reset_scales"})
+
+
+class ChartPlot(PlotWidget, inherit_bindings=False):
+    """textual-plot's PlotWidget, still until asked: its pan and zoom keys act only after `z` (again: off);
+    until then check_action turns them down and the key goes on to the chart's boxes (the arrows scroll
+    the screen, `r` is the screen's). And whatever the keys or a program ask, the axes never collapse:
+    textual-plot divides by each axis's span and by the drawn area's size, and a zero one (a chart not
+    drawn yet, a zoom to a point) raised ZeroDivisionError inside a key press."""
+
+    ZOOM_KEYS_GROUP = Binding.Group("Zoom")
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("z", "toggle_zoom_keys", "Zoom keys"),
+        Binding("plus", "zoom_in", "Zoom in", group=ZOOM_KEYS_GROUP),
+        Binding("minus", "zoom_out", "Zoom out", group=ZOOM_KEYS_GROUP),
+        Binding("left", "pan_left", "Pan", group=PlotWidget.PAN_GROUP),
+        Binding("right", "pan_right", "Pan", group=PlotWidget.PAN_GROUP),
+        Binding("up", "pan_up", "Pan", group=PlotWidget.PAN_GROUP),
+        Binding("down", "pan_down", "Pan", group=PlotWidget.PAN_GROUP),
+        Binding("0", "reset_scales", "Reset zoom"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(allow_pan_and_zoom=False)
+        self.zoom_keys = False
+        """True once the learner pressed `z` on this chart: the pan and zoom keys act."""
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in PAN_AND_ZOOM_ACTIONS:
+            return self.zoom_keys
+        return super().check_action(action, parameters)
+
+    def action_toggle_zoom_keys(self) -> None:
+        self.zoom_keys = not self.zoom_keys
+        if not self.zoom_keys:
+            self.action_reset_scales()  # back to the whole chart, as drawn
+        self.refresh_bindings()
+        self.notify("zoom keys on: arrows pan, + and - zoom, 0 resets, z again turns them off"
+                    if self.zoom_keys else "zoom keys off: the whole chart again", timeout=4)
+
+    # ---- geometry that cannot divide by zero --------------------------------------------------------
+
+    def _drawn(self) -> bool:
+        """Whether the chart has been laid out and drawn (its data area has a size to pan by)."""
+        return self._scale_rectangle.width > 0 and self._scale_rectangle.height > 0
+
+    def set_xlimits(self, xmin: float | None = None, xmax: float | None = None) -> None:
+        if xmin is not None and xmax is not None:
+            xmin, xmax = widened(xmin, xmax)
+        super().set_xlimits(xmin, xmax)
+
+    def set_ylimits(self, ymin: float | None = None, ymax: float | None = None) -> None:
+        if ymin is not None and ymax is not None:
+            ymin, ymax = widened(ymin, ymax)
+        super().set_ylimits(ymin, ymax)
+
+    def _zoom(self, center_x: float, center_y: float, factor: float, zoom_x: bool, zoom_y: bool) -> None:
+        """textual-plot's zoom, refused (nothing changes) where it would leave an axis unusable."""
+        if 1 + factor == 0:
+            return
+        if zoom_x and not usable_span((self._x_min + factor * center_x) / (1 + factor),
+                                      (self._x_max + factor * center_x) / (1 + factor)):
+            return
+        if zoom_y and not usable_span((self._y_min + factor * center_y) / (1 + factor),
+                                      (self._y_max + factor * center_y) / (1 + factor)):
+            return
+        super()._zoom(center_x, center_y, factor, zoom_x, zoom_y)
+
+    def _pan(self, factor_x: float, factor_y: float) -> None:
+        """textual-plot's pan (by pixels of the drawn area): nothing before the chart is drawn, and
+        nothing where it would leave an axis unusable."""
+        if not self._drawn():
+            return
+        limits = self._x_min, self._x_max, self._y_min, self._y_max
+        super()._pan(factor_x, factor_y)
+        if not (usable_span(self._x_min, self._x_max) and usable_span(self._y_min, self._y_max)):
+            self._x_min, self._x_max, self._y_min, self._y_max = limits
+            self._rerender()
+
+    def _limits(self) -> tuple[float, float, float, float]:
+        return (*widened(self._x_min, self._x_max), *widened(self._y_min, self._y_max))
+
+    def get_pixel_from_coordinate(self, x: float, y: float) -> tuple[int, int]:  # type: ignore[override]
+        return textual_plot.map_coordinate_to_pixel(x, y, *self._limits(), region=self._scale_rectangle)
+
+    def get_hires_pixel_from_coordinate(self, x: float, y: float) -> tuple[float, float]:  # type: ignore[override]
+        return textual_plot.map_coordinate_to_hires_pixel(x, y, *self._limits(), region=self._scale_rectangle)
+
+    def get_coordinate_from_pixel(self, x: int, y: int) -> tuple[float, float]:
+        region = self._scale_rectangle
+        region = Region(region.x, region.y, max(region.width, 1), max(region.height, 1))
+        return textual_plot.map_pixel_to_coordinate(x, y, *self._limits(), region=region)
+
+
 class ChartView(Vertical):
     """One chart: the picture over its table."""
 
     DEFAULT_CSS = """
     ChartView { height: auto; }
-    ChartView PlotWidget { height: 16; }
+    ChartView ChartPlot { height: 16; }
     ChartView .chart-table { height: auto; }
-    ChartView.table-only PlotWidget { display: none; }
+    ChartView.table-only ChartPlot { display: none; }
     """
     BINDINGS = [Binding("t", "toggle_picture", "Picture/table")]
 
@@ -68,7 +190,7 @@ class ChartView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(classes="chart-title")
-        yield PlotWidget(allow_pan_and_zoom=False)
+        yield ChartPlot()
         yield Static(classes="chart-table")
 
     def on_mount(self) -> None:
@@ -85,7 +207,7 @@ class ChartView(Vertical):
         self.toggle_class("table-only")
 
     def draw(self, chart: Chart | None) -> None:
-        plot = self.query_one(PlotWidget)
+        plot = self.query_one(ChartPlot)
         plot.clear()
         title = self.query_one(".chart-title", Static)
         table = self.query_one(".chart-table", Static)
