@@ -224,3 +224,20 @@ def test_a_guess_uses_the_same_reader(typed: str, unit: str, guess_unit: str, va
 def test_a_guess_in_another_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="is a time, but this answer is a rate in bytes per second"):
         read_guess("5 s", "GB/s")
+
+
+def test_calculator_fields_use_the_same_reader() -> None:
+    from tutor.fit_fields import parse_memory_size, parse_whole
+    from tutor.theory.units import parse_bytes, parse_count
+
+    assert parse_count("15 trillion") == 15 * 10**12 and parse_count("2*7e9") == 14 * 10**9
+    assert parse_count("7B") == 7 * 10**9  # B is billion in a count
+    assert parse_bytes("16 B") == 16 and parse_bytes("2*40GB") == 80 * 10**9
+    assert parse_memory_size("80") == 80 * 10**9 and parse_memory_size("2*40") == 80 * 10**9
+    assert parse_memory_size("24GiB") == 24 * 2**30
+    assert parse_whole("2*8", "batch") == 16 and parse_whole("1,024", "batch") == 1024
+    for bad in ("5 GB", "3 s"):
+        with pytest.raises(UserError, match="not a parameter count"):
+            parse_count(bad)
+    with pytest.raises(UserError, match="batch must be a whole number"):
+        parse_whole("2.5", "batch")
