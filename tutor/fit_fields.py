@@ -13,6 +13,7 @@ No click at import: `fit_options` imports it when a command is built.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -108,21 +109,33 @@ MEMORY_BARE_UNIT = "GB"
 """What a memory size typed without a unit means: device memory is quoted in GB (an "80 GB" H100),
 so `80` is 80 GB, never 80 bytes."""
 
-_BARE_NUMBER = re.compile(r"\s*(\d[\d,_]*(?:\.\d*)?|\.\d+)\s*")
+
+def parse_whole(text: str, name: str) -> int:
+    """A whole number as a learner types it: '8', '1,024', '2*8', '4k' (tutor.theory.number_reader)."""
+    from tutor.theory.number_reader import read_number
+
+    try:
+        value = read_number(text, "count").value
+    except UserError:
+        value = math.nan
+    if not (math.isfinite(value) and value.is_integer()):
+        raise UserError(f"{name} must be a whole number, got {text!r}")
+    return int(value)
 
 
 def parse_memory_size(text: str) -> int:
-    """Bytes of a memory size as typed: '80GB', '24GiB', '80 G', or a bare '80' (= 80 GB, MEMORY_BARE_UNIT)."""
-    from tutor.theory.units import parse_bytes
+    """Bytes of a memory size as typed: '80GB', '24GiB', '80 G', '2*40GB', or a bare '80' (= 80 GB,
+    MEMORY_BARE_UNIT), read by tutor.theory.number_reader in GB."""
+    from tutor.theory.number_reader import read_number
+    from tutor.theory.units import GB
 
-    bare = _BARE_NUMBER.fullmatch(text)
-    if bare:
-        text = bare.group(1).replace(",", "").replace("_", "") + MEMORY_BARE_UNIT
     try:
-        return parse_bytes(text)
+        size = read_number(text, MEMORY_BARE_UNIT).value * GB
     except UserError:
-        raise UserError(f"memory must be a size such as 80GB, 24GiB or 80 (a bare number is GB), got {text!r}") \
-            from None
+        size = 0.0
+    if not size >= 1 or size > 2**60:
+        raise UserError(f"memory must be a size such as 80GB, 24GiB or 80 (a bare number is GB), got {text!r}")
+    return int(round(size))
 
 
 def _check_bytes(value: Any) -> int:
@@ -282,10 +295,7 @@ class FitField:
         if self.kind == "size":
             return parse_memory_size(text)
         if self.kind == "whole" or (self.kind == "choice" and isinstance(self.default, int)):
-            try:
-                return int(text.replace(",", "").replace("_", ""))
-            except ValueError:
-                raise UserError(f"{self.name} must be a whole number, got {text!r}") from None
+            return parse_whole(text, self.name)
         if self.kind == "flag":
             if text.lower() not in ("yes", "no", "true", "false"):
                 raise UserError(f"{self.name} must be yes or no, got {text!r}")

@@ -1,13 +1,15 @@
 """Grading a learner's answer to a ```quiz block.
 
-Numbers are read the way people type them: "3.4e38", "3.39 × 10^38", "3.39*10**38", "2^-24", "2**-7",
-"1.5 × 2^-7", "65,504", "8.03B" (also read as 8.03e9), "50%" (also read as 0.5), "1/3", and with a
-unit: an answer in another unit of the quiz's unit's kind is converted to it ("128 KiB" for a quiz in
-bytes is 131,072; "14e9 bytes" for a quiz in GB is 14). A quiz's unit is its `unit`, else the one its
-question asks for ("how many bytes", "how many GB", "in GiB"). An answer that cannot be read, or
-whose unit is of another kind ("3 s" for a quiz in GB), is not valid: not an attempt. A number is
-right within the quiz's relative tolerance. Choice answers are the 0-based index of a choice (as
-text), its letter, or the choice's own text; text answers ignore case, spacing and a final full stop.
+Numbers are read by tutor.theory.number_reader, the one reader of the predict blocks, the quizzes and
+the calculators: "3.4e38", "3.39 × 10^38", "2^-24", "65,504", "8.03B", "50%", "1/3", "2*80", and with
+a unit converted to the quiz's ("128 KiB" for a quiz in bytes is 131,072; "800 MB/s" for a quiz in
+GB/s is 0.8; "0.32" for a quiz in % is 0.32%). A quiz's unit is its `unit`, else the one its question
+asks for ("how many bytes", "how many GB", "in GiB"). An answer that cannot be read, or whose unit is
+of another kind ("3 s" for a quiz in GB), is not valid: not an attempt, and the learner is told why in
+one line. What a number was read as, when it was more than a plain number in the quiz's unit, comes
+with the grade (`read_as`). A number is right within the quiz's relative tolerance. Choice answers
+are the 0-based index of a choice (as text), its letter, or the choice's own text; text answers
+ignore case, spacing and a final full stop.
 """
 
 from __future__ import annotations
@@ -24,17 +26,9 @@ if TYPE_CHECKING:
     from tutor.hardware.machine import Machine
     from tutor.lessons.values import DeviceFigures
 
-_UNSIGNED = r"(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?"
-_NUMBER = rf"[+-]?{_UNSIGNED}"
-_POWER = r"(?P<base>\d+(?:\.\d+)?)\s*(?:\^|\*\*)\s*\(?\s*(?P<power>[+-]?\d+(?:\.\d+)?)\s*\)?"
-_BARE_POWER = _POWER.replace("<base>", "<base2>").replace("<power>", "<power2>")
-# "2^-24" before "2": a bare power is tried first, else "2" would leave "^-24" as its unit.
-_VALUE = re.compile(rf"(?P<sign>[+-])?\s*(?:{_BARE_POWER}|(?P<mantissa>{_UNSIGNED})(?:\s*[x*]\s*{_POWER})?)"
-                    r"\s*(?P<unit>.*)")
-_RATIO = re.compile(rf"(?P<top>{_NUMBER})\s*/\s*(?P<bottom>{_NUMBER})")
-_UNIT = re.compile(r"[a-zµ%][\w/%µ.\- ]*")
-
-# Unit words (lowercase) -> size in the kind's base unit. "b" is bytes in a quiz about bytes, else billion.
+# Unit words (lowercase) -> size in the kind's base unit, for the lint's reading of printed figures
+# (tutor.lessons.lint.printed_figures) and a predict block's guess_unit check. Answers are read by
+# tutor.theory.number_reader, which knows these and more (rates, FLOPs, weeks, months).
 BYTE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0,
@@ -49,26 +43,17 @@ _ASKED_UNIT = re.compile(r"\bhow many (?P<a>bytes|[KMGTP]i?B)\b|\bin (?P<b>bytes
 @dataclass(frozen=True)
 class Grade:
     """The verdict on one answer. `valid` is False when the answer could not be read at all
-    (not a number, no such choice): the UI should ask again rather than count an attempt.
-    `feedback` is the quiz's text for the choice picked (choice quizzes), else ""."""
+    (not a number, a unit of another kind, no such choice): the UI should ask again rather than count
+    an attempt. `feedback` is the quiz's text for the choice picked (choice quizzes), else ""."""
 
     correct: bool
     message: str
     expected: str
     valid: bool = True
     feedback: str = ""
-
-
-_SUPERSCRIPT_DIGITS = str.maketrans("⁻⁺⁰¹²³⁴⁵⁶⁷⁸⁹", "-+0123456789")
-_SUPERSCRIPT_POWER = re.compile(r"[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
-
-
-def _normalise_number_text(text: str) -> str:
-    # "5.96 × 10⁻⁸" as tutor.formatting writes it reads as 5.96 x 10^-8
-    text = _SUPERSCRIPT_POWER.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPT_DIGITS), text.strip()).lower()
-    for old, new in (("−", "-"), ("–", "-"), ("×", "x"), ("\u2009", ""), ("\u202f", ""), ("_", ""), ("·", "*")):
-        text = text.replace(old, new)
-    return re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    read_as: str = ""
+    """How a number answer was read when it was more than a plain number in the quiz's unit
+    ("read as 0.8 GB/s"), for the learner to see; "" otherwise."""
 
 
 def unit_kind(unit: str) -> tuple[str | None, float]:
@@ -91,78 +76,34 @@ def quiz_unit(quiz: Quiz) -> str:
     return (asked.group("a") or asked.group("b")) if asked else ""
 
 
-def _split_value(cleaned: str) -> tuple[float, str] | None:
-    """(value, unit text) of a normalised answer, None when it is no number."""
-    ratio = _RATIO.fullmatch(cleaned)
-    if ratio is not None:
-        bottom = float(ratio.group("bottom"))
-        return (float(ratio.group("top")) / bottom, "") if bottom else None
-    match = _VALUE.fullmatch(cleaned)
-    if match is None:
-        return None
-    unit = match.group("unit").strip()
-    if unit and not _UNIT.fullmatch(unit):
-        return None
-    try:
-        if match.group("mantissa") is not None:
-            value = float(match.group("mantissa"))
-            base, power = match.group("base"), match.group("power")
-            if base is not None and float(base) == 10 and float(power).is_integer():
-                value = float(f"{match.group('mantissa')}e{int(float(power))}")  # 10.0**-324 would underflow
-            elif base is not None:
-                value *= float(base) ** float(power)
-        else:
-            value = float(match.group("base2")) ** float(match.group("power2"))
-    except (OverflowError, ZeroDivisionError):
-        return None
-    if match.group("sign") == "-":
-        value = -value
-    if not math.isfinite(value):
-        return None
-    return value, unit
-
-
 def number_readings(text: str, unit: str = "") -> tuple[float, ...]:
-    """Every value a typed number may mean in `unit` (a quiz's unit; "" for none).
+    """The value a typed number means in `unit` (a quiz's unit; "" for none), as a 1-tuple, or ()
+    when it cannot be read there: tutor.theory.number_reader.read_number, the one reader.
 
-    "8.03B" -> (8.03, 8.03e9); "50%" -> (50.0, 0.5); "128 KiB" in "bytes" -> (131072.0,);
-    "14e9 bytes" in "GB" -> (14.0,); "3 s" in "GB" -> () (another kind); "x" -> ().
+    "8.03B" -> (8.03e9,); "50%" -> (0.5,); "128 KiB" in "bytes" -> (131072.0,); "14e9 bytes" in "GB" ->
+    (14.0,); "800 MB/s" in "GB/s" -> (0.8,); "3 s" in "GB" -> () (another kind); "x" -> ().
     """
+    from tutor.theory.number_reader import read_number
+
     if not isinstance(text, str):
         return ()
-    split = _split_value(_normalise_number_text(text))
-    if split is None:
+    try:
+        return (read_number(text, unit).value,)
+    except UserError:
         return ()
-    value, typed = split
-    word = typed.lower()
-    wanted_kind, wanted_size = unit_kind(unit)
-    if not word or word == unit.strip().lower():
-        return (value,)
-    if word == "%":
-        return (value, value / 100)
-    if wanted_kind in ("bytes", "time"):
-        table = BYTE_UNITS if wanted_kind == "bytes" else TIME_UNITS
-        if word in table:
-            return (value * table[word] / wanted_size,)
-        if word in BYTE_UNITS or word in TIME_UNITS:
-            return ()  # a size for a time, or a time for a size
-        if word in COUNT_UNITS:
-            return (value * COUNT_UNITS[word] / wanted_size,)
-        return (value,)
-    if word in COUNT_UNITS:
-        scale = wanted_size if wanted_kind == "count" else 1.0
-        return tuple(dict.fromkeys((value, value * COUNT_UNITS[word] / scale)))
-    if word in BYTE_UNITS:
-        return tuple(dict.fromkeys((value, value * BYTE_UNITS[word])))
-    if word in TIME_UNITS:
-        return tuple(dict.fromkeys((value, value * TIME_UNITS[word])))
-    return (value,)
 
 
 def parse_number(text: str) -> float | None:
-    """The plain reading of a typed number (units ignored), None when it is not a number."""
-    split = _split_value(_normalise_number_text(text)) if isinstance(text, str) else None
-    return None if split is None else split[0]
+    """The number a text starts with (its arithmetic, any unit after it ignored), None when it is not
+    a number: a quiz's written answer, a figure of the prose."""
+    from tutor.theory.number_reader import number_part
+
+    if not isinstance(text, str):
+        return None
+    try:
+        return number_part(text)
+    except UserError:
+        return None
 
 
 def _normalise_text(text: str) -> str:
@@ -223,24 +164,17 @@ def format_expected(quiz: Quiz, value: str | float) -> str:
     return f"{shown} {quiz_unit(quiz)}".strip()
 
 
-NOT_A_NUMBER = "could not read that as a number: type one such as 3.4e38, 2^-24, 65,504 or 128 KiB"
-
-
 def _grade_number(quiz: Quiz, answer: str, expected: float, shown: str) -> Grade:
-    unit = quiz_unit(quiz)
-    readings = number_readings(answer, unit)
-    if not readings:
-        split = _split_value(_normalise_number_text(answer))
-        if split is not None and unit:
-            return Grade(False, f"could not read {split[1]!r} as {unit}: the answer is in {unit}", shown,
-                         valid=False)
-        return Grade(False, NOT_A_NUMBER, shown, valid=False)
-    allowed = quiz.tolerance * abs(expected)
-    if any(abs(reading - expected) <= allowed for reading in readings):
-        return Grade(True, f"Correct: {shown}.", shown)
-    closest = min(readings, key=lambda reading: abs(reading - expected))
-    direction = "too high" if closest > expected else "too low"
-    return Grade(False, f"Not quite: that is {direction}.", shown)
+    from tutor.theory.number_reader import read_number
+
+    try:
+        reading = read_number(answer, quiz_unit(quiz))
+    except UserError as error:  # no number, or a unit of another kind: not an attempt
+        return Grade(False, str(error), shown, valid=False)
+    if abs(reading.value - expected) <= quiz.tolerance * abs(expected):
+        return Grade(True, f"Correct: {shown}.", shown, read_as=reading.note)
+    direction = "too high" if reading.value > expected else "too low"
+    return Grade(False, f"Not quite: that is {direction}.", shown, read_as=reading.note)
 
 
 def _grade_choice(quiz: Quiz, answer: str, expected: int, shown: str) -> Grade:

@@ -1,20 +1,22 @@
 """A learner's prediction: the guess as typed, read in the predict block's unit, and how far it was.
 
-The guess is read by the quiz grader's rules (tutor.lessons.grading.number_readings: units, powers,
-k/M/B suffixes, percentages), so "20%", "1.84M", "2^-7" and "45 min" mean what they say:
+The guess is read by tutor.theory.number_reader.read_number, the one reader of the predict blocks,
+the quizzes and the calculators (units, arithmetic, k/M/B suffixes, percentages), so "20%", "1.84M",
+"2^-7", "45 min" and "800 MB/s" mean what they say:
 
-- `unit` is the unit of the probe's metric ("s", "B", "x", "fraction" for a share from 0 to 1, "%"
-  for a metric already in percent); a guess typed with another unit of the same kind is converted.
+- `unit` is the unit of the probe's metric ("s", "B", "GB/s", "x", "fraction" for a share from 0 to 1,
+  "%" for a metric already in percent); a guess typed with another unit of the same kind is converted,
+  one of another kind ("5 s" for GB/s) is refused with one line.
 - `guess_unit` (optional) is the unit a bare number is read in when the question asks for another
   one than the metric reports ("every how many minutes" for a metric in seconds).
-- A share ("fraction") reads "20%" and a bare "20" as 0.2: a share above 1 cannot be meant.
+- A share ("fraction") reads "20%" and a bare "20" as 0.2: a share above 1 cannot be meant. A "%"
+  metric reads a bare "0.32" as 0.32%, and says so.
 """
 
 from __future__ import annotations
 
-import math
-
-from tutor.lessons.grading import number_readings, unit_kind
+from tutor.lessons.grading import unit_kind  # noqa: F401  (re-exported: the guess_unit check's kinds)
+from tutor.theory.number_reader import Reading, convert, read_number
 
 SHARE_UNITS = ("fraction", "%")
 """Units of a share: judged by the difference in percentage points, not by a ratio."""
@@ -25,44 +27,22 @@ WELL_PREDICTED_POINTS = 3.0
 """A share within 3 percentage points is "well predicted"."""
 
 
-def _plain_number(text: str) -> float | None:
-    """The number a guess starts with when no unit reading applies: '4 ×' -> 4, '3.5 fast' -> 3.5."""
-    cleaned = text.strip().replace(",", "").replace("×", "").replace("_", "")
-    while cleaned and not (cleaned[-1].isdigit() or cleaned[-1] == "."):
-        cleaned = cleaned[:-1].rstrip()
-    try:
-        return float(cleaned)
-    except ValueError:
-        return None
-
-
-def read_guess(text: str, unit: str = "", guess_unit: str = "") -> float:
-    """The guess as a value in `unit`; ValueError with a line for the learner when it is none."""
+def read_guess_as(text: str, unit: str = "", guess_unit: str = "") -> Reading:
+    """The guess as a value in `unit` with what it was read as ("read as 0.8 GB/s", "" for a plain
+    number in the unit asked for); ValueError with a line for the learner when it is none."""
     typed = (text or "").strip()
     if not typed:
         raise ValueError("type your guess first, a number such as 3.5" + (f" ({guess_unit or unit})" if unit else ""))
     read_in = guess_unit or unit
-    readings = number_readings(typed, "" if read_in in SHARE_UNITS else read_in)
-    percent = typed.endswith("%")
-    if readings:
-        if percent:
-            value = readings[0] if unit == "%" else readings[-1]
-        else:
-            value = readings[-1]  # the converted reading ("1.84M" -> 1.84e6) when a suffix converts
-    else:
-        plain = _plain_number(typed)
-        if plain is None:
-            raise ValueError(f"could not read {typed!r} as a number: type one such as 3.5, 20%, 1.8M or 2^-7")
-        value = plain
-    if not math.isfinite(value):
-        raise ValueError(f"{typed!r} is not a finite number")
-    if unit == "fraction" and not percent and 1 < value <= 100:
-        value /= 100  # "20" for a share: 20 %
+    reading = read_number(typed, read_in)
     if guess_unit and guess_unit != unit:
-        (from_kind, from_size), (to_kind, to_size) = unit_kind(guess_unit), unit_kind(unit)
-        if from_kind is not None and from_kind == to_kind:
-            value = value * from_size / to_size
-    return value
+        return Reading(convert(reading.value, guess_unit, unit), unit, typed, reading.note)
+    return reading
+
+
+def read_guess(text: str, unit: str = "", guess_unit: str = "") -> float:
+    """The guess as a value in `unit`; ValueError with a line for the learner when it is none."""
+    return read_guess_as(text, unit, guess_unit).value
 
 
 def _points(value: float, unit: str) -> float:

@@ -89,11 +89,13 @@ def coerce(name: str, text: str, kind: str = "memory") -> Any:
         if kind == "fit":  # the Fit screen's device is `fit --device`: a card, a size, cpu or a GPU index
             return text or "this"
         return CALC_FIELDS["device"].check(text)
-    if name == "mfu":
+    if name == "mfu":  # a share: 0.4, 40% and 40 are all 40 % (tutor.theory.number_reader)
+        from tutor.theory.number_reader import read_number
+
         try:
-            return float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
-        except ValueError:
-            raise UserError(f"mfu must be a fraction such as 0.4, got {text!r}") from None
+            return read_number(text, "fraction").value
+        except UserError:
+            raise UserError(f"mfu must be a fraction such as 0.4 or 40%, got {text!r}") from None
     field = FIELDS.get(name)
     if field is None:
         return text

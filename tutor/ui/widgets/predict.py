@@ -27,6 +27,14 @@ def parse_guess(text: str, unit: str = "", guess_unit: str = "") -> float:
     return read_guess(text, unit, guess_unit)
 
 
+def read_guess_note(text: str, unit: str = "", guess_unit: str = "") -> tuple[float, str]:
+    """(the guess in the block's unit, what it was read as: "read as 0.8 GB/s", "" for a plain number)."""
+    from tutor.lessons.predictions import read_guess_as
+
+    reading = read_guess_as(text, unit, guess_unit)
+    return reading.value, reading.note
+
+
 def verdict(predicted: float, measured: float, unit: str = "") -> str:
     """How far the guess was (tutor.lessons.predictions.prediction_verdict)."""
     from tutor.lessons.predictions import prediction_verdict
@@ -42,6 +50,8 @@ class PredictBlock(ProbeRunner["Predict"]):
 ## Predict block
 
 Commit to a guess **before** measuring: type a number and press **Enter** (or *Commit*).
+Units convert to the block's (`800 MB/s` for a GB/s block, `2 months` for days, `30 million`), and
+arithmetic works (`6*1.24e9*15e12`); the block says what it read ("read as 0.8 GB/s").
 The probe then runs on this machine (Escape cancels) and the block compares your guess with
 the measured value as a ratio ("2.1x too high"). Your predictions are saved with your progress.
 """
@@ -51,6 +61,8 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         super().__init__(block, lesson_id=lesson_id, services=services, done=done, id=id, classes=classes)
         from tutor.lessons.learner import safe_learner_view
 
+        self.read_as = ""
+        """What the committed guess was read as ("read as 0.8 GB/s from '800 MB/s'"), "" for a plain number."""
         self.written = block
         self.block, self.render_error = safe_learner_view(
             block, learner_id=self.services.progress.learner_id, lesson_id=self.lesson_id,
@@ -76,6 +88,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         kept = result_store(self.app).recall(self.lesson_id, self.block_id)
         if kept is not None and kept.predicted is not None:  # committed earlier in this session
             self.predicted = kept.predicted
+            self.read_as = ""
             self.query_one("#guess", Input).value = format_value(kept.predicted, "")
             self.show_result(kept.result, age=measure.now() - kept.at)
         elif self.done:
@@ -94,10 +107,11 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         # The guess as it was when Enter was pressed: keys typed after it may already be in the field.
         text = event.value if isinstance(event, Input.Submitted) else self.query_one("#guess", Input).value
         try:
-            self.predicted = parse_guess(text, self.block.unit, self.block.guess_unit)
+            self.predicted, note = read_guess_note(text, self.block.unit, self.block.guess_unit)
         except ValueError as error:
             self._show_error(str(error))
             return
+        self.read_as = f"{note} from {text.strip()!r}" if note else ""
         self.keep_focus_in_the_lesson()
         self.query_one("#guess", Input).disabled = True
         self.query_one("#commit", Button).disabled = True
@@ -149,6 +163,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         verdict_line = self.query_one("#verdict", Static)
         say(verdict_line, Text.assemble(
             "you predicted ", (format_value(self.predicted, unit), "bold"),
+            (f" ({self.read_as})", "dim") if self.read_as else "",
             ", measured ", (format_value(float(measured), unit), "bold"),
             ": ", (verdict(self.predicted, float(measured), unit), "bold")))
         if self.block.explain:  # the reconciliation: why the measured value is what it is

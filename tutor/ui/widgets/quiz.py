@@ -57,8 +57,10 @@ class QuizBlock(LessonBlock["Quiz"]):
 
 Type your answer (or pick a choice) and press **Enter** or *Check*.
 
-- Numbers may carry a unit or a power (`3.4e38`, `2^-24`, `128 KiB`, `14 GB`): units are converted;
-  close enough (the quiz's tolerance) is right. An answer that cannot be read does not count.
+- Numbers may carry a unit or a power (`3.4e38`, `2^-24`, `128 KiB`, `800 MB/s`, `2 months`), or be
+  arithmetic (`2*80`, `1e3/8`): units are converted to the quiz's, and the block says what it read
+  ("read as 0.8 GB/s"). In a quiz in %, `32` and `32%` are 32%, `0.32` is 0.32%. Close enough (the
+  quiz's tolerance) is right. An answer that cannot be read, or in a unit of another kind, does not count.
 - Each wrong answer reveals the next **hint**, and a wrong choice says why it is wrong.
 - *Show answer* opens after a few tries: it shows the answer and the explanation, and the quiz
   counts as seen, not solved (next visit: a fresh draw to solve).
@@ -148,9 +150,10 @@ Answers are saved with your progress.
             say(feedback, Text(grade.message, style="yellow"))
             return
         self._record(answer, grade.correct)
+        read_as = (f" ({grade.read_as} from {answer!r})", "dim") if grade.read_as else ""
         if grade.correct:
             self.solved = True
-            say(feedback, Text.assemble(("✓ right. ", "bold green"), grade.message or ""))
+            say(feedback, Text.assemble(("✓ right. ", "bold green"), grade.message or "", read_as))
             say(self.query_one("#hints", Static), "")  # the hints were for the wrong answers
             self._explain()
             self.query_one("#reveal", Button).disabled = True
@@ -158,7 +161,7 @@ Answers are saved with your progress.
             self.show_verdict()
             return
         self.attempts += 1
-        say(feedback, Text.assemble(("✗ not yet. ", "bold red"), grade.message or ""))
+        say(feedback, Text.assemble(("✗ not yet. ", "bold red"), grade.message or "", read_as))
         self._next_hint()
         self.query_one("#reveal", Button).disabled = not self.can_reveal
         self.show_verdict()
