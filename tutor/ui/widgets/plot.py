@@ -163,7 +163,8 @@ class ChartPlot(PlotWidget, inherit_bindings=False):
         return textual_plot.map_coordinate_to_pixel(x, y, *self._limits(), region=self._scale_rectangle)
 
     def get_hires_pixel_from_coordinate(self, x: float, y: float) -> tuple[float, float]:  # type: ignore[override]
-        return textual_plot.map_coordinate_to_hires_pixel(x, y, *self._limits(), region=self._scale_rectangle)
+        px, py = textual_plot.map_coordinate_to_hires_pixel(x, y, *self._limits(), region=self._scale_rectangle)
+        return float(px), float(py)
 
     def get_coordinate_from_pixel(self, x: int, y: int) -> tuple[float, float]:
         region = self._scale_rectangle
