@@ -683,7 +683,7 @@ def test_bytes_for_a_gb_question_and_powers_for_epsilons() -> None:
 def test_unreadable_answer_is_not_an_attempt() -> None:
     quiz = _quiz('id = "q"\nquestion = "How many GB?"\nkind = "number"\nanswer = 14')
     verdict = grade(quiz, "fourteen")
-    assert not verdict.valid and not verdict.correct and verdict.message.startswith("could not read that as a number")
+    assert not verdict.valid and not verdict.correct and verdict.message.startswith("could not read 'fourteen' as a number")
     wrong_kind = grade(quiz, "3 s")
     assert not wrong_kind.valid and "GB" in wrong_kind.message
 

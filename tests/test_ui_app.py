@@ -663,7 +663,7 @@ def test_quiz_texts_are_rendered_and_unreadable_answers_do_not_count():
             answer.value = "lots"
             quiz.check()
             await pilot.pause()
-            assert "could not read that as a number" in text_of(quiz.query_one("#feedback"))
+            assert "could not read 'lots' as a number" in text_of(quiz.query_one("#feedback"))
             assert services.progress.answers == [] and not quiz.query_one("#hints").display
             answer.value = "64 KiB"
             quiz.check()

@@ -539,10 +539,11 @@ def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = 
     on `device`; the layer is the difference."""
     times = {}
     clock = host_clock(torch, device)
-    # A decode step is a few milliseconds, most of it this code: measured over 1 and 3 layers and more calls, so the
-    # per-layer figure (a difference of two timings) is not mostly noise.
-    depths = (1, 3) if mode == "decode" else (1, 2)
-    calls = 40 if mode == "decode" else 15
+    # A decode step (and a prefill of 8 tokens) is a few milliseconds, most of it this code: measured over 1 and 3
+    # layers and more calls, so the per-layer figure (a difference of two timings) is not mostly noise; measured at 1
+    # and 2 layers, a prefill's layer came out at 0 on a loaded machine.
+    depths = (1, 2) if mode == "train" else (1, 3)
+    calls = {"decode": 40, "prefill": 25}.get(mode, 15)
     for layers in depths:
         model = tiny_model(torch, config, layers, device, lora)
         ids = torch.randint(0, FRAMEWORK_SHAPE["vocab"], (batch, FRAMEWORK_SHAPE["seq"]), device=device)
@@ -565,7 +566,7 @@ def framework_seconds(torch, config: dict, mode: str, lora: FitRequest | None = 
             if mode == "prefill":
                 call = lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1)  # noqa: E731
                 call()
-                times[layers] = {"forward": _median_on(clock, call, 15)}
+                times[layers] = {"forward": _median_on(clock, call, calls)}
             else:
                 out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
                 state = {"cache": out.past_key_values, "token": ids[:, -1:]}

@@ -151,7 +151,18 @@ _OPERATORS: dict[type, Callable[..., float]] = {
     ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos,
 }
 _MAX_TEXT = 200
-NOT_A_NUMBER = "could not read that as a number: type one such as 3.5, 2^-7, 65,504, 1.8M or 800 MB/s"
+NOT_A_NUMBER = "type one such as 3.5, 2^-7, 65,504, 1.8M or 800 MB/s"
+
+
+def _shown(typed: str) -> str:
+    """What the learner typed as one short line for a message: no controls or line breaks, at most 40 characters."""
+    printable = " ".join("".join(ch if ch.isprintable() else " " for ch in typed).split())
+    return printable if len(printable) <= 40 else printable[:39] + "…"
+
+
+def not_a_number(typed: str) -> UserError:
+    """The one line for a text with no number in it, naming what was typed so the learner sees it."""
+    return UserError(f"could not read '{_shown(typed)}' as a number: {NOT_A_NUMBER}")
 
 
 def _normalise(text: str) -> str:
@@ -207,7 +218,7 @@ def evaluate_arithmetic(expression: str, shown: str = "") -> float:
     naming `shown` (what the learner typed) or else the expression."""
     if not expression:
         raise UserError("no number")
-    said = f"'{shown or expression}'"
+    said = f"'{_shown(shown or expression)}'"
     try:
         tree = ast.parse(expression, mode="eval")
         value = _evaluate(tree)
@@ -349,7 +360,7 @@ def read_number(text: str, unit: str = "") -> Reading:
         raise UserError("that is too long to be a number")
     expression, unit_text = _split(_normalise(typed))
     if not expression or not re.search(r"\d", expression):
-        raise UserError(NOT_A_NUMBER)
+        raise not_a_number(typed)
     number = evaluate_arithmetic(expression, typed)
     arithmetic = bool(re.search(r"(?<=[\d.)\s])[-+*/]|\*\*|\(", expression.lstrip("+-")))
     block = parse_unit(unit)
@@ -393,7 +404,7 @@ def number_part(text: str) -> float:
     typed = (text or "").strip()
     expression, _ = _split(_normalise(typed))
     if not re.search(r"\d", expression):
-        raise UserError(NOT_A_NUMBER)
+        raise not_a_number(typed)
     return evaluate_arithmetic(expression, typed)
 
 
