@@ -12,7 +12,6 @@ stale or damaged cache, or one that cannot be written, means the files are parse
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from tutor import __version__
 from tutor.lessons.catalog import LessonInfo, Track
 from tutor.safe_text import strings_without_controls
-from tutor.storage import APP_NAME, DATA_DIR_ENV, read_regular_bytes, write_json_atomic
+from tutor.storage import cache_dir, read_regular_bytes, write_json_atomic
 
 CACHE_FILE = "curriculum-index.json"
 FORMAT = 1
@@ -34,12 +33,7 @@ SOURCE_LIMIT_BYTES = 1 << 20
 def cache_path() -> Path:
     """$TENSOR_TUTOR_DATA_DIR/cache/curriculum-index.json when that is set (tests, a portable setup),
     else in platformdirs' user cache folder (~/.cache/tensor-tutor on Linux)."""
-    override = os.environ.get(DATA_DIR_ENV)
-    if override:
-        return Path(override).expanduser() / "cache" / CACHE_FILE
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)) / CACHE_FILE
+    return cache_dir() / CACHE_FILE
 
 
 def sources_digest(sources: list[tuple[str, bytes]]) -> int:
