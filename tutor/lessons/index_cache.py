@@ -54,7 +54,7 @@ def read_index(root: Path, manifest: str, lesson_file: str) -> tuple[tuple[Track
     """The cached tracks and lesson metadata of the curriculum at `root` (its `manifest` and each
     lesson's `lesson_file`), if the cache holds them and none of those files changed since; None otherwise."""
     try:
-        stored = json.loads(read_regular_bytes(cache_path(), CACHE_LIMIT_BYTES))
+        stored = json.loads(read_regular_bytes(cache_path(), CACHE_LIMIT_BYTES, follow_symlinks=False))
         if stored.get("format") != FORMAT or stored.get("version") != __version__ or stored.get("root") != str(root):
             return None
         stored = strings_without_controls(stored)
@@ -67,7 +67,10 @@ def read_index(root: Path, manifest: str, lesson_file: str) -> tuple[tuple[Track
         if lesson_ids != list(infos):
             return None
         names = [manifest, *(f"{lesson_id}/{lesson_file}" for lesson_id in lesson_ids)]
-        digest = sources_digest([(name, newlines_as_parsed(read_regular_bytes(root / name, SOURCE_LIMIT_BYTES)))
+        # The lessons are no data-folder file (a link among them is followed, as the loader does): said
+        # outright, which also spares each read the look-up of the data and cache folders.
+        digest = sources_digest([(name, newlines_as_parsed(read_regular_bytes(root / name, SOURCE_LIMIT_BYTES,
+                                                                              follow_symlinks=True)))
                                  for name in names])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None  # no cache, a file gone, or not a cache this code wrote: parse the files
