@@ -96,8 +96,11 @@ def test_an_endless_device_in_place_of_progress_is_not_read(tmp_path: Path) -> N
         print(store.last_lesson)
     """, TENSOR_TUTOR_DATA_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
-        f"cannot read {tmp_path / 'progress.json'} (not a regular file); using defaults", "None"]
+    # A link in the data folder is never followed: it is moved aside, still pointing at /dev/zero.
+    warning, last = result.stdout.splitlines()
+    assert warning.startswith("progress.json was a symbolic link to /dev/zero; moved it to progress.json.symlink-")
+    assert warning.endswith("started fresh") and last == "None"
+    assert [p.name.split("-")[0] for p in tmp_path.iterdir() if p.is_symlink()] == ["progress.json.symlink"]
 
 
 @needs_fifo

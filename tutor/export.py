@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -210,7 +211,7 @@ def save_export(result: Any, fmt: str, folder: Path | None = None, now: datetime
     text = export_text(result, fmt)
     path = target / f"{as_table(result).name}-{stamp}.{FORMATS[fmt]}"
     counter = 1
-    while path.exists():
+    while os.path.lexists(path):  # a dangling link is no free name
         counter += 1
         path = target / f"{as_table(result).name}-{stamp}-{counter}.{FORMATS[fmt]}"
     from tutor.storage import write_regular_text
@@ -244,21 +245,22 @@ def save_picture_files(charts: Sequence[Chart], folder: str | Path, stem: str, *
     UserError if the folder cannot be written."""
     from tutor.errors import UserError
     from tutor.plots import chart_json, save_svg
+    from tutor.storage import write_regular_text
 
     target = Path(folder)
     stamp = stamp or datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     try:
         target.mkdir(parents=True, exist_ok=True)
         base, counter = f"{stem}-{stamp}", 1
-        while any((target / f"{base}.{ext}").exists() for ext in ("svg", "csv", "json")):
+        while any(os.path.lexists(target / f"{base}.{ext}") for ext in ("svg", "csv", "json")):  # a link too
             counter += 1
             base = f"{stem}-{stamp}-{counter}"
         svg = save_svg(charts, target / f"{base}.svg", width=width)
         data = target / f"{base}.csv"
-        data.write_text(charts_csv(charts), encoding="utf-8")
+        # write_regular_text: never through a link when the folder is the data folder's exports/
+        write_regular_text(data, charts_csv(charts))
         described = target / f"{base}.json"
-        described.write_text(json.dumps({"charts": [chart_json(chart) for chart in charts]}, indent=2) + "\n",
-                             encoding="utf-8")
+        write_regular_text(described, json.dumps({"charts": [chart_json(chart) for chart in charts]}, indent=2) + "\n")
     except OSError as error:
         raise UserError(f"cannot write in {target}: {error.strerror or error}") from None
     return svg, data, described

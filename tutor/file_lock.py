@@ -24,13 +24,26 @@ def lock_path(path: Path) -> Path:
 
 
 @contextmanager
-def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the lock of `path` (creating its folder and lock file); OSError when it cannot be taken."""
+def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[str | None]:
+    """Hold the lock of `path` (creating its folder and lock file); OSError when it cannot be taken.
+
+    Yields None, or the one line to show when a link in the lock file's place was moved aside: the
+    lock file is opened with O_NOFOLLOW in a folder that passed safe_folder, so taking a lock never
+    creates or opens a file outside the data folder.
+    """
+    from tutor.storage import SymlinkError, move_aside, open_nofollow, safe_folder
+
     target = lock_path(Path(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
+    safe_folder(target.parent)
     # Non-blocking open and a regular-file check: a FIFO or device put in the lock file's place
     # must give an OSError (the caller keeps working in memory), not a hang or a lock on a tty.
-    descriptor = os.open(target, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o600)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+    note = None
+    try:
+        descriptor = open_nofollow(target, flags, 0o600)
+    except SymlinkError as error:
+        note = move_aside(target, f"a symbolic link to {error.link_target}", "symlink")
+        descriptor = open_nofollow(target, flags, 0o600)
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             from tutor.storage import NotAFileError
@@ -38,7 +51,7 @@ def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
             raise NotAFileError(target)
         _acquire(descriptor, timeout_s, target)
         try:
-            yield
+            yield note
         finally:
             _release(descriptor)
     finally:

@@ -389,7 +389,7 @@ def _files_from_index(index: Path) -> list[Path]:
     from tutor.storage import loads_json_bounded, read_regular_text
 
     try:
-        data = loads_json_bounded(read_regular_text(index, MAX_CONFIG_BYTES))  # an index is a few megabytes
+        data = loads_json_bounded(read_regular_text(index, MAX_CONFIG_BYTES, follow_symlinks=True))  # an index is a few megabytes
     except (OSError, ValueError):  # unreadable, too large, not UTF-8, not JSON, nested too deeply
         raise UserError(f"{shown(index)} is not a readable JSON index") from None
     shards = shards_in_index(data, shown(index))

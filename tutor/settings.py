@@ -92,11 +92,12 @@ def save_settings(settings: Settings, path: Path | None = None) -> str | None:
             raise UserError(f"setting {name} = {value!r} is not {_EXPECTED[name]}")
     path = settings_path() if path is None else Path(path)
     try:
-        with locked(path):
+        with locked(path) as moved:
             empty: dict[str, Any] = {}
-            on_disk, _ = read_json(path, empty)
+            on_disk, warning = read_json(path, empty)
             # Keys this version does not know (a newer version wrote them) are kept, not dropped.
             write_json_atomic(path, {**on_disk, **dataclasses.asdict(settings)})
     except OSError as error:
         return f"could not save settings to {path} ({error.strerror or error}); they last until you quit"
-    return None
+    # A lock link or a settings.json moved aside since the settings were loaded: said once, here.
+    return "; ".join(filter(None, (moved, warning))) or None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,15 +120,18 @@ def append_run(header: dict[str, Any] | BenchRun, results: Sequence[dict[str, An
         line = (json.dumps(record, separators=(",", ":"), allow_nan=False, default=str) + "\n").encode()
     except ValueError as error:
         return f"results not saved: {error}"
+    from tutor.storage import NotAFileError, open_for_append
+
     note = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         # Non-blocking, then checked: a FIFO in the notebook's place would block a write larger than the
-        # pipe's buffer (or a read of its tail) forever, and a device is no notebook.
-        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+        # pipe's buffer (or a read of its tail) forever, and a device is no notebook. Never through a
+        # link: a symlinked or hard-linked notebook is moved aside and this run starts a fresh one.
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return f"results not saved: {target} is not a regular file (a pipe or device?); move it away"
+            fd, moved = open_for_append(target)
+        except NotAFileError:
+            return f"results not saved: {target} is not a regular file (a pipe or device?); move it away"
+        try:
             _lock(fd)
             note = _set_aside_torn_tail(fd, target)
             written = os.write(fd, line)
@@ -140,6 +142,8 @@ def append_run(header: dict[str, Any] | BenchRun, results: Sequence[dict[str, An
         return f"results not saved to {target}: {error.strerror or error}"
     if written != len(line):
         return f"results only partly saved to {target} ({written} of {len(line)} bytes)"
+    if moved:  # a fresh file: no torn tail in it
+        return f"{moved}; this run starts a fresh {target.name}"
     return f"{note}; this run is saved after it" if note else None
 
 

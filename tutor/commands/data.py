@@ -117,8 +117,10 @@ def reset(kind: str, yes: bool) -> None:
             click.echo("kept it: nothing was deleted")
             sys.exit(1)
     try:
-        with locked(path):  # not in the middle of another process's read-merge-write
-            path.unlink(missing_ok=True)
+        with locked(path) as moved:  # not in the middle of another process's read-merge-write
+            path.unlink(missing_ok=True)  # a link itself, never what it points to
+        if moved:
+            click.echo(f"tensor-tutor: {moved}", err=True)
     except OSError as error:
         raise UserError(f"cannot delete {path}: {error.strerror or error}") from None
     click.echo(f"deleted {path} ({format_bytes(size)}); {kind} starts over")

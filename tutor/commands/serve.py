@@ -1,7 +1,14 @@
 """`tensor-tutor serve`: the tutor app in a browser, through textual-serve.
 
 Each browser tab starts its own `python -m tutor learn` process on this machine, so every tab's
-measurements run on this machine's hardware. Bound to localhost unless --host says otherwise.
+measurements run on this machine's hardware. Bound to localhost unless --host says otherwise, and an
+address other machines can reach needs --allow-remote: a visitor runs code as this user (an exercise
+block exec()s the Python typed in the page in the worker, and benchmarks run here), so serving beyond
+this machine is a choice said out loud, never a typo of --host.
+
+The page's WebSocket address is the one the browser used (its Host header, when the Origin rule below
+would accept a session from it), not the bind address: a page opened at http://192.0.2.10:8000 from a
+server bound to 0.0.0.0 connects to ws://192.0.2.10:8000, where ws://0.0.0.0:8000 would go nowhere.
 
 A WebSocket is a session that runs the tutor here, so it is guarded: browsers let any web page open a
 WebSocket to localhost, so one whose Origin is not the served address is refused (403), and at most
@@ -73,6 +80,43 @@ def app_command(lesson_id: str | None = None) -> str:
 def public_url(host: str, port: int) -> str:
     """The address the browser opens (IPv6 literals in brackets)."""
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only: localhost, or a loopback IP literal."""
+    if host.lower() in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def remote_warning(host: str, port: int) -> str:
+    user = os.environ.get("USER") or os.environ.get("USERNAME") or "this user"
+    return (f"tensor-tutor: warning: listening on {host}:{port} for other machines (--allow-remote): anyone who "
+            f"can reach it runs code as {user} here (an exercise block runs the Python typed in the page, and "
+            "benchmarks run on this machine); serve only on a network you trust")
+
+
+def check_remote(host: str, allow_remote: bool) -> None:
+    """Refuse, in one line, an address other machines can reach unless --allow-remote says so."""
+    if not allow_remote and not is_loopback(host):
+        raise UserError(f"--host {host} lets other machines in, and a visitor runs code as this user (exercise "
+                        "blocks run the Python typed in the page): add --allow-remote to serve beyond this machine")
+
+
+def page_url(host: str, port: int, request_host: str | None, scheme: str = "http") -> str:
+    """The address the page's links and WebSocket use: the one the browser asked for (Host header)
+    when a session from there would be accepted (origin_allowed: so never a rebound DNS name), rebuilt
+    from its parsed parts; else public_url (the bind address)."""
+    scheme = scheme if scheme in ("http", "https") else "http"
+    if request_host and origin_allowed(f"{scheme}://{request_host}", host, port, request_host):
+        parsed = _host_and_port(request_host)
+        if parsed is not None:
+            hostname, _ = parsed
+            return public_url(hostname, port).replace("http://", f"{scheme}://", 1)
+    return public_url(host, port)
 
 
 def _host_and_port(netloc_or_url: str) -> tuple[str, int | None] | None:
@@ -156,8 +200,9 @@ def _listen_error(host: str, port: int, error: OSError) -> UserError:
 @lru_cache(maxsize=1)
 def guarded_server_class() -> type:
     """textual-serve's Server with the Origin check and the session cap (imported on first use)."""
+    import aiohttp_jinja2
     from aiohttp import web
-    from textual_serve.server import Server
+    from textual_serve.server import Server, to_int
 
     class GuardedServer(Server):
         def __init__(self, command: str, *, host: str, port: int, max_sessions: int = MAX_SESSIONS,
@@ -169,6 +214,20 @@ def guarded_server_class() -> type:
         @property
         def sessions(self) -> int:
             return len(self._open)
+
+        @aiohttp_jinja2.template("app_index.html")
+        async def handle_index(self, request: web.Request) -> dict[str, Any]:
+            # textual-serve's page, with its URLs on the address the browser used (page_url), not the
+            # bind address: a page from a server bound to 0.0.0.0 must not point at ws://0.0.0.0.
+            base = page_url(self.host, self.port, request.headers.get("Host"), request.scheme)
+            router = request.app.router
+            websocket = ("wss" if base.startswith("https:") else "ws") + base[base.index(":"):]
+            return {
+                "font_size": to_int(request.query.get("fontsize", "16"), 16),
+                "app_websocket_url": f"{websocket}{router['websocket'].url_for()}",
+                "config": {"static": {"url": f"{base}{router['static'].url_for(filename='/')}".rstrip("/") + "/"}},
+                "application": {"name": self.title},
+            }
 
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
             origin = request.headers.get("Origin")
@@ -210,11 +269,14 @@ def guarded_server_class() -> type:
 
 Each browser tab is a session that runs its own tutor process on this machine: at most
 {MAX_SESSIONS} at once. Sessions are accepted only from pages served at this address (a WebSocket
-from any other web site is refused).""")
+from any other web site is refused). An address other machines can reach (--host 0.0.0.0) needs
+--allow-remote: a visitor runs code as you (exercise blocks run the Python typed in the page).""")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (localhost only by default).")
 @click.option("--port", default=8000, show_default=True, type=int, help="TCP port.")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow an address other machines can reach: anyone who reaches it runs code as you.")
 @click.argument("lesson_id", required=False)
-def serve(host: str, port: int, lesson_id: str | None) -> None:
+def serve(host: str, port: int, allow_remote: bool, lesson_id: str | None) -> None:
     if not 1 <= port <= 65535:
         raise UserError(f"--port must be from 1 to 65535, got {port}")
     if lesson_id is not None:
@@ -225,10 +287,10 @@ def serve(host: str, port: int, lesson_id: str | None) -> None:
         server_class = guarded_server_class()
     except ImportError:
         raise UserError("serving in a browser needs textual-serve: pip install textual-serve") from None
-    check_can_listen(host, port)
-    if host not in LOCAL_HOSTS:
-        click.echo(f"tensor-tutor: warning: listening on {host}: anyone who can reach it can run "
-                   "benchmarks on this machine", err=True)
+    check_can_listen(host, port)  # first: an address that is no address is said as such
+    check_remote(host, allow_remote)
+    if not is_loopback(host):
+        click.echo(remote_warning(host, port), err=True)
     click.echo(f"tensor-tutor: serving the app at {public_url(host, port)} (at most {MAX_SESSIONS} sessions; "
                "Ctrl-C stops)", err=True)
     try:

@@ -12,7 +12,6 @@ stale or damaged cache, or one that cannot be written, means the files are parse
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from tutor import __version__
 from tutor.lessons.catalog import LessonInfo, Track
 from tutor.safe_text import strings_without_controls
-from tutor.storage import APP_NAME, DATA_DIR_ENV, read_regular_bytes, write_json_atomic
+from tutor.storage import cache_dir, read_regular_bytes, write_json_atomic
 
 CACHE_FILE = "curriculum-index.json"
 FORMAT = 1
@@ -34,12 +33,7 @@ SOURCE_LIMIT_BYTES = 1 << 20
 def cache_path() -> Path:
     """$TENSOR_TUTOR_DATA_DIR/cache/curriculum-index.json when that is set (tests, a portable setup),
     else in platformdirs' user cache folder (~/.cache/tensor-tutor on Linux)."""
-    override = os.environ.get(DATA_DIR_ENV)
-    if override:
-        return Path(override).expanduser() / "cache" / CACHE_FILE
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)) / CACHE_FILE
+    return cache_dir() / CACHE_FILE
 
 
 def sources_digest(sources: list[tuple[str, bytes]]) -> int:
@@ -60,7 +54,7 @@ def read_index(root: Path, manifest: str, lesson_file: str) -> tuple[tuple[Track
     """The cached tracks and lesson metadata of the curriculum at `root` (its `manifest` and each
     lesson's `lesson_file`), if the cache holds them and none of those files changed since; None otherwise."""
     try:
-        stored = json.loads(read_regular_bytes(cache_path(), CACHE_LIMIT_BYTES))
+        stored = json.loads(read_regular_bytes(cache_path(), CACHE_LIMIT_BYTES, follow_symlinks=False))
         if stored.get("format") != FORMAT or stored.get("version") != __version__ or stored.get("root") != str(root):
             return None
         stored = strings_without_controls(stored)
@@ -73,7 +67,10 @@ def read_index(root: Path, manifest: str, lesson_file: str) -> tuple[tuple[Track
         if lesson_ids != list(infos):
             return None
         names = [manifest, *(f"{lesson_id}/{lesson_file}" for lesson_id in lesson_ids)]
-        digest = sources_digest([(name, newlines_as_parsed(read_regular_bytes(root / name, SOURCE_LIMIT_BYTES)))
+        # The lessons are no data-folder file (a link among them is followed, as the loader does): said
+        # outright, which also spares each read the look-up of the data and cache folders.
+        digest = sources_digest([(name, newlines_as_parsed(read_regular_bytes(root / name, SOURCE_LIMIT_BYTES,
+                                                                              follow_symlinks=True)))
                                  for name in names])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None  # no cache, a file gone, or not a cache this code wrote: parse the files

@@ -291,10 +291,10 @@ class ProgressStore:
         if not self.persistent:
             return
         try:
-            with locked(self.path):  # another process must not write between our read and our write
+            with locked(self.path) as moved:  # another process must not write between our read and our write
                 on_disk, warning = read_json(self.path, _empty())
-                if warning:
-                    self.warning = warning
+                if warning or moved:
+                    self.warning = "; ".join(filter(None, (moved, warning)))
                 merged = merge_progress(self._data, on_disk)
                 write_json_atomic(self.path, merged)
         except OSError as error:
@@ -356,8 +356,10 @@ class ProgressStore:
             if not self.persistent:
                 return
             try:
-                with locked(self.path):
+                with locked(self.path) as moved:
                     write_json_atomic(self.path, self._data)
+                if moved:
+                    self.warning = moved
             except OSError as error:
                 self.persistent = False
                 self.warning = f"cannot save progress to {self.path} ({error.strerror or error})"
