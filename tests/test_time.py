@@ -550,6 +550,15 @@ def test_a_backward_is_timed_by_itself_on_a_fresh_forward_each_repeat() -> None:
     assert seconds > 0
 
 
+def _fp32_bench_run(data_dir) -> None:
+    """A bench run with an fp32 matmul and a triad on this machine's CPU (what `time --device cpu` reads)."""
+    header = {"date": "2026-12-01T10:00:00Z", "cancelled": False}
+    results = [{"kind": "matmul", "device": "cpu", "dtype": "fp32", "backend": "torch/mkl", "m": 1024, "n": 1024,
+                "k": 1024, "tflops_median": 0.1, "peak_tflops": 0.2, "peak_source": "test", "headline": True},
+               {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 20.0}]
+    assert append_run(header, results, data_dir / "results.jsonl") is None
+
+
 def test_every_time_example_of_the_readme_runs_as_printed_and_fits(tmp_path, monkeypatch) -> None:
     """The README's `tensor-tutor time` lines (continuations joined, --verify left to the verify tests), run as a user
     would after a bench run: each answers, and none is timed under a 'does not fit' line (the CPU example is held to
@@ -557,11 +566,7 @@ def test_every_time_example_of_the_readme_runs_as_printed_and_fits(tmp_path, mon
     from pathlib import Path
 
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
-    header = {"date": "2026-12-01T10:00:00Z", "cancelled": False}
-    results = [{"kind": "matmul", "device": "cpu", "dtype": "fp32", "backend": "torch/mkl", "m": 1024, "n": 1024,
-                "k": 1024, "tflops_median": 0.1, "peak_tflops": 0.2, "peak_source": "test", "headline": True},
-               {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 20.0}]
-    assert append_run(header, results, tmp_path / "results.jsonl") is None
+    _fp32_bench_run(tmp_path)
     text = (Path(__file__).parent.parent / "README.md").read_text()
     section = text[text.index("### How long: `tensor-tutor time`"):]
     start = section.index("```bash") + len("```bash")
@@ -582,11 +587,7 @@ def test_time_s_memory_per_device_is_fit_s(device, tmp_path, monkeypatch) -> Non
     """One story: the bytes `time` checks a layout against are the ones `fit` shows for the same request on the same
     device (a CPU holds no CUDA context)."""
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
-    header = {"date": "2026-12-01T10:00:00Z", "cancelled": False}
-    results = [{"kind": "matmul", "device": "cpu", "dtype": "fp32", "backend": "torch/mkl", "m": 1024, "n": 1024,
-                "k": 1024, "tflops_median": 0.1, "peak_tflops": 0.2, "peak_source": "test", "headline": True},
-               {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 20.0}]
-    assert append_run(header, results, tmp_path / "results.jsonl") is None
+    _fp32_bench_run(tmp_path)
     argv = ["llama-3.2-1b", "--mode", "train", "--recipe", "fp32", "--seq", "1024", "--device", device, "--json"]
     code, out, err = run(["fit", *argv])
     assert code == 0, err
