@@ -92,6 +92,24 @@ def test_next_previous_and_escape_home():
     run(scenario())
 
 
+def test_escape_in_a_field_leaves_the_field_with_its_text_and_a_second_escape_the_lesson():
+    async def scenario():
+        app = TutorApp(fake_services(), lesson_id="precision/speed")
+        async with app.run_test(size=WIDE) as pilot:
+            await pilot.pause()
+            guess = app.screen.query_one(PredictBlock).query_one("#guess")
+            guess.focus()
+            await pilot.press("1", "2", "3")
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.screen.lesson_id == "precision/speed" and guess.value == "123"
+            assert app.screen.focused is not guess
+            await pilot.press("escape")
+            await pilot.pause()
+            assert isinstance(app.screen, HomeScreen)
+    run(scenario())
+
+
 def test_lesson_renders_values_and_mounts_each_block():
     async def scenario():
         app = TutorApp(fake_services(), lesson_id="precision/bits")

@@ -25,7 +25,7 @@ GLOBAL_HELP = """\
 | f | home: the Fit check (does a model fit this machine?) |
 | n / p | lesson: the next / previous lesson |
 | l | lesson: hide or show the live pane |
-| Escape | cancel a running measurement, else back home |
+| Escape | cancel a running measurement; out of a text field (its text kept); else back home |
 | q | home: quit |
 | ctrl+q | quit from anywhere (a running measurement is cancelled first) |
 

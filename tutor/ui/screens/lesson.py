@@ -384,8 +384,13 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         self._go(self.services.curriculum.previous_lesson(self.lesson_id))
 
     def action_escape(self) -> None:
+        from textual.widgets import Input
+
         if self.running_runners():
             self.cancel_measurements()
+        elif isinstance(self.focused, Input):
+            # Esc in a field leaves the field, its text kept; a second Esc leaves the lesson.
+            self.set_focus(None)
         elif (app := tutor_app(self.app)) is not None:
             app.action_home()
 
