@@ -101,3 +101,16 @@ def test_app_shows_warnings_from_after_start_up(tmp_path: Path, monkeypatch: pyt
     messages = asyncio.run(scenario())
     assert any(message.startswith("cannot save progress") for message in messages), messages
     assert any(message.startswith("could not save settings") for message in messages), messages
+
+
+def test_the_place_in_a_lesson_is_kept_and_a_malformed_one_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path)
+    assert store.place("memory/roofline") is None
+    store.set_place("memory/roofline", (3, 0.25))
+    assert ProgressStore(path).place("memory/roofline") == (3, 0.25)  # saved: another start reads it
+    data = json.loads(path.read_text())
+    for bad in ([3], [-1, 0.5], [2, 1.5], ["3", 0.2], [True, 0.1], "top", None):
+        data["lessons"]["memory/roofline"]["place"] = bad
+        path.write_text(json.dumps(data))
+        assert ProgressStore(path).place("memory/roofline") is None, bad

@@ -110,6 +110,34 @@ def test_escape_in_a_field_leaves_the_field_with_its_text_and_a_second_escape_th
     run(scenario())
 
 
+def test_continue_returns_to_where_the_learner_left_the_lesson():
+    async def scenario():
+        services = fake_services()
+        app = TutorApp(services, lesson_id="precision/speed")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            scroller = app.screen.query_one("#lesson")
+            scroller.focus()
+            await pilot.press("pagedown", "pagedown")
+            await until(pilot, lambda: scroller.scroll_y > 0, "the lesson scrolled")
+            left_at = scroller.scroll_y
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, HomeScreen), "home")
+            assert services.progress.place("precision/speed") is not None
+            await pilot.press("c")
+            await until(pilot, lambda: getattr(app.screen, "lesson_id", None) == "precision/speed", "the lesson")
+            lesson = app.screen.query_one("#lesson")
+            await until(pilot, lambda: abs(lesson.scroll_y - left_at) <= 1, "the place it was left at")
+            # Opened from the list instead, a lesson starts at its top.
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, HomeScreen), "home again")
+            app.open_lesson("precision/speed")
+            await until(pilot, lambda: getattr(app.screen, "lesson_id", None) == "precision/speed", "the lesson again")
+            await pilot.pause()
+            assert app.screen.query_one("#lesson").scroll_y == 0
+    run(scenario())
+
+
 def test_lesson_renders_values_and_mounts_each_block():
     async def scenario():
         app = TutorApp(fake_services(), lesson_id="precision/bits")

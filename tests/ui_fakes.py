@@ -216,12 +216,19 @@ class FakeProgress:
         self.answers: list[tuple] = []
         self.predictions: list[tuple] = []
         self.last_lesson: str | None = None
+        self.places: dict[str, tuple[int, float]] = {}
         self.warning: str | None = None
         self.learner_id = ""
         self.reveals: list[tuple[str, str]] = []
 
     def set_last_lesson(self, lesson_id: str) -> None:
         self.last_lesson = lesson_id
+
+    def place(self, lesson_id: str) -> tuple[int, float] | None:
+        return self.places.get(lesson_id)
+
+    def set_place(self, lesson_id: str, place: tuple[int, float]) -> None:
+        self.places[lesson_id] = place
 
     def lesson_state(self, lesson_id: str) -> LessonProgress:
         return self.state.setdefault(lesson_id, LessonProgress(set(), False))

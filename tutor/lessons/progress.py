@@ -161,7 +161,17 @@ def _clean_record(entry: dict[str, Any]) -> dict[str, Any]:
         "predictions": {key: clean for key, clean in ((key, _clean_prediction(value))
                                                       for key, value in predictions.items())
                         if clean is not None} if isinstance(predictions, dict) else {},
+        "place": _clean_place(entry.get("place")),
     }
+
+
+def _clean_place(value: Any) -> list[float] | None:
+    """[index of the lesson part at the top of the view, how far into it (0-1)], or None when malformed."""
+    if (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int) and not isinstance(value[0], bool)
+            and 0 <= value[0] < 10_000 and isinstance(value[1], (int, float)) and not isinstance(value[1], bool)
+            and 0 <= value[1] <= 1):
+        return [value[0], float(value[1])]
+    return None
 
 
 def clean_progress(data: dict[str, Any]) -> dict[str, Any]:
@@ -197,6 +207,7 @@ def merge_progress(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, An
         other["seen_blocks"] = {key: max(other["seen_blocks"].get(key, 0), entry["seen_blocks"].get(key, 0))
                                 for key in set(other["seen_blocks"]) | set(entry["seen_blocks"])}
         other["answers"] = {**other["answers"], **entry["answers"]}
+        other["place"] = entry.get("place") or other.get("place")  # where this instance's learner left it
         other["predictions"] = {**other["predictions"], **entry["predictions"]}
     return merged
 
@@ -306,6 +317,17 @@ class ProgressStore:
 
     def set_last_lesson(self, lesson_id: str) -> None:
         self._change(None, lambda data: data.__setitem__("last_lesson", lesson_id))
+
+    def place(self, lesson_id: str) -> tuple[int, float] | None:
+        """Where the learner left `lesson_id`: (index of the lesson part at the top of the view, how far into it)."""
+        entry = self._data["lessons"].get(lesson_id) or {}
+        place = entry.get("place")
+        return (place[0], place[1]) if place else None
+
+    def set_place(self, lesson_id: str, place: tuple[int, float]) -> None:
+        clean = _clean_place([place[0], place[1]])
+        if clean is not None and clean != (self._data["lessons"].get(lesson_id) or {}).get("place"):
+            self._change(lesson_id, lambda entry: entry.__setitem__("place", clean))
 
     def mark_block(self, lesson_id: str, block_id: str) -> None:
         def update(entry: dict[str, Any]) -> None:

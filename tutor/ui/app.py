@@ -365,12 +365,13 @@ class TutorApp(App[None]):
 
     # ---- navigation -----------------------------------------------------------------------
 
-    def open_lesson(self, lesson_id: str) -> None:
-        """Show lesson `lesson_id` above the home screen (replacing another lesson or tool screen)."""
+    def open_lesson(self, lesson_id: str, resume: bool = False) -> None:
+        """Show lesson `lesson_id` above the home screen (replacing another lesson or tool screen); `resume`: at
+        the place the learner left it."""
         from tutor.ui.screens.lesson import LessonScreen
 
         try:
-            screen = LessonScreen(self.services, lesson_id)
+            screen = LessonScreen(self.services, lesson_id, resume=resume)
         except ValueError as error:  # UserError: no such lesson (the message suggests close ids)
             self.notify(str(error), severity="error")
             return
@@ -386,7 +387,7 @@ class TutorApp(App[None]):
 
     @on(OpenLesson)
     def _open_lesson(self, message: OpenLesson) -> None:
-        self.open_lesson(message.lesson_id)
+        self.open_lesson(message.lesson_id, message.resume)
 
     def action_home(self) -> None:
         """Back to the list of lessons (the first screen of the stack)."""

@@ -6,11 +6,12 @@ from textual.message import Message
 
 
 class OpenLesson(Message):
-    """Open lesson `lesson_id` (from the home list, the palette or n/p)."""
+    """Open lesson `lesson_id` (from the home list, the palette or n/p); `resume`: where the learner left it."""
 
-    def __init__(self, lesson_id: str) -> None:
+    def __init__(self, lesson_id: str, resume: bool = False) -> None:
         super().__init__()
         self.lesson_id = lesson_id
+        self.resume = resume
 
 
 class LessonCompleted(Message):

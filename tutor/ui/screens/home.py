@@ -140,7 +140,7 @@ The five tracks of the course, each with how many of its lessons you have comple
             self.post_message(OpenLesson(event.option.id))
 
     def action_continue(self) -> None:
-        """Open the last lesson, or the first not completed."""
+        """Open the last lesson where the learner left it, or the first not completed."""
         progress = self.services.progress
         target = progress.last_lesson
         if target is None:
@@ -149,4 +149,4 @@ The five tracks of the course, each with how many of its lessons you have comple
         if target is None and self.services.curriculum.lessons:
             target = self.services.curriculum.lessons[0].id
         if target is not None:
-            self.post_message(OpenLesson(target))
+            self.post_message(OpenLesson(target, resume=True))

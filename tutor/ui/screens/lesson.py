@@ -103,9 +103,10 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     """Keys the footer leaves out below 100 columns, where the line has room for Enter, Tab, the next
     box, Escape, Ctrl+Q and F1 only; they still work (the lesson's last line names n; F1 lists both)."""
 
-    def __init__(self, services: Services, lesson_id: str) -> None:
+    def __init__(self, services: Services, lesson_id: str, *, resume: bool = False) -> None:
         super().__init__()
         self.services = services
+        self._resume = resume
         self.lesson = services.curriculum.lesson(lesson_id)
         self.lesson_id = self.lesson.info.id  # the curriculum may resolve a short id
         self._edge_notice_at = -EDGE_NOTICE_S
@@ -200,6 +201,13 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     def settle_then_focus(self) -> None:
         # The first refresh lays out the lesson; the live pane then shares out its height (at 80x24
         # it is stacked under the lesson): look once that second layout is done.
+        place = self.services.progress.place(self.lesson_id) if self._resume else None
+        if place is not None:  # Continue: back where the learner left the lesson, the focus on its text
+            self._anchor = place
+            self._restoring = True
+            self.call_after_refresh(self._restore_reading)
+            self._opening = False
+            return
         self.call_after_refresh(self.focus_first_block)
 
     def focus_first_block(self) -> None:
@@ -401,3 +409,9 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     def on_unmount(self) -> None:
         # Leaving the lesson (n/p, home, quit) stops its measurement: nobody would see the result.
         self.cancel_measurements()
+        self._save_place()
+
+    def _save_place(self) -> None:
+        """Keep where the learner is reading (Continue returns there)."""
+        if self._anchor is not None:
+            self.services.progress.set_place(self.lesson_id, self._anchor)
