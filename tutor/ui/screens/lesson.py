@@ -18,6 +18,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.widget import Widget
+from textual.css.query import NoMatches
 from textual.widgets import Button, Static
 
 from tutor.lessons import model
@@ -383,6 +384,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
         if not self.graded_ids() and not self.services.progress.lesson_state(self.lesson_id).completed:
             # A lesson with nothing to answer or run is completed by reading to its end.
             self.services.progress.mark_completed(self.lesson_id)
+        self.save_place()
         self.post_message(OpenLesson(lesson.id))
 
     def action_next(self) -> None:
@@ -400,6 +402,7 @@ The lesson is completed when every quiz, prediction and measurement in it is don
             # Esc in a field leaves the field, its text kept; a second Esc leaves the lesson.
             self.set_focus(None)
         elif (app := tutor_app(self.app)) is not None:
+            self.save_place()
             app.action_home()
 
     def action_toggle_live(self) -> None:
@@ -409,9 +412,14 @@ The lesson is completed when every quiz, prediction and measurement in it is don
     def on_unmount(self) -> None:
         # Leaving the lesson (n/p, home, quit) stops its measurement: nobody would see the result.
         self.cancel_measurements()
-        self._save_place()
+        self.save_place()
 
-    def _save_place(self) -> None:
-        """Keep where the learner is reading (Continue returns there)."""
-        if self._anchor is not None:
-            self.services.progress.set_place(self.lesson_id, self._anchor)
+    def save_place(self) -> None:
+        """Keep where the learner is reading (Continue returns there): the view's place now, else the last one
+        seen (once the screen is being taken down its text can no longer be asked)."""
+        try:
+            place = self._reading_anchor() or self._anchor
+        except NoMatches:
+            place = self._anchor
+        if place is not None:
+            self.services.progress.set_place(self.lesson_id, place)
