@@ -55,22 +55,12 @@ def family_config(name: str) -> dict:
 def measure(torch, config: dict, *, seq: int, batches: list[int], device: str = "cpu") -> dict:
     """The real loop: prefill seconds at batch 1, decode seconds per step at each batch (medians; CPU: this
     thread's CPU time, CUDA: the wall clock after the queue drains)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from tutor.bench.step_verify import host_clock
+    from tutor.bench.step_verify import build_as_run, host_clock
 
     cuda = device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
     clock = host_clock(torch, device)
-    hf = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
-    with torch.device(device):  # built where it runs: an MoE of several GB initialised on the host takes minutes
-        try:
-            hf._attn_implementation = "sdpa"
-            model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
-        except ValueError:
-            hf._attn_implementation = "eager"
-            model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
-    model = model.to(dtype).eval()
+    model = build_as_run(torch, config, dtype, device)[0].eval()
     vocab = config["vocab_size"]
     out = {}
     with torch.no_grad():

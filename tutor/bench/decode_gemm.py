@@ -69,21 +69,19 @@ class LaunchResult:
                 "graph_kernel_s": self.graph_kernel_s, "kernels": self.kernels, "note": self.note}
 
 
-def _torch_dtype(torch, dtype: str):
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-
-
 def decode_matmul_bandwidth(device: str, dtype: str, *, budget_s: float,
                             cancel: threading.Event | None = None) -> list[DecodeMatmulResult]:
     """Matrix-vector bandwidth at each of DECODE_ROWS and each weight size on `device` in `dtype` (module
     docstring); the points that finished within `budget_s`, the largest sizes first to go (none if cancelled)."""
     import torch
 
+    from tutor.bench.matmul import torch_dtype
+
     if dtype not in ("fp32", "bf16", "fp16"):
         return []
     cuda = device.startswith("cuda")
-    torch_dtype = _torch_dtype(torch, dtype)
-    element = torch.finfo(torch_dtype).bits // 8
+    stored = torch_dtype(dtype)
+    element = torch.finfo(stored).bits // 8
 
     def sync() -> None:
         if cuda:
@@ -95,9 +93,9 @@ def decode_matmul_bandwidth(device: str, dtype: str, *, budget_s: float,
         for side in GPU_SIDES if cuda else CPU_SIDES:
             weight_bytes = side * side * element
             copies = max(2, (GPU_ROTATE_BYTES if cuda else ROTATE_BYTES) // weight_bytes)
-            weights = [torch.randn(side, side, device=device).to(torch_dtype) for _ in range(copies)]
+            weights = [torch.randn(side, side, device=device).to(stored) for _ in range(copies)]
             for m in DECODE_ROWS:
-                x = torch.randn(m, side, device=device).to(torch_dtype)
+                x = torch.randn(m, side, device=device).to(stored)
                 for w in weights[:2]:  # warm: the kernel chosen, its workspace allocated
                     torch.nn.functional.linear(x, w)
                 times = []

@@ -11,12 +11,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from tutor.bench.memory_trace import cache_argument
+
 GRAPH_WARMUPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
-
-
-def cache_keyword(model) -> str:
-    """transformers 5.x renamed forward's `past_key_values` to `cache` (the old name warns until 5.40)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def eager_decoder(model, config, prompt_ids):
@@ -24,7 +21,7 @@ def eager_decoder(model, config, prompt_ids):
     forward, the cache growing by one position, as `generate` does at batch 1."""
     from transformers import DynamicCache
 
-    keyword = cache_keyword(model)
+    keyword = cache_argument(model)
     try:
         cache = DynamicCache(config=config)  # per-layer kinds (sliding windows) from the config
     except TypeError:  # a transformers release whose DynamicCache takes no config
@@ -53,7 +50,7 @@ class StaticDecoder:
         from transformers import StaticCache
 
         self.model = model
-        self.keyword = cache_keyword(model)
+        self.keyword = cache_argument(model)
         self.takes_cache_position = "cache_position" in inspect.signature(model.forward).parameters
         self.cache = StaticCache(config=config, max_cache_len=max_len)
         prompt = int(prompt_ids.shape[1])

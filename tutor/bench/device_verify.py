@@ -100,22 +100,6 @@ def layers_that_fit(arch, request: FitRequest, free_bytes: int) -> int:
     return low
 
 
-def _build(torch, config: dict, device: str, dtype):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    hf = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
-    with torch.device(device):  # initialised where it runs: billions of parameters take minutes on the host
-        try:
-            hf._attn_implementation = "sdpa"
-            model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
-        except ValueError as error:
-            if "scaled_dot_product_attention" not in str(error):
-                raise
-            hf._attn_implementation = "eager"
-            model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
-    return model.to(dtype), hf
-
-
 def _train(torch, model, ids, recipe: str, timer: _Timer) -> dict[str, float]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     autocast = recipe == "hf-amp"
@@ -225,10 +209,13 @@ def measure_model(config: dict, request: FitRequest, device: str) -> dict:
     import torch
     from transformers.utils import logging as hf_logging
 
+    from tutor.bench.matmul import torch_dtype
+    from tutor.bench.step_verify import build_as_run
+
     hf_logging.set_verbosity_error()
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[weights_dtype(request)]
+    dtype = torch_dtype(weights_dtype(request))
     torch.manual_seed(0)
-    model, hf = _build(torch, config, device, dtype)
+    model, hf = build_as_run(torch, config, dtype, device)
     timer = _Timer(torch, device)
     vocab = int(config.get("vocab_size") or hf.vocab_size)
     out: dict = {"clock": "CUDA events" if device.startswith("cuda") else "wall clock"}

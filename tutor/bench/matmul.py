@@ -186,7 +186,8 @@ def numpy_backend_name() -> str:
         return "numpy/blas"
 
 
-def _torch_dtype(dtype: str):
+def torch_dtype(dtype: str):
+    """The torch dtype a dtype name (fp32, tf32, bf16, fp16) stores in: tf32 is a compute mode on fp32 tensors."""
     import torch
 
     return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
@@ -218,16 +219,16 @@ class _TorchCase:
             self.fn: Callable[[], object] = lambda: scaled_mm(self.a, self.b, self.scale, torch.bfloat16)
             self.setup = None
             return
-        torch_dtype = _torch_dtype(dtype)
-        self.a = torch.randn(m, k, device=device, dtype=torch_dtype)
-        self.b = torch.randn(n, k, device=device, dtype=torch_dtype).t()
-        self.out = torch.randn(m, n, device=device, dtype=torch_dtype)
+        stored = torch_dtype(dtype)
+        self.a = torch.randn(m, k, device=device, dtype=stored)
+        self.b = torch.randn(n, k, device=device, dtype=stored).t()
+        self.out = torch.randn(m, n, device=device, dtype=stored)
         self.fn = lambda: torch.mm(self.a, self.b, out=self.out)
         # Re-randomising the output before each iteration keeps the power draw of a real write
         # (mamf-finder); only on GPUs, where the power-cap effect was measured.
         self.setup = None
         if device.startswith("cuda"):
-            fresh = torch.randn(m, n, device=device, dtype=torch_dtype)
+            fresh = torch.randn(m, n, device=device, dtype=stored)
             self.setup = lambda: self.out.copy_(fresh)
 
 

@@ -2,7 +2,7 @@
 
 The model is MODEL's architecture from its config.json, scaled down (layers, width, vocabulary,
 sequence) until a training step takes a few seconds on this machine, built by transformers
-(`AutoModelForCausalLM.from_config`, fp32, SDPA attention, no dropout). Right before the steps, in
+(`AutoModelForCausalLM.from_config`, fp32, SDPA attention where the family has it, else eager, no dropout). Right before the steps, in
 the same process and so under the same load, the ceilings the prediction uses are measured:
 
 - the matmul rate at each GEMM shape of the step, in the layout nn.Linear and its backward use
@@ -486,23 +486,27 @@ OPTIMIZER_REPEATS = 5
 FRAMEWORK_SHAPE = dict(hidden=64, heads=2, seq=8, vocab=64)
 
 
-def tiny_model(torch, config: dict, layers: int, device: str = "cpu", lora: FitRequest | None = None):
-    """The family of `config` at near-zero work (FRAMEWORK_SHAPE, `layers` decoder layers), fp32, on `device`, with
-    the attention transformers runs it with: SDPA where the family supports it, else its eager attention
-    (transformers 5 refuses SDPA for some families, e.g. Gemma 2)."""
+def build_as_run(torch, config: dict, dtype, device: str = "cpu"):
+    """(model, its transformers config): `config`'s causal LM as transformers builds it from the config (random
+    weights), in `dtype`, initialised on `device` (billions of parameters take minutes on the host), with the
+    attention transformers runs the family with: SDPA where its class has it, else eager (Gemma 2 in transformers
+    5; tutor.bench.memory_trace.attention_to_run). The attention is `hf._attn_implementation`."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    sized = sized_config(config, layers=layers, **FRAMEWORK_SHAPE)
-    hf = AutoConfig.for_model(**{k: v for k, v in sized.items() if k != "architectures"})
-    try:
-        hf._attn_implementation = "sdpa"
-        model = AutoModelForCausalLM.from_config(hf, dtype=torch.float32)
-    except ValueError as error:
-        if "scaled_dot_product_attention" not in str(error):
-            raise
-        hf._attn_implementation = "eager"
-        model = AutoModelForCausalLM.from_config(hf, dtype=torch.float32)
-    model = model.float().to(device)
+    from tutor.bench.memory_trace import attention_to_run
+
+    attention, _ = attention_to_run(config, "sdpa")
+    hf = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
+    hf._attn_implementation = attention
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
+    return model.to(dtype), hf
+
+
+def tiny_model(torch, config: dict, layers: int, device: str = "cpu", lora: FitRequest | None = None):
+    """The family of `config` at near-zero work (FRAMEWORK_SHAPE, `layers` decoder layers), fp32, on `device`, with
+    the attention transformers runs it with (build_as_run)."""
+    model, _ = build_as_run(torch, sized_config(config, layers=layers, **FRAMEWORK_SHAPE), torch.float32, device)
     if lora is not None:
         add_lora_adapters(torch, model, replace(lora, lora_rank=min(lora.lora_rank, FRAMEWORK_SHAPE["hidden"])))
     return model
@@ -718,14 +722,13 @@ def verify_setup(config: dict, size: str = "medium", recipe: str = "fp32") -> Ve
 def run_verification(config: dict, size: str = "medium", *, decode: bool = True, recipe: str = "fp32") -> dict:
     """Predict, then measure, one scaled-down model's training step, prefill and decode (module docstring)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _run(torch, AutoConfig, AutoModelForCausalLM, config, size, decode, recipe)
+        return _run(torch, config, size, decode, recipe)
     finally:
         torch.set_num_threads(threads)
 
@@ -734,18 +737,13 @@ def _median_phases(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {name: statistics.median(r.get(name, 0.0) for r in rounds) for name in rounds[0]}
 
 
-def _run(torch, AutoConfig, AutoModelForCausalLM, config: dict, size: str, decode: bool, recipe: str) -> dict:
-    from tutor.bench.memory_trace import attention_to_run
-
+def _run(torch, config: dict, size: str, decode: bool, recipe: str) -> dict:
     setup = verify_setup(config, size, recipe)
     arch, request = setup.arch, setup.request
-    # SDPA where the family has it, else eager (Gemma 2 in transformers 5): predicted as it runs.
-    attention, _ = attention_to_run(setup.config, "sdpa")
-    request = replace(request, attention=attention)
-    hf_config = AutoConfig.for_model(**{k: v for k, v in setup.config.items() if k not in ("architectures",)})
-    hf_config._attn_implementation = attention
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32).float()
+    model, hf_config = build_as_run(torch, setup.config, torch.float32)
+    # SDPA where the family has it, else eager (Gemma 2 in transformers 5): predicted as it runs.
+    request = replace(request, attention=hf_config._attn_implementation)
     params = sum(p.numel() for p in model.parameters())
     trained = add_lora_adapters(torch, model, request) if request.adapter else list(model.parameters())
     model.train()

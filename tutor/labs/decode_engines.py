@@ -24,19 +24,13 @@ from typing import Any
 from tutor.bench.decode_loops import GRAPH_WARMUPS, StaticDecoder, capture_cuda_graph, eager_decoder
 from tutor.formatting import format_duration, format_percent
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
+from tutor.labs.inference import DTYPE_BYTES, keeping_torch_threads, tiny_llama_params
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 VOCAB = 256
 HOST_HEAD_DIM = 8  # the host-floor model: hidden = 8 · heads (64 at 8 heads), as many layers
 WARMUP_STEPS = 2   # untimed steps of each model before the timed ones (first-call costs)
 MIN_ROUNDS = 3
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 def chosen_dtype(dtype: str, device: str) -> str:
@@ -120,7 +114,6 @@ def memory_bandwidth(device: str) -> tuple[float, str] | None:
 def _check_fits(params: dict, device: str, dtype: str) -> None:
     """Weights of both models, the caches (a static one too on CUDA) and the prompt's attention scores
     against this machine; the forward FLOPs of every position both models read."""
-    from tutor.labs.inference import tiny_llama_params
     from tutor.labs.limits import check_lab_fits
     from tutor.theory.flops import inference_flops_per_token
     from tutor.theory.kv_cache import kv_cache_bytes_per_token
@@ -142,6 +135,7 @@ def _check_fits(params: dict, device: str, dtype: str) -> None:
                    device=device, flops=flops, dtype=dtype, fix="lower layers, hidden, prompt or tokens")
 
 
+@keeping_torch_threads
 def _decode_engines(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     if cancel.is_set():
         return ProbeResult("decode-engines", (), {}, "cancelled before the models were built", True, "cpu")
@@ -163,19 +157,16 @@ def _decode_engines(params: dict, progress: ProgressFn, cancel: threading.Event)
     device = resolve_device(params["device"])
     dtype = chosen_dtype(params["dtype"], device)
     _check_fits(params, device, dtype)
-    threads = torch.get_num_threads()
-    try:
-        if device == "cpu":
-            torch.set_num_threads(1)  # one core: the host's Python and the "device" kernels share it
-        return _measure(params, device, dtype, progress, cancel)
-    finally:
-        torch.set_num_threads(threads)
+    if device == "cpu":
+        torch.set_num_threads(1)  # one core: the host's Python and the "device" kernels share it
+    return _measure(params, device, dtype, progress, cancel)
 
 
 def _measure(params: dict, device: str, dtype: str, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     import torch
     from transformers import LlamaForCausalLM
 
+    from tutor.bench.matmul import torch_dtype
     from tutor.theory.kv_cache import kv_cache_bytes_per_token
     from tutor.theory.roofline import decode_time_per_token_bound
 
@@ -188,7 +179,7 @@ def _measure(params: dict, device: str, dtype: str, progress: ProgressFn, cancel
     for name, width in (("eager", hidden), ("host", HOST_HEAD_DIM * heads)):
         config = llama_config(layers=layers, hidden=width, heads=heads, kv_heads=kv_heads, max_positions=max_positions)
         # transformers declares .to through functools.wraps(nn.Module.to), which mypy reads as a call missing self
-        models[name] = (LlamaForCausalLM(config).to(device=device, dtype=_torch_dtype(dtype)).eval(),  # type: ignore[call-arg]
+        models[name] = (LlamaForCausalLM(config).to(device=device, dtype=torch_dtype(dtype)).eval(),  # type: ignore[call-arg]
                         config)
     prompt_ids = torch.randint(0, VOCAB, (1, prompt), device=device)
     cuda = device.startswith("cuda")

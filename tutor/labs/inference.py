@@ -28,7 +28,7 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MIN_REPEATS = 3
 
 
-def _keeping_torch_threads(body):
+def keeping_torch_threads(body):
     """`body` may run torch on one thread (a one-core measurement); its thread count is put back
     after, because labs run in the app's long-lived measurement process and the next benchmark there
     must get every core again."""
@@ -46,12 +46,6 @@ def _keeping_torch_threads(body):
             torch.set_num_threads(threads)
 
     return run
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 def cache_tensor_bytes(cache) -> int:
@@ -98,7 +92,7 @@ def _check_kv_cache_fits(params: dict, device: str) -> None:
                    device=device, flops=flops, dtype=params["dtype"], fix="lower layers, hidden, prompt or tokens")
 
 
-@_keeping_torch_threads
+@keeping_torch_threads
 def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     if cancel.is_set():
         return ProbeResult("kv-cache", (), {}, "cancelled before the model was built", True, "cpu")
@@ -111,6 +105,7 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
         note = "needs Hugging Face transformers: pip install -e '.[trace]'"
         return ProbeResult("kv-cache", (Measurement("KV cache bytes per token", None, "B", note=note),), {}, note,
                            False, "cpu")
+    from tutor.bench.matmul import torch_dtype
     from tutor.bench.memory_trace import cache_argument
     from tutor.theory.kv_cache import kv_cache_bytes_per_token
 
@@ -126,7 +121,7 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
     config = LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=params["layers"], num_attention_heads=heads, num_key_value_heads=kv_heads,
                          max_position_embeddings=params["prompt"] + params["tokens"] + 1)
-    dtype = _torch_dtype(params["dtype"])
+    dtype = torch_dtype(params["dtype"])
     # transformers declares .to through functools.wraps(nn.Module.to), which mypy reads as a call missing self
     model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
     cache = DynamicCache(config=config)
@@ -269,12 +264,13 @@ def _one_core_rate(device: str, dtype: str):
     return replace(rate, flops_per_s=rate.flops_per_s / cores, source=f"one core's share of {rate.source}")
 
 
-@_keeping_torch_threads
+@keeping_torch_threads
 def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     if cancel.is_set():
         return ProbeResult("prefill-decode", (), {}, "cancelled before the weights were made", True, "cpu")
     import torch
 
+    from tutor.bench.matmul import torch_dtype
     from tutor.hardware import detect_machine
     from tutor.theory.flops import matmul_flops
     from tutor.theory.roofline import (
@@ -288,7 +284,7 @@ def _prefill_decode(params: dict, progress: ProgressFn, cancel: threading.Event)
     if device == "cpu":
         torch.set_num_threads(1)  # one core: the peak below is one core's too
     hidden, ffn, layers, prompt = params["hidden"], 4 * params["hidden"], params["layers"], params["prompt"]
-    dtype = _torch_dtype(params["dtype"])
+    dtype = torch_dtype(params["dtype"])
     element = DTYPE_BYTES[params["dtype"]]
     generator = torch.Generator(device="cpu").manual_seed(params["seed"])
     progress(0.05, "making the weights")
