@@ -105,15 +105,18 @@ class HostCosts:
     def seconds(self, mode: str, name: str, batch: int) -> float | None:
         """Per call at `batch`: linear between the measured batches (a mixture-of-experts layer runs one
         expert's code per expert its tokens touch, so its code grows with the batch), flat beyond them."""
-        points = sorted((b, s) for m, n, b, s in self.rows if m == mode and n == name)
-        if not points:
-            return None
-        if batch <= points[0][0]:
-            return points[0][1]
-        for (b0, s0), (b1, s1) in zip(points, points[1:]):
-            if batch <= b1:
-                return s0 + (s1 - s0) * (batch - b0) / (b1 - b0)
-        return points[-1][1]
+        points = sorted((float(b), s) for m, n, b, s in self.rows if m == mode and n == name)
+        return _linear(points, batch) if points else None
+
+
+def _linear(points: list[tuple[float, float]], x: float) -> float:
+    """y at x on the points (sorted by x): linear between them, flat beyond the ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 @dataclass(frozen=True)
@@ -223,16 +226,11 @@ def decode_matmul_bandwidth(ceilings: Ceilings, op: Operation) -> float | None:
     by_rows: dict[int, list[tuple[int, float]]] = {}
     for m, nbytes, rate in ceilings.decode_matmul:
         by_rows.setdefault(m, []).append((nbytes, rate))
-    curve = []
+    curve: list[tuple[float, float]] = []
     for m, points in sorted(by_rows.items()):
         points.sort()
         curve.append((m, _interpolate([float(b) for b, _ in points], [r for _, r in points], max(1, op.bytes))))
-    if op.m <= curve[0][0]:
-        return curve[0][1]
-    for (m0, b0), (m1, b1) in zip(curve, curve[1:]):
-        if op.m <= m1:
-            return b0 + (b1 - b0) * (op.m - m0) / (m1 - m0)
-    return curve[-1][1]
+    return _linear(curve, op.m)
 
 
 def memory_bandwidth(ceilings: Ceilings, nbytes: int) -> float:
