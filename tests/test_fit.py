@@ -216,6 +216,35 @@ def test_adapting_attention_only_is_suggested_when_it_is_what_fits() -> None:
     assert any(s.changes == (fitting.Change("lora_targets", ("q", "k", "v", "o")),) for s in found)
 
 
+QWEN_14B_CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 5120,
+                   "intermediate_size": 13824, "num_attention_heads": 40, "num_key_value_heads": 8,
+                   "num_hidden_layers": 48, "vocab_size": 152064, "tie_word_embeddings": False}
+
+
+def test_both_8_bit_and_4_bit_weights_are_offered_when_both_fit() -> None:
+    """A 14B model in bf16 (about 30 GB) on a 24 GB card: fp8 weights fit, and so does int4, the format
+    consumer cards run such models in; both are offered, each a different trade of quality for memory."""
+    model = architecture_from_config(QWEN_14B_CONFIG)
+    found = fitting.suggestions(model, fitting.FitRequest(), 24 * GB)
+    formats = [dict((c.field, c.value) for c in s.changes).get("dtype") for s in found if len(s.changes) == 1]
+    assert "fp8" in formats and "int4" in formats
+
+
+def test_a_shorter_context_is_offered_with_4_bit_weights_only_where_4_bit_alone_does_not_fit() -> None:
+    model = arch("gemma-2-27b")
+    request = fitting.FitRequest(seq_len=4096)
+    alone = fitting.estimate(model, dataclasses.replace(request, dtype="int4")).worst.total
+    shorter = fitting.estimate(model, dataclasses.replace(request, dtype="int4", seq_len=2048)).worst.total
+    assert shorter < alone
+    between = (shorter + alone) // 2
+    found = fitting.suggestions(model, request, between)
+    assert any(s.changes == (fitting.Change("dtype", "int4"), fitting.Change("seq_len", 2048)) for s in found)
+    # With room for int4 at the full context, the shorter context is only a worse choice: not offered.
+    roomy = fitting.suggestions(model, request, alone)
+    assert any(s.changes == (fitting.Change("dtype", "int4"),) for s in roomy)
+    assert not any({c.field for c in s.changes} == {"dtype", "seq_len"} for s in roomy)
+
+
 @pytest.mark.parametrize(("name", "request_", "capacity"), [
     ("llama-3.1-70b", fitting.FitRequest(mode="train", batch=4), 24 * GiB),
     ("mixtral-8x7b", fitting.FitRequest(mode="train", dp=8, ep=8), 24 * GiB),
@@ -228,6 +257,6 @@ def test_a_suggestion_is_its_changes_applied_one_per_kind(name: str, request_: f
     for suggestion in found:
         changed = dataclasses.replace(request_, **{c.field: c.value for c in suggestion.changes})
         assert suggestion.request == changed and suggestion.devices == changed.devices
-        assert suggestion.kind == {c.field for c in suggestion.changes}
+        assert {kind.split(":")[0] for kind in suggestion.kind} == {c.field for c in suggestion.changes}
         assert suggestion.changes_layout == bool(suggestion.kind & {"dp", "tp", "pp"})
     assert len({s.kind for s in found}) == len(found)

@@ -357,6 +357,25 @@ def test_fit_shows_what_each_suggestion_costs_in_seconds_per_step() -> None:
     assert f"({format_rate(first['tokens_per_second'], 'tokens/s')})" in " ".join(text.split())
 
 
+def test_fit_says_what_bounds_each_suggested_decode_step_and_what_cuda_graphs_make_of_it(tmp_path) -> None:
+    """Eager decode of a 14B model at batch 1 is bound by the host's code on a GPU (smaller weights do not
+    shorten it); the same step in a CUDA graph is bound by the device, so there int4 beats fp8."""
+    config = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 5120,
+              "intermediate_size": 13824, "num_attention_heads": 40, "num_key_value_heads": 8,
+              "num_hidden_layers": 48, "vocab_size": 152064, "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = run(["fit", str(path), "--device", "rtx-4090", "--json"])
+    assert code == 0, err
+    by_dtype = {s["changes"][0]["value"]: s for s in json.loads(out)["suggestions"]
+                if [c["field"] for c in s["changes"]] == ["dtype"]}
+    assert {"fp8", "int4"} <= set(by_dtype)
+    assert all(s["step_bound"] == "host" for s in by_dtype.values())
+    assert by_dtype["int4"]["graphs_step_seconds"] < by_dtype["fp8"]["graphs_step_seconds"]
+    code, text, err = run(["fit", str(path), "--device", "rtx-4090"])
+    assert code == 0 and "eager, bound by the host; CUDA graphs:" in " ".join(text.split())
+
+
 def test_fit_on_a_bare_memory_size_says_why_its_suggestions_are_not_timed() -> None:
     code, out, err = run(["fit", "llama-3.1-70b", "--mode", "train", "--device", "24GiB", "--json"])
     assert code == 0, err

@@ -294,7 +294,9 @@ def test_a_suggestion_that_carries_its_step_seconds_shows_them():
     assert lines[1].endswith(f"per GPU, {format_duration(1.25)} per step")
     assert lines[2].endswith("per GPU")
     # The fit answer's own timings, one per suggestion (with what step each is), win; one not timed shows none.
-    times = (SimpleNamespace(seconds=0.5, kind="training step"), SimpleNamespace(seconds=None, kind="training step"))
+    from tutor.fit_answer import SuggestionTime
+
+    times = (SuggestionTime(0.5, "training step", "s"), SuggestionTime(None, "training step", "not timed"))
     lines = [line.plain for line in fit_advice(SimpleNamespace(fits=False, suggestions=(timed, plain),
                                                                suggestion_times=times))]
     assert lines[1].endswith(f"per GPU, {format_duration(0.5)} per training step")

@@ -14,7 +14,6 @@ from tutor.commands.safe_text import markup_safe, plain
 from tutor.errors import UserError
 from tutor.fit_answer import FitAnswer, FitInputs, answer_fit, change_flags
 from tutor.fit_fields import fit_options
-from tutor.formatting import format_duration, format_rate
 from tutor.theory import fit as fitting
 from tutor.theory.activations import IMPLEMENTATION_MEANING
 from tutor.theory.units import GB, GiB
@@ -261,9 +260,7 @@ def _render(answer: FitAnswer) -> None:
         console.print("\nWhat would make it fit:")
         times = answer.suggestion_times or (None,) * len(answer.suggestions)
         for suggestion, timed in zip(answer.suggestions, times):
-            cost = "" if timed is None or timed.seconds is None else \
-                f", {format_duration(timed.seconds)} per {timed.kind}" + (
-                    f" ({format_rate(timed.tokens_per_second, 'tokens/s')})" if timed.tokens_per_second else "")
+            cost = "" if timed is None else timed.cost_text()
             console.print(f"  {markup_safe(change_flags(suggestion))}: {_size(suggestion.total)} GiB per device{cost}")
         if answer.suggestion_times:
             console.print(f"  [dim]{markup_safe(_times_note(answer.suggestion_times))}[/dim]")

@@ -1115,8 +1115,9 @@ class Suggestion:
 
     @property
     def kind(self) -> frozenset[str]:
-        """The fields the suggestion sets: of each kind only the smallest change that fits is offered."""
-        return frozenset(change.field for change in self.changes)
+        """The fields the suggestion sets, of each kind only the smallest change that fits is offered
+        (change_kind)."""
+        return change_kind(self.changes)
 
     @property
     def devices(self) -> int:
@@ -1127,6 +1128,14 @@ class Suggestion:
     def changes_layout(self) -> bool:
         """Whether the suggestion sets dp, tp or pp, the factors of the device count."""
         return bool(self.kind & {"dp", "tp", "pp"})
+
+
+def change_kind(changes: tuple[Change, ...]) -> frozenset[str]:
+    """The fields `changes` set, a weight format named with its width ("dtype:8-bit", "dtype:4-bit"):
+    8-bit and 4-bit weights are different trade-offs of quality for memory (4-bit GGUF/GPTQ/AWQ is what
+    a 24 GB consumer card runs a 14B-30B model in), so when 8-bit fits, 4-bit is still offered."""
+    return frozenset(f"{change.field}:{round(weight_format(str(change.value)).bits_per_weight)}-bit"
+                     if change.field == "dtype" else change.field for change in changes)
 
 
 class _PlanFields(TypedDict, total=False):
@@ -1174,6 +1183,8 @@ def _with_ep(request: FitRequest, plan: _Plan, ep: int) -> _Plan:
 
 # The changes suggestions() tries (plans_tried says them in words).
 INFERENCE_TP_STEPS = (2, 4, 8, 16, 32, 64)
+SHORTER_CONTEXT_DIVISORS = (2, 4, 8)
+MIN_SUGGESTED_CONTEXT = 512  # below this a chat or code prompt no longer fits: not worth offering
 SMALLER_WEIGHT_FORMATS = ("fp8", "int4", "nf4")
 SMALLER_WEIGHT_FORMATS_WITH_TP = ("fp8", "int4")
 TRAIN_DP_STEPS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -1186,6 +1197,7 @@ def plans_tried(mode: str) -> str:
     """What suggestions() tries for `mode`, alone and combined, in words (for "nothing tried fits")."""
     if mode == Mode.INFERENCE:
         return (f"an 8-bit KV cache, {', '.join(SMALLER_WEIGHT_FORMATS)} weights, half the context, batch 1, "
+                f"{' or '.join(SMALLER_WEIGHT_FORMATS_WITH_TP)} weights with down to an eighth of the context, "
                 f"tp up to {max(INFERENCE_TP_STEPS)}, and {' or '.join(SMALLER_WEIGHT_FORMATS_WITH_TP)} weights "
                 f"with tp up to {max(INFERENCE_TP_STEPS)}")
     return (f"recompute, batch 1, LoRA, QLoRA, 8-bit Adam, ZeRO-3 on up to {max(TRAIN_DP_STEPS):,} devices, "
@@ -1207,6 +1219,12 @@ def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
             plans.append(_plan("half the context", seq_len=request.seq_len // 2))
         if request.batch > 1:
             plans.append(_plan(batch=1))
+        # A smaller format with a shorter context still runs on the one device the user has.
+        for fmt in SMALLER_WEIGHT_FORMATS_WITH_TP:
+            if weight_format(request.dtype).bits_per_weight > weight_format(fmt).bits_per_weight:
+                for divisor in SHORTER_CONTEXT_DIVISORS:
+                    if request.seq_len // divisor >= MIN_SUGGESTED_CONTEXT:
+                        plans.append(_plan(dtype=fmt, seq_len=request.seq_len // divisor))
         for tp in INFERENCE_TP_STEPS:
             if tp > request.tp and heads % tp == 0:
                 plans.append(_plan(tp=tp))
@@ -1247,6 +1265,22 @@ def _candidate_plans(arch: Architecture, request: FitRequest) -> list[_Plan]:
     return plans
 
 
+def _serves_as_well(found: FitRequest, candidate: FitRequest) -> bool:
+    """Whether an inference layout already offered keeps at least as much of what the user asked as
+    `candidate` does (context, batch, weight and KV-cache bits) on no more devices: then the candidate
+    is only a worse choice (4-bit with a shorter context where 4-bit alone fits). Single changes are
+    all offered: fp8 and int4 weights are both worth seeing when both fit."""
+    def bits(dtype: str) -> float:
+        return float(weight_format(dtype).bits_per_weight)
+
+    def kv_bits(request: FitRequest) -> float:
+        return float(kv_dtype_bytes(request.kv_dtype or "bf16"))
+
+    return (found.devices <= candidate.devices and found.seq_len >= candidate.seq_len
+            and found.batch >= candidate.batch and bits(found.dtype) >= bits(candidate.dtype)
+            and kv_bits(found) >= kv_bits(candidate))
+
+
 def suggestions(arch: Architecture, request: FitRequest, capacity: int, limit: int = 4) -> list[Suggestion]:
     """Changes to the request that make the worst device fit `capacity`, cheapest first.
 
@@ -1256,10 +1290,13 @@ def suggestions(arch: Architecture, request: FitRequest, capacity: int, limit: i
     found: list[Suggestion] = []
     kinds_done: set[frozenset[str]] = set()
     for plan in _candidate_plans(arch, request):
-        kind = frozenset(change.field for change in plan.changes)
+        kind = change_kind(plan.changes)
         if kind in kinds_done:
             continue
         candidate = replace(request, **plan.fields)
+        if (request.mode == Mode.INFERENCE and len(plan.changes) > 1
+                and any(_serves_as_well(s.request, candidate) for s in found)):
+            continue
         try:
             total = estimate(arch, candidate).worst.total
         except UserError:

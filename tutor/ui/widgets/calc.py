@@ -29,7 +29,7 @@ from tutor.calculators import (  # noqa: F401  (REFERENCE_GPU_KEY, KINDS: the ca
     roofline_answer,
 )
 from tutor.errors import UserError
-from tutor.fit_answer import FitAnswer
+from tutor.fit_answer import FitAnswer, SuggestionTime
 from tutor.fit_fields import FIELDS, FIT_SCREEN_FIELDS
 from tutor.formatting import format_bytes, format_duration, format_number, format_percent, format_rate
 from tutor.lessons.calc_fields import DEFAULTS
@@ -232,19 +232,14 @@ def fit_advice(answer: FitAnswer) -> list[Text]:
 
 def suggestion_cost(answer: Any, index: int) -> str:
     """', 1.2 s per training step': what the suggestion costs in time, where the fit answer timed it (its
-    `suggestion_times`, one per suggestion, or a suggestion's own `step_seconds`); '' where it did not."""
+    `suggestion_times`, one per suggestion: SuggestionTime.cost_text, the CLI's words); '' where it did not."""
     times = tuple(getattr(answer, "suggestion_times", ()) or ())
-    rate = None
-    if index < len(times):
-        seconds, kind = getattr(times[index], "seconds", None), str(getattr(times[index], "kind", "") or "step")
-        rate = getattr(times[index], "tokens_per_second", None)
-    else:
-        seconds, kind = getattr(answer.suggestions[index], "step_seconds", None), "step"
+    if index < len(times) and isinstance(times[index], SuggestionTime):
+        return times[index].cost_text()
+    seconds = getattr(answer.suggestions[index], "step_seconds", None)
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
         return ""
-    # Suggestions change the global batch (more devices, a smaller micro-batch): tokens per second compares them.
-    per_token = f" ({format_rate(rate, 'tokens/s')})" if isinstance(rate, (int, float)) and rate > 0 else ""
-    return f", {format_duration(seconds)} per {kind}{per_token}"
+    return f", {format_duration(seconds)} per step"
 
 
 def form_field_names() -> dict[str, str]:
