@@ -1,0 +1,49 @@
+"""What the command line does when its output cannot be written as asked: a full disk, a closed stdout, an
+encoding without the characters it prints. Each is one line on stderr and an exit code, never a traceback;
+an encoding that lacks characters still gets the answer. Runs `python -m tutor` in a child (CPU only)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.subprocess_env import pythonpath
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tutor(args: list[str], *, stdout, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tutor", *args], cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": pythonpath(ROOT), **(env or {})})
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("args", [["fit", "llama-3.1-8b"], ["fit", "llama-3.1-8b", "--json"], ["models"]])
+def test_a_full_disk_under_stdout_is_one_line_and_exit_1(args: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        done = _tutor(args, stdout=full)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == ["tensor-tutor: error: could not write the output: No space left on "
+                                                "device"]
+
+
+def test_a_closed_stdout_is_one_line_and_exit_1() -> None:
+    done = subprocess.run([sys.executable, "-c", "import os, runpy, sys; os.close(1); sys.argv = ['tutor', 'models'];"
+                           " runpy.run_module('tutor', run_name='__main__')"], cwd=ROOT, stderr=subprocess.PIPE,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("args", [["fit", "llama-3.1-8b"], ["models"], ["env"]])
+def test_an_ascii_stdout_gets_the_answer_with_question_marks_and_one_note(args: list[str]) -> None:
+    done = _tutor(args, stdout=subprocess.PIPE, env={"PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    assert "encoding (ascii)" in done.stderr
+    assert done.stdout.isascii() and done.stdout.strip()
