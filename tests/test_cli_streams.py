@@ -47,3 +47,14 @@ def test_an_ascii_stdout_gets_the_answer_with_question_marks_and_one_note(args: 
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
     assert "encoding (ascii)" in done.stderr
     assert done.stdout.isascii() and done.stdout.strip()
+
+
+def test_json_output_is_strict_json_without_infinity_or_nan() -> None:
+    import json
+    import math
+
+    from tutor.commands.json_output import json_text
+
+    text = json_text({"a": math.inf, "b": [-math.inf, math.nan, 1.5], "c": (2, {"d": float("nan")})})
+    assert json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in --json")) == {
+        "a": None, "b": [None, None, 1.5], "c": [2, {"d": None}]}

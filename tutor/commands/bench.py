@@ -15,7 +15,6 @@ record (tutor.bench.record, tutor.bench.notebook).
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 import click
 
 from tutor.errors import UserError
+from tutor.commands.json_output import echo_json
 
 
 _OPTIONS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
@@ -155,13 +155,13 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, plot: int | Non
         old_sizes, new_sizes = case_sizes(before), case_sizes(after)
         sizes = [(old_sizes.get(row.case) or None, new_sizes.get(row.case) or None) for row in rows]
         if as_json:
-            click.echo(json.dumps({"before": compare[0], "after": compare[1],
-                                   "cases": [{**row.__dict__, "figure_label": _figure_label(row.figure),
-                                              "label": f"{row.statistic} at {sizes[i][1]}"
-                                              if sizes[i][0] == sizes[i][1] and sizes[i][1] else row.statistic,
-                                              "size_before": sizes[i][0], "size_after": sizes[i][1],
-                                              "sizes_differ": sizes[i][0] != sizes[i][1]}
-                                             for i, row in enumerate(rows)]}))
+            echo_json({"before": compare[0], "after": compare[1],
+                       "cases": [{**row.__dict__, "figure_label": _figure_label(row.figure),
+                                  "label": f"{row.statistic} at {sizes[i][1]}"
+                                  if sizes[i][0] == sizes[i][1] and sizes[i][1] else row.statistic,
+                                  "size_before": sizes[i][0], "size_after": sizes[i][1],
+                                  "sizes_differ": sizes[i][0] != sizes[i][1]}
+                                 for i, row in enumerate(rows)]}, indent=None)
             return
         from rich.console import Console
         from rich.table import Table
@@ -191,14 +191,14 @@ def history(ctx: click.Context, compare: tuple[int, int] | None, plot: int | Non
                           "Compare runs made with the same options.[/]")
         return
     if as_json:
-        click.echo(json.dumps({"notebook": str(notebook_path()), "corrupt_lines": notebook.corrupt_lines,
-                               "set_aside": [str(path) for path in notebook.set_aside],
-                               "runs": [{"number": run.number, "run_id": run.id, "date": run.date,
-                                         "device": run.device, "status": run.status, "cancelled": run.cancelled,
-                                         "headlines": run_headlines(run),
-                                         "figures": [{"name": figure.name, "case": figure.case.name,
-                                                      **figure.headline.to_json()} for figure in run.figures()]}
-                                        for run in notebook.runs]}))
+        echo_json({"notebook": str(notebook_path()), "corrupt_lines": notebook.corrupt_lines,
+                   "set_aside": [str(path) for path in notebook.set_aside],
+                   "runs": [{"number": run.number, "run_id": run.id, "date": run.date,
+                             "device": run.device, "status": run.status, "cancelled": run.cancelled,
+                             "headlines": run_headlines(run),
+                             "figures": [{"name": figure.name, "case": figure.case.name,
+                                          **figure.headline.to_json()} for figure in run.figures()]}
+                            for run in notebook.runs]}, indent=None)
         return
     from rich.console import Console
     from rich.table import Table
@@ -356,7 +356,7 @@ def _run_interruptible(kinds: tuple[str, ...] | None, options: dict[str, Any], i
         # Stopped while torch loads: nothing finished, but a --json caller still gets JSON.
         def say() -> None:
             if as_json:
-                click.echo(json.dumps({"device": _bare_header(command, options), "results": []}))
+                echo_json({"device": _bare_header(command, options), "results": []}, indent=None)
             click.echo("tensor-tutor: cancelled before any measurement finished", err=True)
 
         _quietly(interrupts, say)
@@ -378,7 +378,7 @@ def _run_interruptible(kinds: tuple[str, ...] | None, options: dict[str, Any], i
         for failure in outcome.failures:
             click.echo(f"tensor-tutor: warning: {failure}", err=True)
         if as_json:
-            click.echo(json.dumps({"device": header, "results": results}, default=str))
+            echo_json({"device": header, "results": results}, default=str, indent=None)
         else:
             from tutor.bench.render import render_results
 

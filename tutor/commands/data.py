@@ -9,7 +9,6 @@ loaders, and `.<name>.lock` files between processes.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import click
 
 from tutor.errors import UserError
+from tutor.commands.json_output import echo_json
 
 # What `reset` can start over: name -> (file, what the learner loses).
 KINDS: dict[str, tuple[str, str]] = {
@@ -79,7 +79,7 @@ def data(ctx: click.Context, as_json: bool) -> None:
 
     report = data_report(data_dir())
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        echo_json(report)
         return
     click.echo(f"Data folder: {plain(report['folder'])} (from {report['source']})")
     if not report["files"]:

@@ -6,7 +6,6 @@ of the devices (CUDA/ROCm/MPS), which costs the seconds of importing torch.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -17,6 +16,7 @@ from tutor.hardware.machine import CPU_MEMORY_PEAK_NOTE, DTYPES, UNKNOWN_GPU
 from tutor.hardware.nvidia import GpuInfo
 from tutor.hardware.torch_devices import TorchView
 from tutor.formatting import format_bytes, format_number, format_rate
+from tutor.commands.json_output import echo_json
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -216,6 +216,6 @@ def env(as_json: bool, with_torch: bool) -> None:
 
             data["torch"] = _torch_json(torch_view)
             data["torch"]["disagreement"] = accelerator_agreement(len(machine.gpus), machine.nvml.reason, torch_view)
-        click.echo(json.dumps(data, indent=2))
+        echo_json(data)
         return
     _render(machine, torch_view)

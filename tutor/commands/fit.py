@@ -6,7 +6,6 @@ psutil (CPU) reports as free right now.
 
 from __future__ import annotations
 
-import json
 
 import click
 
@@ -17,6 +16,7 @@ from tutor.fit_fields import fit_options
 from tutor.theory import fit as fitting
 from tutor.theory.activations import IMPLEMENTATION_MEANING
 from tutor.theory.units import GB, GiB
+from tutor.commands.json_output import echo_json
 
 
 def _times_note(times) -> str:
@@ -68,7 +68,7 @@ def fit(model, params, device, as_json, trace, timeline, svg, **request) -> None
             data["timeline"] = [moment.to_json() for moment in moments]
             if answer.traced is not None:
                 data["traced_timeline"] = list(answer.traced.trace.timeline)
-        click.echo(json.dumps(data, indent=2))
+        echo_json(data)
         if svg is not None:
             _save_timeline(moments, svg, answer.traced)
         return

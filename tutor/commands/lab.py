@@ -7,7 +7,6 @@ unit), so the help cannot disagree with what a run accepts.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import threading
@@ -18,6 +17,7 @@ import click
 from tutor.commands.safe_text import as_text, markup_safe, plain
 from tutor.errors import UserError
 from tutor.formatting import format_quantity
+from tutor.commands.json_output import echo_json
 
 
 def _params(pairs: tuple[str, ...]) -> dict:
@@ -158,9 +158,9 @@ def lab(ctx: click.Context, name: str | None, params: tuple[str, ...], as_json: 
     if name is None:
         if as_json:
             probes = [load_lab(lab_name) for lab_name in LABS]
-            click.echo(json.dumps({"labs": [{"name": p.name, "title": p.title, "description": p.description,
-                                             "params": p.params_schema, "defaults": p.default_params}
-                                            for p in probes]}, indent=2))
+            echo_json({"labs": [{"name": p.name, "title": p.title, "description": p.description,
+                                 "params": p.params_schema, "defaults": p.default_params}
+                                for p in probes]})
             return
         width = max(len(name) for name in LABS)
         for entry in LABS.values():
@@ -196,7 +196,7 @@ def lab(ctx: click.Context, name: str | None, params: tuple[str, ...], as_json: 
 def _show(probe, result, as_json: bool) -> None:
     """A lab's result: one JSON object, or the table, the lab's drawing and the summary."""
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        echo_json(result.to_json())
         return
     from rich.console import Console
     from rich.table import Table

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
+from tutor.commands.json_output import echo_json
 
 if TYPE_CHECKING:
     from tutor.labs import Probe
@@ -47,7 +47,7 @@ def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
             done, total = progress.track_progress(track)
             tracks.append({"id": track.id, "title": track.title, "summary": track.summary,
                            "lessons": list(track.lesson_ids), "completed": done, "total": total})
-        click.echo(json.dumps({"lessons": rows, "tracks": tracks}, indent=2))
+        echo_json({"lessons": rows, "tracks": tracks})
         return
     from rich.console import Console
     from rich.markup import escape
@@ -90,8 +90,8 @@ def show(lesson_id: str, as_json: bool) -> None:
         click.echo(f"tensor-tutor: warning: {progress.warning}", err=True)
     blocks = shown_blocks(lesson, learner_id=learner_id, device=detect_machine(), progress=progress)
     if as_json:
-        click.echo(json.dumps({"id": lesson.id, "title": lesson.info.title, "track": lesson.info.track,
-                               "minutes": lesson.info.minutes, "blocks": blocks}, indent=2))
+        echo_json({"id": lesson.id, "title": lesson.info.title, "track": lesson.info.track,
+                   "minutes": lesson.info.minutes, "blocks": blocks})
         return
     click.echo(lesson_text(lesson, blocks))
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, TypedDict
 
 import click
+from tutor.commands.json_output import echo_json
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -66,7 +66,7 @@ def models(devices: bool, as_json: bool) -> None:
         })
     profiles = {"hand": list(SUPPORTED_MODEL_TYPES), "calibrated_trace": CALIBRATED_TRACE}
     if as_json:
-        click.echo(json.dumps({"models": rows, "profiles": profiles}, indent=2))
+        echo_json({"models": rows, "profiles": profiles})
         return
     from rich.console import Console
     from rich.table import Table
@@ -121,7 +121,7 @@ def _devices(as_json: bool) -> None:
     } for spec in SPECS]
     if as_json:
         alias_rows = {alias: {"key": key, "note": note} for alias, (key, note) in GPU_ALIASES.items()}
-        click.echo(json.dumps({"devices": rows, "aliases": alias_rows}, indent=2))
+        echo_json({"devices": rows, "aliases": alias_rows})
         return
     from rich.console import Console
     from rich.table import Table

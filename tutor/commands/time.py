@@ -8,7 +8,6 @@ achieved fraction (tutor.bench.ceilings), each with its source. No torch unless 
 
 from __future__ import annotations
 
-import json
 import math
 
 import click
@@ -17,6 +16,8 @@ from tutor.errors import UserError
 from tutor.fit_fields import fit_options
 from tutor.theory import fit as fitting
 from tutor.theory.units import parse_count
+
+from tutor.commands.json_output import echo_json
 
 # The answer lives in tutor.time_answer (the Fit screen asks it too); its names stay importable from here.
 from tutor.time_answer import (  # noqa: F401
@@ -145,7 +146,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
                   "mode": request.mode, "verify": verified, "sources": verified["sources"],
                   "notes": [f"only --verify answered: {missing}"]}
         if as_json:
-            click.echo(json.dumps(report, indent=2))
+            echo_json(report)
             return
         from tutor.commands.time_render import render_verify_only
 
@@ -159,7 +160,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     if verified is not None:
         report["verify"] = verified
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        echo_json(report)
         return
     from tutor.commands.time_render import render_report
 
