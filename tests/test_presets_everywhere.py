@@ -1,0 +1,38 @@
+"""Every shipped preset family works in every command that offers it: `time --verify` at tiny size (one
+preset per model_type: the verification builds the family's transformers class, so the family is what
+can fail) and `lab step-time` over the lab's own list. CPU only; slow (a transformers model per case)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli_runner import run
+from tutor.labs.step_time import MODELS
+from tutor.model_files import load_preset, preset_names
+
+pytestmark = pytest.mark.slow
+
+
+def _one_preset_per_family() -> list[str]:
+    chosen: dict[str, str] = {}
+    for name in preset_names():
+        config, _ = load_preset(name)
+        chosen.setdefault(str(config.get("model_type")), name)
+    return sorted(chosen.values())
+
+
+@pytest.mark.parametrize("name", _one_preset_per_family())
+def test_time_verifies_every_preset_family_at_tiny_size(name: str) -> None:
+    code, out, err = run(["time", name, "--verify", "--verify-size", "tiny", "--device", "cpu", "--json"])
+    assert code == 0, err
+    verified = json.loads(out)["verify"]
+    assert verified and "Traceback" not in err
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_step_time_lab_runs_every_model_it_lists(model: str) -> None:
+    code, out, err = run(["lab", "step-time", f"model={model}", "size=tiny", "--json"])
+    assert code == 0, err
+    assert json.loads(out)
