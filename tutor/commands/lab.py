@@ -7,6 +7,7 @@ unit), so the help cannot disagree with what a run accepts.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import threading
@@ -35,6 +36,12 @@ def _params(pairs: tuple[str, ...]) -> dict:
 
 
 CANCEL_GRACE_S = 2.0
+
+
+class LabStillRunning(KeyboardInterrupt):
+    """Ctrl-C, and the lab's worker thread is still inside torch after CANCEL_GRACE_S: the interpreter must
+    not be finalized under it (torch's C++ threads then abort the process: "terminate called without an
+    active exception", exit 134)."""
 
 
 class ProgressLine:
@@ -90,13 +97,15 @@ def _run_interruptible(probe, values: dict, progress, cancel: threading.Event):
         finally:
             finished.set()
 
-    threading.Thread(target=work, name=f"tensor-tutor-lab-{probe.name}", daemon=True).start()
+    worker = threading.Thread(target=work, name=f"tensor-tutor-lab-{probe.name}", daemon=True)
     try:
+        worker.start()  # inside the try: a Ctrl-C while the thread starts cancels it too
         while not finished.wait(0.1):  # an Event, not Thread.join: see CPython gh-90882
             pass
     except KeyboardInterrupt:
         cancel.set()
-        finished.wait(CANCEL_GRACE_S)
+        if not finished.wait(CANCEL_GRACE_S):
+            raise LabStillRunning() from None
         raise
     if "error" in outcome:
         raise outcome["error"]
@@ -181,10 +190,15 @@ def lab(ctx: click.Context, name: str | None, params: tuple[str, ...], as_json: 
     except UserError:
         progress.clear()  # the error line replaces the progress line
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         cancel.set()
         progress.clear()
         click.echo("cancelled", err=True)
+        if isinstance(interrupt, LabStillRunning):
+            # A lab keeps nothing on disk, so leaving without the interpreter's teardown loses nothing.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         sys.exit(130)
     progress.clear()
     if not quiet:
