@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip)
@@ -40,6 +41,34 @@ def test_simulation_agrees_with_dalys_expected_wall_time() -> None:
     work, tau, delta, m = 500 * 3600.0, 1800.0, 120.0, 3 * 3600.0
     simulated = sum(simulated_wall_time_s(work, tau, delta, m, rng) for _ in range(20)) / 20
     assert simulated == pytest.approx(reliability.expected_wall_time_s(work, tau, delta, m), rel=0.02)
+
+
+@pytest.mark.parametrize(("segment", "m", "restart"), [(100.0, 300.0, 0.0), (400.0, 300.0, 20.0)])
+def test_a_segments_wall_time_moments_match_its_simulation(segment: float, m: float, restart: float) -> None:
+    rng = random.Random(3)
+    walls = [simulated_wall_time_s(segment, segment, 0.0, m, rng, restart) for _ in range(40_000)]
+    mean, variance = reliability.segment_wall_time_moments(segment, m, restart)
+    assert statistics.fmean(walls) == pytest.approx(mean, rel=0.02)
+    assert statistics.variance(walls) == pytest.approx(variance, rel=0.06)
+    assert mean == pytest.approx(math.expm1(segment / m) * (m + restart))  # Daly 2006 eq. 13, one segment
+
+
+class _CountingRandom(random.Random):
+    draws = 0
+
+    def expovariate(self, lambd: float) -> float:
+        self.draws += 1
+        return super().expovariate(lambd)
+
+
+def test_the_longest_run_the_lab_allows_is_simulated_within_its_budget_and_agrees_with_daly() -> None:
+    """work_hours=1e5 at 0.25 x Daly's interval is millions of segments a run: past its share of the budget a
+    run sums its segments by the central limit theorem, in a bounded number of draws, still at Daly's mean."""
+    work, tau, delta, m = 1e5 * 3600.0, 60.0, 10.0, 3 * 3600.0
+    rng = _CountingRandom(5)
+    walls = [simulated_wall_time_s(work, tau, delta, m, rng, exact_segments=1_000) for _ in range(20)]
+    assert rng.draws < 20 * 1_100
+    assert statistics.fmean(walls) == pytest.approx(reliability.expected_wall_time_s(work, tau, delta, m), rel=1e-3)
 
 
 def test_grad_accumulation_equals_the_big_batch_and_shrinks_activations() -> None:

@@ -63,3 +63,22 @@ def first_order_waste_fraction(interval_s: float, write_s: float, mtbf_s: float)
     (Young 1974); minimal, sqrt(2 delta / M), at tau = sqrt(2 delta M)."""
     tau, delta, m = _positive("interval", interval_s), _positive("write time", write_s), _positive("MTBF", mtbf_s)
     return delta / tau + tau / (2 * m)
+
+
+def segment_wall_time_moments(segment_s: float, mtbf_s: float, restart_s: float = 0.0) -> tuple[float, float]:
+    """Mean and variance of the wall time to get one segment of `segment_s` (compute and its checkpoint write)
+    through exponential failures of mean M, each failed attempt costing the time until the failure plus
+    `restart_s`. With p = e^(-s/M) the chance an attempt survives, the failed attempts K are geometric
+    (E[K] = (1-p)/p, Var[K] = (1-p)/p^2) and each costs Y = X + R with X exponential truncated to [0, s)
+    (E[X] = M - s p/(1-p), Var[X] = M^2 - s^2 p/(1-p)^2); W = s + sum of K costs Y, so
+    E[W] = s + E[K] E[Y] = (e^(s/M) - 1)(M + R) (Daly 2006, eq. 13 per segment, restarts not failing) and
+    Var[W] = E[K] Var[Y] + Var[K] E[Y]^2 (the variance of a random sum, Wald)."""
+    s, m = _positive("segment", segment_s), _positive("MTBF", mtbf_s)
+    if isinstance(restart_s, bool) or not (isinstance(restart_s, Real) and math.isfinite(restart_s) and restart_s >= 0):
+        raise UserError(f"restart time must be zero or a positive number of seconds, got {restart_s!r}")
+    survive = math.exp(-s / m)
+    fail = -math.expm1(-s / m)
+    failures_mean, failures_var = fail / survive, fail / survive ** 2
+    cost_mean = m - s * survive / fail + restart_s
+    cost_var = m * m - s * s * survive / fail ** 2
+    return s + failures_mean * cost_mean, failures_mean * cost_var + failures_var * cost_mean ** 2
