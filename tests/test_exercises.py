@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tutor.labs.exercise_checks import CHECKS, check_bf16_bits, check_expert_placement, check_pipeline_schedule
+from tutor.labs.exercise_checks import CHECKS, check_bf16_rounding, check_expert_placement, check_pipeline_schedule
 from tutor.lessons.loader import load_curriculum
 from tutor.lessons.model import Exercise
 
@@ -45,12 +45,39 @@ def test_the_solution_passes_and_the_starting_point_fails(lesson_id: str, exerci
     assert solution.passed, (lesson_id, solution)
 
 
-def test_bf16_bits_says_which_field_is_wrong() -> None:
-    assert check_bf16_bits("0 01111011 1001101").passed
-    assert "round to the nearer one" in check_bf16_bits("0 01111011 1001100").message  # truncated, not rounded
-    assert "exponent field 124" in check_bf16_bits("0 01111100 1001101").message
-    assert "negative" in check_bf16_bits("1 01111011 1001101").message
-    assert "16 bits" in check_bf16_bits("0101").message and "binary digits" in check_bf16_bits("0.1").message
+BF16_RIGHT = """def to_bf16(bits):
+    upper, dropped = bits >> 16, bits & 0xFFFF
+    if dropped > 0x8000 or (dropped == 0x8000 and upper & 1):
+        upper += 1
+    return upper
+"""
+
+
+def test_bf16_rounding_passes_ties_to_even_and_names_what_is_wrong() -> None:
+    assert check_bf16_rounding(BF16_RIGHT).passed
+    truncated = check_bf16_rounding("def to_bf16(bits):\n    return bits >> 16\n")
+    assert not truncated.passed and "cut off" in truncated.message
+    half_up = check_bf16_rounding("def to_bf16(bits):\n    return (bits + 0x8000) >> 16\n")  # ties away from zero
+    assert not half_up.passed and "a tie" in half_up.message
+    assert "define a function named to_bf16" in check_bf16_rounding("x = 1").message
+
+
+@pytest.mark.parametrize("loophole", [
+    "0 01111011 1001101",  # the explorer above shows 0.1's BF16 bits: copying them is no function
+    "def to_bf16(bits):\n    return 0x3DCD\n",  # 0.1's answer, and nothing else
+    "import torch\ndef to_bf16(bits):\n    t = torch.tensor([bits], dtype=torch.int64).to(torch.int32)\n"
+    "    return int(t.view(torch.float32).to(torch.bfloat16).view(torch.int16)) & 0xFFFF\n",  # the cast does it
+    "def to_bf16(bits):\n    struct = __import__('struct')\n    return bits >> 16\n",
+])
+def test_bf16_rounding_refuses_answers_without_the_rounding(loophole: str) -> None:
+    verdict = check_bf16_rounding(loophole)
+    assert not verdict.passed and verdict.message, verdict
+
+
+def test_the_bf16_answer_is_not_in_the_explorer_above_it() -> None:
+    """The lesson's explorer shows any value's BF16 bits; the exercise must not be one of them."""
+    [(_, _, exercise)] = [found for found in exercises() if found[2].check == "bf16-rounding"]
+    assert exercise.language == "python" and "def to_bf16" in exercise.solution
 
 
 def test_a_schedule_that_waits_for_later_work_is_a_deadlock() -> None:
@@ -75,6 +102,81 @@ def test_expert_placement_names_the_bottleneck() -> None:
     assert "exactly once" in check_expert_placement("rank 0: 0 0\nrank 1: 2 3\nrank 2: 4 5\nrank 3: 6 7").message
 
 
+def test_expert_placement_hints_teach_without_giving_the_pairing() -> None:
+    [(_, _, exercise)] = [found for found in exercises() if found[2].check == "expert-placement"]
+    for hint in exercise.hints:
+        assert not check_expert_placement(hint).passed
+        assert "quietest" not in hint and "pair" not in hint.lower(), hint
+
+
+def test_no_hint_of_any_exercise_passes_as_its_answer() -> None:
+    for _, lesson_id, exercise in exercises():
+        check = CHECKS[exercise.check]
+        if check.needs_torch:
+            continue  # the loops' hints are prose: they do not run
+        for hint in exercise.hints:
+            assert not check.run(hint).passed, (lesson_id, hint)
+
+
+ACCUMULATION_START = """optimizer.zero_grad()
+for x, y in micro_batches:
+    loss = loss_fn(model(x), y){divide}
+    loss.backward()
+optimizer.step()
+"""
+
+
+def test_accumulation_divides_by_the_k_it_is_given_not_a_number() -> None:
+    pytest.importorskip("torch")
+    check = CHECKS["accumulation-loop"].run
+    assert check(ACCUMULATION_START.format(divide=" / k")).passed
+    assert check(ACCUMULATION_START.format(divide=" / len(micro_batches)")).passed
+    fixed = check(ACCUMULATION_START.format(divide=" / 4"))  # right for the k = 4 of the prediction only
+    assert not fixed.passed and "with k = 2 the gradient is 0.5x" in fixed.message, fixed
+    undivided = check(ACCUMULATION_START.format(divide=""))
+    assert not undivided.passed and "add up to 2 times the average" in undivided.message
+
+
+def test_accumulation_refuses_the_whole_batch_in_one_forward() -> None:
+    pytest.importorskip("torch")
+    whole = """optimizer.zero_grad()
+x = torch.cat([x for x, _ in micro_batches])
+y = torch.cat([y for _, y in micro_batches])
+loss_fn(model(x), y).backward()
+optimizer.step()
+"""
+    verdict = CHECKS["accumulation-loop"].run(whole)
+    assert not verdict.passed and "each of the 2 micro-batches" in verdict.message, verdict
+
+
+LOGITS_KEPT = """kept_logits = []
+accuracies = []
+for x, y in batches:
+    optimizer.zero_grad()
+    logits = model(x)
+    loss_fn(logits, y).backward()
+    optimizer.step()
+    kept_logits.append(logits)
+    accuracies.append((logits.argmax(-1) == y).float().mean().item())
+"""
+
+
+@pytest.mark.parametrize("loophole", [
+    LOGITS_KEPT + "del kept_logits\n",  # freed after the loop: the peak was during it
+    LOGITS_KEPT + "kept_logits.clear()\n",
+    LOGITS_KEPT.replace("kept_logits.append(logits)", "kept_logits.append(logits.detach().clone())") + "del kept_logits\n",
+    # kept where a scan of the loop's names would not look: a function's own list, gone when it returns
+    "def train():\n    kept = []\n    for x, y in batches:\n        optimizer.zero_grad()\n        logits = model(x)\n"
+    "        loss_fn(logits, y).backward()\n        optimizer.step()\n        kept.append(logits)\n"
+    "    return [(l.argmax(-1) == y).float().mean().item() for l, (x, y) in zip(kept, batches)]\n"
+    "accuracies = train()\n",
+])
+def test_logits_alive_reads_the_peak_during_the_loop(loophole: str) -> None:
+    pytest.importorskip("torch")
+    verdict = CHECKS["logits-alive"].run(loophole)
+    assert not verdict.passed and "during the loop" in verdict.message, verdict
+
+
 def test_a_loop_that_does_not_run_is_a_line_with_its_line_number() -> None:
     pytest.importorskip("torch")
     verdict = CHECKS["accumulation-loop"].run("optimizer.zero_grad()\nfor x, y in micro_batches:\n    nope(x)\n")
@@ -96,3 +198,59 @@ def test_lessons_json_lists_exercises() -> None:
     blocks = shown["blocks"] if isinstance(shown, dict) else shown
     [exercise] = [block for block in blocks if block["kind"] == "exercise"]
     assert exercise["check"] == "pipeline-schedule" and exercise["start"].startswith("stage 0: F1 F2 F3 F4")
+
+
+# ---- the real-clusters layout: fitting is not enough -----------------------------------------------
+
+def _real_clusters_goal():
+    from tutor.lessons.model import Calc
+
+    lesson = load_curriculum(LESSONS).lesson("parallelism/real-clusters")
+    [calc] = [block for block in lesson.blocks if isinstance(block, Calc) and block.goal is not None]
+    return calc
+
+
+def test_real_clusters_refuses_data_parallelism_alone_for_its_batch() -> None:
+    from tutor.lessons.goals import check_goal
+
+    calc = _real_clusters_goal()
+    layout = {**calc.values, "dp": 16384, "zero": 3, "recompute": "full"}  # fits in memory, tp = pp = 1
+    verdict = check_goal(calc, layout)
+    assert not verdict.met and verdict.message.startswith("fits (") and "2.15B tokens" in verdict.message, verdict
+    single = check_goal(calc, {**layout, "microbatches": 1})  # 16,384 x 8,192: still 8 times Llama 3's batch
+    assert not single.met and "134M tokens" in single.message, single
+
+
+def test_real_clusters_refuses_a_layout_whose_step_waits_on_zero3_gathers() -> None:
+    from tutor.lessons.goals import check_goal
+
+    calc = _real_clusters_goal()
+    layout = {**calc.values, "dp": 2048, "zero": 3, "recompute": "full", "microbatches": 1}  # a 16.8M-token step
+    verdict = check_goal(calc, layout)
+    assert not verdict.met and "days, more than the 200 allowed" in verdict.message, verdict
+    assert "longest part is communication" in verdict.message
+
+
+def test_real_clusters_accepts_a_layout_that_fits_with_its_batch_and_days() -> None:
+    from tutor.lessons.goals import check_goal
+
+    calc = _real_clusters_goal()
+    layout = {**calc.values, "tp": 8, "pp": 16, "dp": 128, "zero": 1, "sequence_parallel": True, "recompute": "full"}
+    verdict = check_goal(calc, layout)
+    assert verdict.met, verdict
+    too_many_microbatches = check_goal(calc, {**layout, "microbatches": 128})  # a smaller bubble, a 134M-token step
+    assert not too_many_microbatches.met and "134M tokens" in too_many_microbatches.message
+
+
+def test_a_goal_on_days_needs_the_tokens_and_a_positive_bound() -> None:
+    from tutor.errors import UserError
+    from tutor.lessons.directives import parse_blocks
+
+    block = ('```calc\nkind = "parallel"\nmodel = "llama-3.1-8b"\nmode = "train"\nfields = ["dp"]\n'
+             'goal = {{ device = "h100", {goal} }}\n```\n')
+    with pytest.raises(UserError, match="train_tokens and days_max go together"):
+        parse_blocks(block.format(goal="days_max = 10"))
+    with pytest.raises(UserError, match="days_max must be a number above 0"):
+        parse_blocks(block.format(goal='train_tokens = "1T", days_max = 0'))
+    [calc] = parse_blocks(block.format(goal='train_tokens = "1T", days_max = 10, tokens_per_step_max = 4096'))
+    assert calc.goal.train_tokens == 10**12 and calc.goal.days_max == 10.0 and calc.goal.tokens_per_step_max == 4096
