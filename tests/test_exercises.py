@@ -254,3 +254,68 @@ def test_a_goal_on_days_needs_the_tokens_and_a_positive_bound() -> None:
         parse_blocks(block.format(goal='train_tokens = "1T", days_max = 0'))
     [calc] = parse_blocks(block.format(goal='train_tokens = "1T", days_max = 10, tokens_per_step_max = 4096'))
     assert calc.goal.train_tokens == 10**12 and calc.goal.days_max == 10.0 and calc.goal.tokens_per_step_max == 4096
+
+
+# ---- write-a-function exercises: the wrong answers learners write are each refused ----------------
+
+KV_RIGHT = """def kv_cache_bytes(config, tokens, batch, bytes_per_element):
+    layers = config["num_hidden_layers"]
+    kv_heads = config.get("num_key_value_heads", config["num_attention_heads"])
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    return 2 * layers * kv_heads * head_dim * bytes_per_element * tokens * batch
+"""
+INT8_RIGHT = """def quantize(values):
+    absmax = max(abs(v) for v in values)
+    if absmax == 0:
+        return [0] * len(values), 0.0
+    return [round(v / (absmax / 127)) for v in values], absmax / 127
+"""
+ZERO_RIGHT = """def zero_bytes(params, dp, stage):
+    weights, grads, optimizer = 2 * params, 2 * params, 12 * params
+    if stage >= 1: optimizer /= dp
+    if stage >= 2: grads /= dp
+    if stage >= 3: weights /= dp
+    return weights + grads + optimizer
+"""
+DROPS_RIGHT = """def dropped(loads, top_k, capacity_factor):
+    tokens = sum(loads) // top_k
+    slots = top_k * tokens * capacity_factor / len(loads)
+    capacity = int(slots) + (slots > int(slots))
+    return sum(max(0, load - capacity) for load in loads)
+"""
+FUNCTION_ANSWERS = [
+    ("kv-cache-bytes", KV_RIGHT, ""),
+    ("kv-cache-bytes", KV_RIGHT.replace('config.get("num_key_value_heads", config["num_attention_heads"])',
+                                        'config["num_attention_heads"]'), "grouped-query attention"),
+    ("kv-cache-bytes", KV_RIGHT.replace('config.get("head_dim") or ', ""), "take the config's head_dim"),
+    ("kv-cache-bytes", KV_RIGHT.replace("return 2 *", "return"), "K and V"),
+    ("kv-cache-bytes", "def kv_cache_bytes(config, tokens, batch, bytes_per_element):\n    return 131072 * tokens * batch\n",
+     "gave"),  # Llama-3.1-8B's bytes per token in BF16, typed in: right for one model only
+    ("kv-cache-bytes", "from tutor.theory import kv_cache\ndef kv_cache_bytes(config, tokens, batch, bytes_per_element):\n"
+                       "    return 0\n", "no imports"),
+    ("int8-absmax", INT8_RIGHT, ""),
+    ("int8-absmax", INT8_RIGHT.replace("round(", "int("), "nearest code"),
+    ("int8-absmax", INT8_RIGHT.replace("absmax / 127", "absmax / 128"), "-127..127"),
+    ("int8-absmax", INT8_RIGHT.replace("abs(v) for v in values", "v for v in values"), "gave a code of"),
+    ("int8-absmax", INT8_RIGHT.replace("absmax / 127", "absmax / 100"), "larger than absmax / 127"),
+    ("int8-absmax", INT8_RIGHT.replace("    if absmax == 0:\n        return [0] * len(values), 0.0\n", ""),
+     "ZeroDivisionError"),
+    ("zero-memory", ZERO_RIGHT, ""),
+    ("zero-memory", "def zero_bytes(params, dp, stage):\n    return 16 * params / dp if stage else 16 * params\n",
+     "that is stage 3's memory"),
+    ("zero-memory", ZERO_RIGHT.replace("if stage >= 2: grads /= dp", ""), "that is stage 1's memory"),
+    ("capacity-drops", DROPS_RIGHT, ""),
+    ("capacity-drops", DROPS_RIGHT.replace("top_k * tokens *", "tokens *"), "fills 2 slots"),
+    ("capacity-drops", DROPS_RIGHT.replace(" + (slots > int(slots))", ""), "rounded up"),
+    ("capacity-drops", DROPS_RIGHT.replace(" * capacity_factor", ""), "gave"),
+]
+
+
+@pytest.mark.parametrize(("check", "answer", "refusal"), FUNCTION_ANSWERS,
+                         ids=[f"{check}-{index}" for index, (check, _, _) in enumerate(FUNCTION_ANSWERS)])
+def test_a_function_exercise_passes_only_with_the_idea(check: str, answer: str, refusal: str) -> None:
+    verdict = CHECKS[check].run(answer)
+    if not refusal:
+        assert verdict.passed, verdict
+    else:
+        assert not verdict.passed and refusal in verdict.message, verdict

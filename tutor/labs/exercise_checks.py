@@ -11,29 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from fractions import Fraction
 
 from tutor.formatting import format_bytes, format_number, format_percent, format_quantity
+from tutor.labs.exercise_functions import (check_capacity_drops, check_int8_absmax, check_kv_cache_function,
+                                             check_zero_memory)
+from tutor.labs.exercise_types import Check, Verdict
 from tutor.labs.learner_code import Refused, call, compile_answer, learner_function, run_code
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What a check found: `passed`, one line for the learner, and the figures behind it."""
-
-    passed: bool
-    message: str
-    details: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    title: str
-    run: Callable[[str], Verdict]
-    needs_torch: bool = False
 
 
 # ---- precision: round FP32 to BF16 in integer arithmetic ---------------------------------------------
@@ -433,6 +416,10 @@ CHECKS: dict[str, Check] = {check.name: check for check in (
           check_accumulation_loop, needs_torch=True),
     Check("logits-alive", "a training loop that logs accuracy without keeping the logits", check_logits_alive,
           needs_torch=True),
+    Check("kv-cache-bytes", "the KV cache of a config.json, GQA included", check_kv_cache_function),
+    Check("int8-absmax", "an INT8 absmax quantization that round-trips within half a step", check_int8_absmax),
+    Check("zero-memory", "the bytes ZeRO stage 0-3 leaves on one GPU", check_zero_memory),
+    Check("capacity-drops", "the tokens an expert capacity factor drops", check_capacity_drops),
 )}
 
 
