@@ -1,5 +1,6 @@
-"""Checked exercises (issue 19): every track has one, each passes when solved and fails on its
-starting point, and each check says what is wrong in a way a learner can act on."""
+"""Checked exercises: every track has at least two, each passes when solved and fails on its starting
+point and on the wrong answers learners write (the loopholes included), and each check says what is
+wrong in a way a learner can act on."""
 
 from __future__ import annotations
 
@@ -29,9 +30,13 @@ def exercises() -> list[tuple[str, str, Exercise]]:
     return found
 
 
-def test_every_track_has_an_exercise() -> None:
+def test_every_track_has_at_least_two_exercises() -> None:
+    from collections import Counter
+
     tracks = {track.id for track in load_curriculum(LESSONS).tracks}
-    assert {track for track, _, _ in exercises()} == tracks and len(exercises()) >= 5
+    per_track = Counter(track for track, _, _ in exercises())
+    assert set(per_track) == tracks and min(per_track.values()) >= 2 and len(exercises()) >= 15, per_track
+    assert len({block.check for _, _, block in exercises()}) == len(exercises())  # no check used twice
 
 
 @pytest.mark.parametrize(("lesson_id", "exercise"), [(lesson, block) for _, lesson, block in exercises()],
@@ -314,6 +319,130 @@ FUNCTION_ANSWERS = [
 @pytest.mark.parametrize(("check", "answer", "refusal"), FUNCTION_ANSWERS,
                          ids=[f"{check}-{index}" for index, (check, _, _) in enumerate(FUNCTION_ANSWERS)])
 def test_a_function_exercise_passes_only_with_the_idea(check: str, answer: str, refusal: str) -> None:
+    verdict = CHECKS[check].run(answer)
+    if not refusal:
+        assert verdict.passed, verdict
+    else:
+        assert not verdict.passed and refusal in verdict.message, verdict
+
+
+RING = """def allreduce(n, send):
+    for step in range(n - 1):
+        for rank in range(n):
+            send(rank, (rank + 1) % n, (rank - step) % n, reduce=True)
+    for step in range(n - 1):
+        for rank in range(n):
+            send(rank, (rank + 1) % n, (rank + 1 - step) % n, reduce=False)
+"""
+STAR = """def allreduce(n, send):
+    for rank in range(1, n):
+        for chunk in range(n):
+            send(rank, 0, chunk, reduce=True)
+    for rank in range(1, n):
+        for chunk in range(n):
+            send(0, rank, chunk, reduce=False)
+"""
+
+
+@pytest.mark.parametrize(("answer", "refusal"), [
+    (RING, ""),
+    (STAR, "1.5x the 4 MiB a ring sends"),  # right sums, rank 0 the bottleneck
+    (RING.split("    for step in range(n - 1):\n        for rank in range(n):\n            send(rank, (rank + 1) % n, "
+                "(rank + 1 - step)")[0], "is not the sum over all ranks"),  # the reduce-scatter alone
+    ("def allreduce(n, send):\n    for a in range(n):\n        for b in range(n):\n            if a != b:\n"
+     "                for c in range(n):\n                    send(a, b, c)\n", "is not the sum"),  # adds twice
+    ("def allreduce(n, send):\n    send(0, 0, 0)\n", "sends to itself"),
+])
+def test_ring_allreduce_needs_the_sums_everywhere_and_a_ring_s_bytes(answer: str, refusal: str) -> None:
+    verdict = CHECKS["ring-allreduce"].run(answer)
+    assert verdict.passed if not refusal else (not verdict.passed and refusal in verdict.message), verdict
+
+
+DECODE_RIGHT = """def step(x, cache):
+    q, k, v = qkv(x)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k]), torch.cat([cache[1], v])
+    return attend(q, k, v), (k, v)
+"""
+EVAL_RIGHT = """@torch.no_grad()
+def evaluate(model, batches):
+    model.eval()
+    total, count = 0.0, 0
+    for x, y in batches:
+        total += loss_fn(model(x), y).item() * len(y)
+        count += len(y)
+    model.train()
+    return total / count
+"""
+RESUME_RIGHT = """def save(model, optimizer):
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()}
+
+def load(model, optimizer, state):
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+"""
+MASTER_RIGHT = """def step(weights, master, grad, lr):
+    if master is None:
+        master = weights.float()
+    master = master - lr * grad
+    return master.to(torch.bfloat16), master
+"""
+MOE_RIGHT = """def moe_forward(x, router_logits, experts, k):
+    top, chosen = router_logits.topk(k, dim=-1)
+    gates = torch.softmax(top, dim=-1)
+    y = torch.zeros_like(x)
+    for e, expert in enumerate(experts):
+        token, slot = (chosen == e).nonzero(as_tuple=True)
+        if len(token):
+            y[token] += gates[token, slot].unsqueeze(-1) * expert(x[token])
+    return y
+"""
+TORCH_ANSWERS = [
+    ("kv-decode", DECODE_RIGHT, ""),
+    ("kv-decode", "def step(x, cache):\n    xs = x if cache is None else torch.cat([cache, x])\n"
+                  "    q, k, v = qkv(xs)\n    return attend(q[-1:], k, v), xs\n", "were computed again"),  # no cache
+    ("kv-decode", "def step(x, cache):\n    q, k, v = qkv(x)\n    return attend(q, k, v), None\n", "attended to only itself"),
+    ("kv-decode", DECODE_RIGHT.replace("return attend(q, k, v), (k, v)", "return attend(q, k, v), cache"),
+     "attended to only itself"),  # the cache never kept
+    ("eval-loop", EVAL_RIGHT, ""),
+    ("eval-loop", EVAL_RIGHT.replace(" * len(y)", "").replace("count += len(y)", "count += 1"), "mean of the 4 batch means"),
+    ("eval-loop", EVAL_RIGHT.replace("@torch.no_grad()\n", ""), "recorded a graph"),
+    ("eval-loop", EVAL_RIGHT.replace("    model.eval()\n", "").replace("    model.train()\n", ""), "training mode"),
+    ("eval-loop", EVAL_RIGHT.replace("    model.train()\n", ""), "still in eval mode"),
+    ("eval-loop", EVAL_RIGHT.replace("total, count = 0.0, 0", "total, count = 0, 0").replace(".item()", ""),
+     "returned a tensor"),
+    ("checkpoint-resume", RESUME_RIGHT, ""),
+    ("checkpoint-resume", RESUME_RIGHT.replace(', "optimizer": optimizer.state_dict()', "")
+     .replace('    optimizer.load_state_dict(state["optimizer"])\n', ""), "Adam restarted from zero moments"),
+    ("checkpoint-resume", RESUME_RIGHT.replace(', "rng": torch.get_rng_state()', "")
+     .replace('    torch.set_rng_state(state["rng"])\n', ""), "random number generator"),
+    ("checkpoint-resume", 'def save(model, optimizer):\n    return {"model": model}\n\n'
+                          'def load(model, optimizer, state):\n    model.load_state_dict(state["model"].state_dict())\n',
+     "cannot be written and read back"),
+    ("master-weights", MASTER_RIGHT, ""),
+    ("master-weights", "def step(weights, master, grad, lr):\n    return (weights - lr * grad).to(torch.bfloat16), master\n",
+     "rounding to BF16 after every step"),
+    ("master-weights", "def step(weights, master, grad, lr):\n"
+                       "    return (weights.float() - lr * grad).to(torch.bfloat16), None\n", "throws it away"),
+    ("master-weights", "def step(weights, master, grad, lr):\n    w = weights.float() - lr * grad\n    return w, w\n",
+     "stay a BF16 tensor"),
+    ("moe-dispatch", MOE_RIGHT, ""),
+    ("moe-dispatch", "def moe_forward(x, router_logits, experts, k):\n    top, chosen = router_logits.topk(k, dim=-1)\n"
+                     "    gates = torch.softmax(top, dim=-1)\n    y = torch.zeros_like(x)\n"
+                     "    for e, expert in enumerate(experts):\n"
+                     "        y += (gates * (chosen == e)).sum(-1, keepdim=True) * expert(x)\n    return y\n",
+     "running every expert on every token"),
+    ("moe-dispatch", MOE_RIGHT.replace("top, chosen = router_logits.topk(k, dim=-1)\n    gates = torch.softmax(top, dim=-1)",
+                                       "gates, chosen = torch.softmax(router_logits, dim=-1).topk(k, dim=-1)"),
+     "softmax over all experts"),
+]
+
+
+@pytest.mark.parametrize(("check", "answer", "refusal"), TORCH_ANSWERS,
+                         ids=[f"{check}-{index}" for index, (check, _, _) in enumerate(TORCH_ANSWERS)])
+def test_a_torch_exercise_passes_only_with_the_idea(check: str, answer: str, refusal: str) -> None:
+    pytest.importorskip("torch")
     verdict = CHECKS[check].run(answer)
     if not refusal:
         assert verdict.passed, verdict

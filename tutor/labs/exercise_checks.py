@@ -14,7 +14,9 @@ import re
 
 from tutor.formatting import format_bytes, format_number, format_percent, format_quantity
 from tutor.labs.exercise_functions import (check_capacity_drops, check_int8_absmax, check_kv_cache_function,
-                                             check_zero_memory)
+                                             check_ring_allreduce, check_zero_memory)
+from tutor.labs.exercise_torch import (check_checkpoint_resume, check_eval_loop, check_kv_decode, check_master_weights,
+                                         check_moe_dispatch)
 from tutor.labs.exercise_types import Check, Verdict
 from tutor.labs.learner_code import Refused, call, compile_answer, learner_function, run_code
 
@@ -420,6 +422,14 @@ CHECKS: dict[str, Check] = {check.name: check for check in (
     Check("int8-absmax", "an INT8 absmax quantization that round-trips within half a step", check_int8_absmax),
     Check("zero-memory", "the bytes ZeRO stage 0-3 leaves on one GPU", check_zero_memory),
     Check("capacity-drops", "the tokens an expert capacity factor drops", check_capacity_drops),
+    Check("ring-allreduce", "an all-reduce that sends no more than a ring", check_ring_allreduce),
+    Check("kv-decode", "a decode step that keeps a KV cache", check_kv_decode, needs_torch=True),
+    Check("eval-loop", "an evaluation pass: the mean loss per example, no graph, dropout off", check_eval_loop,
+          needs_torch=True),
+    Check("checkpoint-resume", "a checkpoint a run resumes from exactly", check_checkpoint_resume, needs_torch=True),
+    Check("master-weights", "an update that keeps FP32 master weights", check_master_weights, needs_torch=True),
+    Check("moe-dispatch", "an MoE layer that runs each expert on its own tokens", check_moe_dispatch,
+          needs_torch=True),
 )}
 
 

@@ -282,3 +282,67 @@ def check_capacity_drops(answer: str) -> Verdict:
                   lambda case: f"loads={case['loads']}, top_k={case['top_k']}, capacity_factor={case['capacity_factor']}",
                   "right: the assignments every expert's capacity drops, for top-1 and top-2 routing")
 
+
+
+# ---- parallelism: an all-reduce that sends what a ring sends ----------------------------------------
+
+ALLREDUCE_RANKS = (2, 3, 4, 8)
+CHUNK_BYTES = 2**20
+"""Each rank's buffer is n chunks of 1 MiB: S = n MiB, the sizes the bytes are counted in."""
+
+
+def _allreduce_run(function, ranks: int) -> tuple[list[list[float]], list[float], list[int]]:
+    """Run the learner's allreduce(n, send) on `ranks` simulated ranks: (buffers after, the sums they
+    should hold, bytes each rank sent). send(src, dst, chunk, reduce) moves one chunk: added into the
+    receiver's (reduce=True) or copied over it (reduce=False). The learner never sees the buffers."""
+    draw = random.Random(60 + ranks)
+    buffers = [[draw.uniform(-1, 1) for _ in range(ranks)] for _ in range(ranks)]
+    sums = [math.fsum(buffers[r][c] for r in range(ranks)) for c in range(ranks)]
+    sent = [0] * ranks
+
+    def send(src: int, dst: int, chunk: int, reduce: bool = True) -> None:
+        for name, value, top in (("src", src, ranks), ("dst", dst, ranks), ("chunk", chunk, ranks)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < top:
+                raise ValueError(f"{name} must be an int from 0 to {top - 1}, got {value!r}")
+        if src == dst:
+            raise ValueError(f"rank {src} sends to itself: a send crosses a link")
+        buffers[dst][chunk] = buffers[dst][chunk] + buffers[src][chunk] if reduce else buffers[src][chunk]
+        sent[src] += CHUNK_BYTES
+
+    call(function, ranks, send)
+    return buffers, sums, sent
+
+
+def check_ring_allreduce(answer: str) -> Verdict:
+    """allreduce(n, send): leave on every rank the sum of all ranks' buffers, moving data only with
+    send(src, dst, chunk, reduce), and send no more per rank than a ring all-reduce,
+    2(n-1)/n x S (tutor.theory.parallel.allreduce_bytes_per_rank; Patarasuk and Yuan 2009, the
+    bandwidth-optimal all-reduce: a reduce-scatter, then an all-gather)."""
+    from tutor.theory.parallel import allreduce_bytes_per_rank
+
+    try:
+        function = learner_function(answer, "allreduce", imports=False)
+        details = []
+        for ranks in ALLREDUCE_RANKS:
+            buffers, sums, sent = _allreduce_run(function, ranks)
+            size = ranks * CHUNK_BYTES
+            ring = allreduce_bytes_per_rank(size, ranks)
+            details.append(f"{ranks} ranks: the busiest rank sent {format_bytes(max(sent))}, a ring sends "
+                           f"{format_bytes(ring)} each (buffer {format_bytes(size)})")
+            for r in range(ranks):
+                for c in range(ranks):
+                    if not math.isclose(buffers[r][c], sums[c], rel_tol=1e-9, abs_tol=1e-9):
+                        return Verdict(False, f"with {ranks} ranks, rank {r}'s chunk {c} is not the sum over all ranks: "
+                                              "every rank must end with every summed chunk (after a reduce-scatter "
+                                              "each rank holds one; the others still have to travel)", tuple(details))
+            busiest = max(sent)
+            if busiest > ring:
+                r = sent.index(busiest)
+                return Verdict(False, f"with {ranks} ranks, rank {r} sent {format_bytes(busiest)}, "
+                                      f"{format_number(busiest / ring)}x the {format_bytes(ring)} a ring sends: every rank "
+                                      "waits for the busiest link. Spread the work so that each rank sums one chunk",
+                               tuple(details))
+    except Refused as refused:
+        return Verdict(False, str(refused))
+    return Verdict(True, "right: every rank holds the sum, and none sent more than 2(n-1)/n of the buffer",
+                   tuple(details))
