@@ -448,3 +448,23 @@ def test_a_torch_exercise_passes_only_with_the_idea(check: str, answer: str, ref
         assert verdict.passed, verdict
     else:
         assert not verdict.passed and refusal in verdict.message, verdict
+
+
+def test_a_goal_on_days_is_checked_without_torch() -> None:
+    """The app checks a calculator's goal in its own process, which never imports torch: the counted
+    step comes from tutor.theory on a card's sourced ceilings, not from a measurement."""
+    import os
+    import subprocess
+
+    from subprocess_env import pythonpath
+
+    code = ("import sys\nfrom pathlib import Path\nfrom tutor.lessons.loader import load_curriculum\n"
+            "from tutor.lessons.goals import check_goal\nfrom tutor.lessons.model import Calc\n"
+            f"lesson = load_curriculum(Path({str(LESSONS)!r})).lesson('parallelism/real-clusters')\n"
+            "[calc] = [b for b in lesson.blocks if isinstance(b, Calc) and b.goal]\n"
+            "print(check_goal(calc, {**calc.values, 'dp': 2048, 'zero': 3, 'recompute': 'full', 'microbatches': 1}).met,"
+            " 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": pythonpath(Path(__file__).parent.parent)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
