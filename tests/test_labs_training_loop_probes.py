@@ -81,6 +81,15 @@ def test_grad_accumulation_equals_the_big_batch_and_shrinks_activations() -> Non
         run_probe("grad-accumulation", {"batch": 10, "micro_batches": 4})
 
 
+def test_the_undivided_row_does_not_call_the_adam_error_a_learning_rate() -> None:
+    """Adam's update is normalised (Kingma and Ba 2015 §2.1): a k-times gradient is a k-times step
+    under SGD only, and the row's note must say so rather than 'an effective learning rate'."""
+    rows = run_probe("grad-accumulation", {"batch": 8, "micro_batches": 2, "hidden": 16, "layers": 1}).rows
+    [undivided] = [row for row in rows if "without dividing" in row.label]
+    assert "learning rate k times" not in undivided.note
+    assert "SGD" in undivided.note and "Adam" in undivided.note and "clipping" in undivided.note
+
+
 def test_fp64_cost_reports_speed_and_sum_errors() -> None:
     m = run_probe("fp64-cost", {"size": 128, "count": 100_000, "budget_s": 0.6}).metrics
     assert m["tflops_fp32"] > 0 and m["tflops_fp64"] > 0 and m["bytes_ratio"] == 2

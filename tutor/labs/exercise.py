@@ -41,8 +41,10 @@ def verdict_of(result: ProbeResult) -> Verdict:
 
 EXERCISE = make_probe(
     name="exercise", title="Check an exercise",
-    description="Runs a lesson exercise's check on an answer: bits, a schedule, a placement or a training loop.",
+    description="Runs a lesson exercise's check on an answer: a schedule, a placement, a layout, or Python code "
+                "(a function or a training loop) run on this machine.",
     needs_torch=False,
-    params=(Param("check", "str", "bf16-bits", "which exercise", choices=tuple(CHECKS)),
-            Param("answer", "text", "0011110111001100", "the answer: text, or a Python loop for the loop exercises")),
+    params=(Param("check", "str", "expert-placement", "which exercise", choices=tuple(CHECKS)),
+            Param("answer", "text", "0,1;2,3;4,5;6,7",
+                  "the answer: text, or Python code for the code exercises")),
     metrics=("passed",), body=_exercise, render=render_verdict)

@@ -141,7 +141,8 @@ def _grad_accumulation(params: dict, progress: ProgressFn, cancel: threading.Eve
                     f"FP32 epsilon is {format_number(fp32_eps)}: the sums are added in another order, so they round differently"),
         Measurement("the same without dividing each loss by k: gradient norm / big batch's", undivided_ratio, "x",
                     float(k), "k micro-batch means summed instead of averaged",
-                    "the classic bug: an effective learning rate k times too large"),
+                    "the classic bug: under SGD a step k times too large; Adam normalises its update, so its "
+                    "step hardly changes, but gradient clipping sees a norm k times larger"),
         Measurement("activations kept for backward, one micro-batch / big batch", metrics["activation_ratio"], "x",
                     activation_bytes_ratio(batch // k, batch), "Korthikanti et al. 2022 eq. 1 (proportional to b)",
                     f"{format_bytes(micro_bytes)} against {format_bytes(full_bytes)}; "

@@ -3,7 +3,8 @@
 No torch: the step is tutor.theory.step_time's (`training_step_time`, then `training_run`), on the card's
 ceilings from tutor.bench.ceilings (`device_ceilings`: its datasheet peak times a published achieved
 fraction, each with its citation), the same calls `tensor-tutor time MODEL --device CARD --mfu M
---devices N --tokens T` makes. With `mfu` given (the Llama 3 paper's 38%), the step is the model FLOPs
+--devices N --tokens T` makes. With `mfu` given (the Llama 3 paper's Table 4: 41% for 16,384 GPUs at
+8K tokens, 38% for its long-context phase), the step is the model FLOPs
 over mfu x peak x devices; with mfu 0 it is counted operation by operation on the ceilings instead.
 Rows are theory: a prediction from published figures, no measurement of this machine.
 """
@@ -26,7 +27,8 @@ PARAMS = (
     Param("pp", "int", 16, "pipeline stages", minimum=1, maximum=1024),
     Param("seq", "int", 8192, "tokens per sequence", minimum=1, maximum=10**7),
     Param("batch", "int", 1, "sequences per micro-batch per data-parallel rank", minimum=1, maximum=10**6),
-    Param("mfu", "float", 0.38, "stated utilisation (0.38 = the Llama 3 paper's); 0 counts the step instead",
+    Param("mfu", "float", 0.38, "stated utilisation (the Llama 3 paper's Table 4: 0.41 at 16,384 GPUs and 8K "
+          "tokens, 0.38 in its long-context phase); 0 counts the step instead",
           minimum=0.0, maximum=1.0, unit="fraction"),
 )
 

@@ -36,7 +36,7 @@ _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 _ID = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 _DRAW_NAME = re.compile(r"[a-z][a-z0-9_]*")
 GOAL_KINDS = ("memory", "parallel", "kv-cache")
-GOAL_KEYS = ("device", "devices_max", "devices_min")
+GOAL_KEYS = ("device", "devices_max", "devices_min", "tokens_per_step_max", "train_tokens", "days_max")
 QUIZ_KINDS = ("number", "choice", "text")
 DEFAULT_TOLERANCE = 0.02
 
@@ -243,7 +243,25 @@ def _parse_goal(fields: _Fields, kind: str) -> Goal | None:
         counts[key] = value
     if counts["devices_max"] and counts["devices_min"] and counts["devices_min"] > counts["devices_max"]:
         raise fields.error("goal devices_min is above devices_max", "goal")
-    return Goal(device=device.strip(), **counts)
+    batch_max = table.get("tokens_per_step_max")
+    if batch_max is not None and (not _is_kind(batch_max, "int") or batch_max < 1):
+        raise fields.error(f"goal tokens_per_step_max must be a whole number from 1, got {_shown(batch_max)}", "goal")
+    train_tokens, days_max = table.get("train_tokens"), table.get("days_max")
+    if (train_tokens is None) != (days_max is None):
+        raise fields.error("goal train_tokens and days_max go together: the run's tokens and the days it may take",
+                           "goal")
+    tokens = None
+    if train_tokens is not None:
+        from tutor.theory.units import parse_count
+
+        try:
+            tokens = parse_count(str(train_tokens))
+        except UserError as error:
+            raise fields.error(f"goal train_tokens: {error}", "goal") from None
+        if not _is_kind(days_max, "number") or not days_max > 0:
+            raise fields.error(f"goal days_max must be a number above 0, got {_shown(days_max)}", "goal")
+    return Goal(device=device.strip(), **counts, tokens_per_step_max=batch_max, train_tokens=tokens,
+                days_max=None if days_max is None else float(days_max))
 
 
 def _parse_calc(fields: _Fields, block_id: str) -> Calc:

@@ -3,7 +3,10 @@
 The check is the fit answer (tutor.fit_answer), the same as `tensor-tutor fit`: the most loaded device
 (plus the CUDA context and allocator slack `fit` counts) must fit the goal's device, the card's
 total as its driver reports it (tutor.hardware.memory_budget.given_budget) or a given size, using
-no more than `devices_max` devices (dp x tp x pp) and no fewer than `devices_min`.
+no more than `devices_max` devices (dp x tp x pp) and no fewer than `devices_min`. A training goal may
+also bound the global batch (`tokens_per_step_max`) and the run's days (`train_tokens`, `days_max`),
+on the step `tensor-tutor time` counts (tutor.theory.step_time on the card's sourced ceilings): a
+layout that fits only by taking a huge batch, or whose step waits on the network, does not meet it.
 """
 
 from __future__ import annotations
@@ -12,9 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tutor.errors import UserError
+from tutor.formatting import format_count, format_duration, format_number
 from tutor.lessons.calc_fields import CALC_FIELDS
 from tutor.lessons.model import Calc, Goal
+from tutor.theory.fit import FitRequest
 from tutor.theory.units import GiB
+
+SECONDS_PER_DAY = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,13 @@ def goal_text(calc: Calc) -> str:
     elif goal.devices_min is not None:
         count = f"at least {goal.devices_min} x "
     fixed_text = f" ({', '.join(fixed)})" if fixed else ""
-    return f"Make {what}{fixed_text} fit on {count}{device_name}: change {', '.join(calc.fields)}."
+    limits = []
+    if goal.tokens_per_step_max is not None:
+        limits.append(f"at most {format_count(goal.tokens_per_step_max)} tokens per step")
+    if goal.train_tokens is not None and goal.days_max is not None:
+        limits.append(f"{format_count(goal.train_tokens)} tokens in at most {format_number(goal.days_max)} days")
+    limits_text = f", with {' and '.join(limits)}" if limits else ""
+    return f"Make {what}{fixed_text} fit on {count}{device_name}{limits_text}: change {', '.join(calc.fields)}."
 
 
 def check_goal(calc: Calc, values: dict[str, Any]) -> GoalCheck:
@@ -91,5 +104,41 @@ def check_goal(calc: Calc, values: dict[str, Any]) -> GoalCheck:
     if worst > capacity:
         return GoalCheck(False, f"does not fit: the most loaded device needs {worst / GiB:,.2f} GiB, "
                          f"{worst / capacity:.2f}x the {capacity / GiB:,.2f} GiB of {name}", **figures)
-    return GoalCheck(True, f"goal met: the most loaded of {devices} devices needs {worst / GiB:,.2f} GiB of "
-                     f"{name}'s {capacity / GiB:,.2f} GiB", **figures)
+    fits = f"the most loaded of {devices} devices needs {worst / GiB:,.2f} GiB of {name}'s {capacity / GiB:,.2f} GiB"
+    slow = _too_large_or_slow(goal, request, settings.get("model"))
+    if slow:
+        return GoalCheck(False, f"fits ({fits}), but {slow}", **figures)
+    return GoalCheck(True, f"goal met: {fits}", **figures)
+
+
+def _too_large_or_slow(goal: Goal, request: FitRequest, model: str | None) -> str:
+    """Why a layout that fits still misses the goal's global batch or days, or "" when it does not.
+    The step is tutor.theory.step_time's, counted on the goal card's ceilings (tutor.bench.ceilings:
+    datasheet peaks times published achieved fractions), the answer `tensor-tutor time` gives."""
+    if goal.tokens_per_step_max is None and goal.days_max is None:
+        return ""
+    from tutor.bench.ceilings import compute_dtype, device_ceilings
+    from tutor.fit_answer import resolve_fit_model
+    from tutor.theory.step_time import training_run, training_step_time
+
+    arch = None
+    if request.mode == "train" and model:
+        arch = resolve_fit_model(model, None)[0]
+    if arch is None:
+        raise UserError("a goal on the global batch or the days needs a training calculator with a model")
+    ceilings, _words = device_ceilings(goal.device, compute_dtype(request))
+    step = training_step_time(arch, request, ceilings)
+    if goal.tokens_per_step_max is not None and step.tokens_per_step > goal.tokens_per_step_max:
+        return (f"one step takes {format_count(step.tokens_per_step)} tokens (dp {request.dp:,} x micro-batch "
+                f"{request.batch:,} x {step.operations.microbatches:,} micro-batch{'es' if step.operations.microbatches != 1 else ''} "
+                f"x {request.seq_len:,} tokens), "
+                f"above the {format_count(goal.tokens_per_step_max)} a step may take: past the critical batch, "
+                "bigger steps stop buying fewer of them")
+    if goal.train_tokens is not None and goal.days_max is not None:
+        days = training_run(step, tokens=goal.train_tokens).seconds / SECONDS_PER_DAY
+        if days > goal.days_max:
+            longest = max(step.phases, key=lambda phase: step.phases[phase])
+            return (f"the counted step takes {format_duration(step.seconds)}, so {format_count(goal.train_tokens)} tokens "
+                    f"take {format_number(days)} days, more than the {format_number(goal.days_max)} allowed; its "
+                    f"longest part is {longest.replace('_', ' ')}, {format_duration(step.phases[longest])} of it")
+    return ""

@@ -55,6 +55,15 @@ class Goal:
     device: str
     devices_max: int | None = None
     devices_min: int | None = None
+    tokens_per_step_max: int | None = None
+    """The largest global batch in tokens (dp x micro-batch x micro-batches x seq) the run may take:
+    past the critical batch more tokens per step stop buying fewer steps (McCandlish et al. 2018,
+    arXiv 1812.06162), so a layout that fits only by multiplying the batch is no answer."""
+    train_tokens: int | None = None
+    days_max: float | None = None
+    """With train_tokens: the training run must take at most this many days on the layout's counted
+    step (tutor.theory.step_time on the goal device's sourced ceilings): fitting is not enough if the
+    step is slow."""
 
 
 @dataclass(frozen=True)
