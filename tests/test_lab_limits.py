@@ -27,6 +27,17 @@ def matmul_run(number: int, tflops: float, *, date: str = "2025-03-01T10:00:00+0
     return Run(number, header, results)
 
 
+def test_a_matmul_measured_while_the_machine_was_busy_is_not_the_rate_a_lab_is_refused_at() -> None:
+    busy = matmul_run(2, 1e-4, date="2025-02-01T00:00:00+00:00")
+    busy.results[0]["busy"] = {"busy": True, "other_share": 0.9, "own_share": 0.1}
+    notebook = Notebook(runs=(matmul_run(1, 0.05, date="2025-01-01T00:00:00+00:00"), busy), corrupt_lines=0)
+    assert last_matmul_tflops(notebook, device="cpu", dtype="fp32", machine=MACHINE) == (0.05, "2025-01-01T00:00:00+00:00")
+    quiet = matmul_run(3, 0.06, date="2025-03-01T00:00:00+00:00")
+    quiet.results[0]["busy"] = {"busy": False, "other_share": 0.01, "own_share": 1.0}
+    notebook = Notebook(runs=(*notebook.runs, quiet), corrupt_lines=0)
+    assert last_matmul_tflops(notebook, device="cpu", dtype="fp32", machine=MACHINE) == (0.06, "2025-03-01T00:00:00+00:00")
+
+
 def test_the_last_finished_matmul_of_this_machine_is_the_measured_rate() -> None:
     other = recorded_machine(gpus=[])
     other = type(other)(cpu=type(other.cpu)(**{**other.cpu.__dict__, "model_name": "Other CPU"}), gpus=[],

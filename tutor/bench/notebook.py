@@ -298,15 +298,22 @@ def same_machine(recorded: Any, machine: Machine) -> bool:
             and [g.get("name") for g in gpus if isinstance(g, dict)] == [g.name for g in machine.gpus])
 
 
+def measured_while_busy(result: dict) -> bool:
+    """Whether a result's record says other processes took the cores while it measured (BusyShare.to_json)."""
+    busy = result.get("busy")
+    return isinstance(busy, dict) and busy.get("busy") is True
+
+
 def last_matmul_tflops(notebook: Notebook, *, device: str, dtype: str, machine: Machine) -> tuple[float, str] | None:
     """(TFLOP/s, date) of the newest finished `bench matmul` headline for `dtype` on `device` of this
-    machine, None when the notebook has none (a cancelled run's figure may be a tiny size: skipped)."""
+    machine, None when the notebook has none (a cancelled run's figure may be a tiny size, and a figure measured
+    while other processes took the cores says what they left, not what the machine does: both skipped)."""
     for run in reversed(notebook.runs):
         if run.cancelled or not same_machine(run.header.get("machine"), machine):
             continue
         figures = [r.get("tflops_median") for r in run.results
                    if r.get("kind") == "matmul" and r.get("device") == device and r.get("dtype") == dtype
-                   and r.get("headline", True) and not r.get("fixed_size")]
+                   and r.get("headline", True) and not r.get("fixed_size") and not measured_while_busy(r)]
         rates = [float(f) for f in figures if isinstance(f, (int, float)) and not isinstance(f, bool)
                  and math.isfinite(f) and f > 0]
         if rates:
