@@ -93,3 +93,17 @@ def test_ctrl_c_inside_the_step_time_lab_exits_130_without_an_abort() -> None:
     text = "".join(lines)
     assert process.returncode == 130, text
     assert "cancelled" in text and "terminate called" not in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("typed", ["2e12", "2000000000000", "2T"])
+def test_a_text_parameter_keeps_what_was_typed_as_the_help_shows_it(typed: str) -> None:
+    """The help's own example, `lab time-to-train tokens=2e12`: TOML would read 2e12 as a float; a text
+    parameter takes the words typed, read by the lab's own parser."""
+    from tests.cli_runner import run
+
+    import json
+
+    code, out, err = run(["lab", "time-to-train", f"tokens={typed}", "--json"])
+    assert code == 0, err
+    metrics = json.loads(out)["metrics"]
+    assert metrics["tokens_per_s"] * metrics["days"] * 86_400 == pytest.approx(2e12, rel=1e-6)

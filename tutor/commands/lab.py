@@ -21,17 +21,19 @@ from tutor.formatting import format_quantity
 from tutor.commands.json_output import echo_json
 
 
-def _params(pairs: tuple[str, ...]) -> dict:
-    """KEY=VALUE pairs, each value read as TOML (numbers, booleans, ["lists"]) or else as text."""
+def _params(pairs: tuple[str, ...], text_keys: frozenset[str] = frozenset()) -> dict:
+    """KEY=VALUE pairs, each value read as TOML (numbers, booleans, ["lists"]) or else as text; a parameter in
+    `text_keys` (a lab's text or choice parameters) keeps what was typed, so `tokens=2e12` stays "2e12"."""
     params = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise UserError(f"parameters are KEY=VALUE, got {pair!r} (e.g. dtypes='[\"fp32\",\"bf16\"]' budget_s=3)")
         try:
-            params[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+            parsed = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
-            params[key.strip()] = value
+            parsed = value
+        params[key.strip()] = value.strip() if key.strip() in text_keys and not isinstance(parsed, str) else parsed
     return params
 
 
@@ -176,7 +178,7 @@ def lab(ctx: click.Context, name: str | None, params: tuple[str, ...], as_json: 
             click.echo(f"{entry.name:<{width}}  {entry.title}")
         return
     probe = load_lab(name)
-    values = probe.check_params(_params(params))
+    values = probe.check_params(_params(params, frozenset(p.name for p in probe.params if p.kind in ("text", "str"))))
     cancel = threading.Event()
 
     import io
