@@ -841,3 +841,20 @@ def test_lessons_show_text_and_json(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("tensor-tutor: error: unknown lesson") and len(err.strip().splitlines()) == 1
+
+
+def test_each_lessons_index_lists_the_blocks_that_complete_it_as_the_page_names_them() -> None:
+    from tutor.lessons.progress import REQUIRED_TO_COMPLETE, blocks_done, track_blocks_done
+
+    curriculum = load_curriculum()
+    for info in curriculum.lessons:
+        page = curriculum.lesson(info.id)
+        assert info.blocks == tuple(block.id for block in page.blocks if block.directive in REQUIRED_TO_COMPLETE)
+    first = curriculum.lessons[0]
+    assert len(first.blocks) >= 2
+    done = {first.blocks[0], "calc-1", "gone-from-the-page"}  # a calculator does not complete it; a stale id counts not
+    assert blocks_done(first, done) == (1, len(first.blocks))
+    track = curriculum.track(first.track)
+    total = sum(len(curriculum.info(lesson_id).blocks) for lesson_id in track.lesson_ids)
+    assert track_blocks_done(track, curriculum.infos, lambda lesson_id: done if lesson_id == first.id else set()) \
+        == (1, total)

@@ -75,3 +75,52 @@ def test_the_matmul_result_is_scrolled_into_view_at_80x24_with_its_figure_on_its
             assert first.strip() == "198 GFLOP/s on fp32, 2 cores"
             assert "some sizes did not settle" in " ".join(rest)
     run(scenario())
+
+
+# ---- Home counts blocks done ----------------------------------------------------------------------
+
+def saved_progress(tmp_path: Path, lessons: dict[str, dict]):
+    """The real curriculum and grading, with progress.json written first into this test's data folder
+    ($TENSOR_TUTOR_DATA_DIR, tests/conftest.py) and read by the real store, as after a restart."""
+    import dataclasses
+    import json
+
+    from tutor.lessons.progress import ProgressStore
+    from tutor.storage import data_dir
+
+    path = data_dir() / "progress.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "last_lesson": None, "learner_id": "0123456789abcdef",
+                                "lessons": lessons}), encoding="utf-8")
+    return dataclasses.replace(real_services(tmp_path), progress=ProgressStore())
+
+
+def option_text(app, option_id: str) -> str:
+    from rich.console import Console
+    from textual.widgets import OptionList
+
+    console = Console(width=200, record=True)
+    option_list = app.screen.query_one(OptionList)
+    console.print(option_list.get_option_at_index(option_list.get_option_index(option_id)).prompt)
+    return console.export_text()
+
+
+def test_home_shows_blocks_done_per_lesson_and_per_track(tmp_path):
+    async def scenario():
+        from tutor.lessons import load_curriculum
+
+        curriculum = load_curriculum()
+        track = curriculum.tracks[0]
+        first, second = (curriculum.info(lesson_id) for lesson_id in track.lesson_ids[:2])
+        services = saved_progress(tmp_path, {
+            first.id: {"done_blocks": list(first.blocks[:2]) + ["calc-1"]},  # a calculator does not count
+            second.id: {"done_blocks": list(second.blocks[:1])},
+        })
+        in_track = sum(len(curriculum.info(lesson_id).blocks) for lesson_id in track.lesson_ids)
+        app = TutorApp(services)
+        async with app.run_test(size=WIDE) as pilot:
+            await pilot.pause()
+            assert f"2/{len(first.blocks)} blocks" in option_text(app, first.id)
+            assert f"1/{len(second.blocks)} blocks" in option_text(app, second.id)
+            assert f"0/{len(track.lesson_ids)} lessons · 3/{in_track} blocks" in option_text(app, f"track:{track.id}")
+    run(scenario())

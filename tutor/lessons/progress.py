@@ -19,10 +19,11 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from collections.abc import Callable, Mapping, Set
 from typing import TYPE_CHECKING, Any
 
 from tutor.file_lock import locked
-from tutor.lessons.catalog import Track
+from tutor.lessons.catalog import LessonInfo, Track
 from tutor.storage import data_dir, read_json, write_json_atomic
 
 if TYPE_CHECKING:
@@ -90,6 +91,22 @@ def required_blocks(lesson: Lesson) -> set[str]:
 def lesson_complete(lesson: Lesson, state: LessonProgress) -> bool:
     """Whether every required block is solved (a quiz only seen does not count)."""
     return required_blocks(lesson) <= set(state.done_blocks)
+
+
+def blocks_done(info: LessonInfo, done_blocks: Set[str]) -> tuple[int, int]:
+    """(blocks solved, blocks to solve) of one lesson: its completing blocks (LessonInfo.blocks, read
+    from its page with the curriculum's index) against the blocks the learner solved. A block done
+    under an id the page no longer has does not count."""
+    return sum(block in done_blocks for block in info.blocks), len(info.blocks)
+
+
+def track_blocks_done(track: Track, infos: Mapping[str, LessonInfo],
+                      done_blocks_of: Callable[[str], Set[str]]) -> tuple[int, int]:
+    """(blocks solved, blocks to solve) over a track's lessons; `done_blocks_of(lesson_id)` is the
+    learner's solved blocks in that lesson (ProgressStore.lesson_state(...).done_blocks)."""
+    counts = [blocks_done(infos[lesson_id], done_blocks_of(lesson_id)) for lesson_id in track.lesson_ids
+              if lesson_id in infos]
+    return sum(done for done, _ in counts), sum(total for _, total in counts)
 
 
 _MAX_COUNT = 10**9
