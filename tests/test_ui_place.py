@@ -124,3 +124,92 @@ def test_home_shows_blocks_done_per_lesson_and_per_track(tmp_path):
             assert f"1/{len(second.blocks)} blocks" in option_text(app, second.id)
             assert f"0/{len(track.lesson_ids)} lessons · 3/{in_track} blocks" in option_text(app, f"track:{track.id}")
     run(scenario())
+
+
+# ---- a reopened lesson shows what the learner answered --------------------------------------------
+
+PIPELINE = "training-loop/data-pipeline"
+LEARNER = "0123456789abcdef"
+
+
+def saved_answers() -> dict[str, dict]:
+    """data-pipeline's progress after a session: a guess typed in MB/s for a GB/s block and measured, the
+    choice quiz answered right (its index in this learner's order of choices), the number quiz wrong."""
+    from tutor.lessons import expected_answer, load_curriculum
+    from tutor.lessons.learner import learner_view
+    from ui_fakes import fake_machine
+
+    choice = learner_view(load_curriculum().lesson(PIPELINE).block("prefetch-step-time"), learner_id=LEARNER,
+                          lesson_id=PIPELINE, device=fake_machine())
+    right = expected_answer(choice, device=fake_machine())
+    at = "2026-01-02T03:04:05Z"
+    return {PIPELINE: {
+        "done_blocks": ["ram-copy", "prefetch-step-time"],
+        "answers": {"prefetch-step-time": {"answer": str(right), "correct": True, "attempts": 1, "at": at, "round": 0},
+                    "tokens-per-second": {"answer": "12", "correct": False, "attempts": 1, "at": at, "round": 0}},
+        "predictions": {"ram-copy": {"predicted": 0.8, "measured": 9.5, "at": at, "typed": "800 MB/s"}},
+    }}
+
+
+def test_a_reopened_lesson_shows_the_saved_guess_measurement_verdict_and_answers(tmp_path):
+    async def scenario():
+        from textual.widgets import Input
+
+        from tutor.lessons.predictions import prediction_verdict, read_guess_as
+        from tutor.ui.widgets.measure import format_value
+        from tutor.ui.widgets.predict import PredictBlock
+        from tutor.ui.widgets.quiz import ChoiceButton, QuizBlock
+
+        services = saved_progress(tmp_path, saved_answers())
+        app = TutorApp(services, lesson_id=PIPELINE)
+        async with app.run_test(size=WIDE) as pilot:
+            await pilot.pause()
+            predict = next(block for block in app.screen.query(PredictBlock) if block.block_id == "ram-copy")
+            assert predict.query_one("#guess", Input).value == "800 MB/s"  # as typed
+            verdict = text_of(predict.query_one("#verdict"))
+            read = read_guess_as("800 MB/s", "GB/s")
+            assert read.note and f"({read.note} from '800 MB/s')" in verdict  # and as it was read
+            assert (f"you predicted {format_value(0.8, 'GB/s')}" in verdict
+                    and f"measured {format_value(9.5, 'GB/s')}" in verdict
+                    and prediction_verdict(0.8, 9.5, "GB/s") in verdict)
+            assert "commit again to measure again" in text_of(predict.query_one("#status"))
+            assert predict.query_one("#explain").display and not predict.query_one("#guess", Input).disabled
+
+            quizzes = {block.block_id: block for block in app.screen.query(QuizBlock)}
+            choice = quizzes["prefetch-step-time"]
+            pressed = [button.value for button in choice.query(ChoiceButton)]
+            assert pressed.count(True) == 1 and pressed.index(True) == int(
+                saved_answers()[PIPELINE]["answers"]["prefetch-step-time"]["answer"])
+            assert text_of(choice.query_one("#feedback")).startswith("✓ right.")
+            assert "300 ms: the loader is the bottleneck" in text_of(choice.query_one("#explanation"))
+            assert "saved with your progress" in text_of(choice.query_one("#saved"))
+
+            number = quizzes["tokens-per-second"]
+            assert number.query_one("#answer", Input).value == "12"
+            assert text_of(number.query_one("#feedback")).startswith("✗ not yet.")
+            assert "hint 1/2: Training costs 6·N FLOPs per token." in text_of(number.query_one("#hints"))
+
+            # Answering again: the new guess is measured and saved in place of the old one.
+            predict.query_one("#guess", Input).value = "3 GB/s"
+            predict.query_one("#commit").press()
+            await until(pilot, lambda: services.progress.prediction(PIPELINE, "ram-copy").typed == "3 GB/s",
+                        "the new guess saved", limit_s=60)
+            assert f"you predicted {format_value(3.0, 'GB/s')}, measured" in text_of(predict.query_one("#verdict"))
+    run(scenario())
+
+
+def test_an_answer_to_an_earlier_draw_is_not_shown_against_a_fresh_one(tmp_path):
+    async def scenario():
+        from textual.widgets import Input
+
+        from tutor.ui.widgets.quiz import QuizBlock
+
+        progress = saved_answers()
+        progress[PIPELINE]["seen_blocks"] = {"tokens-per-second": 1}  # its answer was shown: round 1 now
+        app = TutorApp(saved_progress(tmp_path, progress), lesson_id=PIPELINE)
+        async with app.run_test(size=WIDE) as pilot:
+            await pilot.pause()
+            number = next(block for block in app.screen.query(QuizBlock) if block.block_id == "tokens-per-second")
+            assert number.query_one("#answer", Input).value == ""
+            assert not number.query_one("#feedback").display and not number.query_one("#saved").display
+    run(scenario())

@@ -89,6 +89,8 @@ class KeptResult:
     at: float
     predicted: float | None = None
     """The learner's committed guess (predict blocks)."""
+    typed: str = ""
+    """That guess as the learner typed it."""
 
 
 class ResultStore:
@@ -99,8 +101,9 @@ class ResultStore:
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str], KeptResult] = {}
 
-    def keep(self, lesson_id: str, block_id: str, result: ProbeResult, predicted: float | None = None) -> None:
-        self._kept[(lesson_id, block_id)] = KeptResult(result, now(), predicted)
+    def keep(self, lesson_id: str, block_id: str, result: ProbeResult, predicted: float | None = None,
+             typed: str = "") -> None:
+        self._kept[(lesson_id, block_id)] = KeptResult(result, now(), predicted, typed)
 
     def recall(self, lesson_id: str, block_id: str) -> KeptResult | None:
         return self._kept.get((lesson_id, block_id))
