@@ -182,7 +182,7 @@ def test_a_reopened_lesson_shows_the_saved_guess_measurement_verdict_and_answers
                 saved_answers()[PIPELINE]["answers"]["prefetch-step-time"]["answer"])
             assert text_of(choice.query_one("#feedback")).startswith("✓ right.")
             assert "300 ms: the loader is the bottleneck" in text_of(choice.query_one("#explanation"))
-            assert "saved with your progress" in text_of(choice.query_one("#saved"))
+            assert "your saved answer" in text_of(choice.query_one("#saved"))
 
             number = quizzes["tokens-per-second"]
             assert number.query_one("#answer", Input).value == "12"

@@ -483,6 +483,6 @@ Runs a real measurement (a *probe*) on this machine in the background: the app s
         self.query_one("#explain").display = bool(self.block.explain)
         if age is None:  # a result that just arrived: in view, not below the fold (at 80x24 the block starts at the top)
             self.show_in_view([self.query_one("#status", Static), *(self.query_one(name) for name in
-                                                                    ("#table", "#drawing", "#bars"))])
+                                                                    ("#table", "#drawing", "#bars", "#explain"))])
         if not cancelled:
             self.complete()

@@ -195,16 +195,15 @@ Answers are saved with your progress: reopened, the quiz shows your last answer 
             if not (saved.answer.isdigit() and int(saved.answer) < len(buttons)):
                 return False
             buttons[int(saved.answer)].value = True
-            again = "pick a choice and Check to answer again"
         else:
             self.query_one("#answer", Input).value = saved.answer
-            again = "change it and Check to answer again"
         if not grade.correct:
             self.hints_shown = 0
             for _ in range(min(self.attempts, len(self.block.hints))):
                 self._next_hint()
         self.show_grade(saved.answer, grade)
-        say(self.query_one("#saved", Static), Text(f"your answer, saved with your progress: {again}", style="dim"))
+        say(self.query_one("#saved", Static), Text("your saved answer: change it and press Check to answer again",
+                                                   style="dim"))
         return True
 
     def show_verdict(self) -> None:
