@@ -144,3 +144,15 @@ def test_matmul_says_how_busy_the_machine_was(monkeypatch: pytest.MonkeyPatch) -
     fp32 = next(row for row in result.rows if row.label.startswith("fp32 matmul"))
     assert fp32.unit == "TFLOP/s" and "best stable timing shown" in fp32.note
     assert "machine busy" not in fp32.note  # said once, in the summary
+
+
+def test_the_lab_command_prints_a_summary_line_by_line_with_controls_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from tutor.commands.lab import _show
+    from tutor.labs import ProbeResult
+
+    result = ProbeResult("matmul", (), {}, "198 GFLOP/s on fp32, 2 cores\nmachine busy\x1b[2J", device="cpu")
+    _show(SimpleNamespace(title="Matrix multiply throughput", render=None), result, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == ["198 GFLOP/s on fp32, 2 cores", "machine busy\\x1b[2J"]
