@@ -131,6 +131,7 @@ def test_the_matmul_lab_sweeps_with_the_free_cores_threads_and_gives_every_threa
     assert "1 thread on 2 cores: other work used 1.2 of them when it started" in row.note
     assert "waited 2 s for the cores to be free (they did not come free)" in row.note
     assert result.to_json()["cores"] == busy.to_json()  # in the JSON and the results notebook too
+    assert result.summary.splitlines()[0] == "100 GFLOP/s on fp32, 1 of 2 cores"  # the figure's cores, said first
 
 
 def test_a_sweep_that_did_not_settle_is_swept_again_and_said_plainly_when_it_never_does(monkeypatch):
@@ -149,8 +150,8 @@ def test_a_sweep_that_did_not_settle_is_swept_again_and_said_plainly_when_it_nev
     outcomes[:] = [_result("cpu", "fp32", 0.06, stable=False), _result("cpu", "fp32", 0.05, stable=False)]
     never = run_probe("matmul", {"dtypes": ["fp32"], "budget_s": 0.3, "device": "cpu"})
     assert never.metrics["tflops_fp32"] == 0.06 and outcomes == []
-    assert never.summary.startswith("fp32 60 GFLOP/s on cpu; fp32 could not get a stable timing at any size, even "
-                                    "swept twice: the figure is the best median it saw, and it may read low")
+    assert never.summary.startswith("60 GFLOP/s on fp32, 2 cores\nfp32 could not get a stable timing at any size, "
+                                    "even swept twice: the figure is the best median it saw, and it may read low")
 
 
 def test_cores_given_up_to_a_burst_that_ended_are_taken_back_and_the_all_core_timing_is_the_figure(monkeypatch):

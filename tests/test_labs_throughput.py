@@ -3,6 +3,7 @@ report (metric keys, ratios, peaks, cancellation), never for how fast this machi
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -132,8 +133,10 @@ def test_matmul_says_how_busy_the_machine_was(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(busy_module, "BusyMeter", Meter)
     result = run_probe("matmul", {"dtypes": ["fp32"], "budget_s": 0.3, "device": "cpu"})
     assert result.metrics["tflops_fp32"] == 0.2  # the stable timing, not the noisy 0.5
-    assert result.summary == ("fp32 200 GFLOP/s on cpu; machine busy: other processes used 75% of 2 cores "
-                              "during the measurement, so it may read low: run it again when the machine is quiet")
+    first, *details = result.summary.splitlines()
+    assert re.fullmatch(r"200 GFLOP/s on fp32, (\d+ of )?\d+ cores?", first)  # the figure plainly, then the caveats
+    assert details == ["machine busy: other processes used 75% of 2 cores during the measurement, so it may read "
+                       "low: run it again when the machine is quiet"]
     data = result.to_json()
     assert data["busy"]["other_share"] == pytest.approx(0.75) and data["busy"]["busy"] is True
     headline = data["headline"]["fp32"]
@@ -141,3 +144,15 @@ def test_matmul_says_how_busy_the_machine_was(monkeypatch: pytest.MonkeyPatch) -
     fp32 = next(row for row in result.rows if row.label.startswith("fp32 matmul"))
     assert fp32.unit == "TFLOP/s" and "best stable timing shown" in fp32.note
     assert "machine busy" not in fp32.note  # said once, in the summary
+
+
+def test_the_lab_command_prints_a_summary_line_by_line_with_controls_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from tutor.commands.lab import _show
+    from tutor.labs import ProbeResult
+
+    result = ProbeResult("matmul", (), {}, "198 GFLOP/s on fp32, 2 cores\nmachine busy\x1b[2J", device="cpu")
+    _show(SimpleNamespace(title="Matrix multiply throughput", render=None), result, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == ["198 GFLOP/s on fp32, 2 cores", "machine busy\\x1b[2J"]

@@ -488,6 +488,28 @@ def test_progress_round_trip(tmp_path: Path) -> None:
     assert again.last_lesson == "a/b" and again.warning is None
 
 
+def test_progress_keeps_what_a_reopened_block_shows(tmp_path: Path) -> None:
+    path = tmp_path / "progress.json"
+    store = ProgressStore(path)
+    store.record_prediction("a/b", "p1", 0.8, 9.5, typed="800 MB/s")
+    store.record_answer("a/b", "q1", "7", False)
+    store.record_reveal("a/b", "q1")  # the answer shown: the next visit is round 1, drawn afresh
+    store.record_answer("a/b", "q1", "9", True)
+    again = ProgressStore(path)
+    prediction = again.prediction("a/b", "p1")
+    assert prediction is not None and (prediction.typed, prediction.predicted, prediction.measured) == ("800 MB/s", 0.8, 9.5)
+    answer = again.answer("a/b", "q1")
+    assert answer is not None and (answer.answer, answer.correct, answer.round) == ("9", True, 1)
+    assert again.answer("a/b", "q2") is None and again.prediction("a/b", "p2") is None
+    # Older files (no typed text, no round) and hand edits read as nothing typed and round 0.
+    data = json.loads(path.read_text())
+    data["lessons"]["a/b"]["predictions"]["p1"]["typed"] = 42
+    data["lessons"]["a/b"]["answers"]["q1"]["round"] = -3
+    path.write_text(json.dumps(data))
+    damaged = ProgressStore(path)
+    assert damaged.prediction("a/b", "p1").typed == "" and damaged.answer("a/b", "q1").round == 0
+
+
 def test_track_progress_counts_completed_lessons(tmp_path: Path) -> None:
     curriculum = load_curriculum(FIXTURE)
     store = ProgressStore(tmp_path / "progress.json")
@@ -841,3 +863,20 @@ def test_lessons_show_text_and_json(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("tensor-tutor: error: unknown lesson") and len(err.strip().splitlines()) == 1
+
+
+def test_each_lessons_index_lists_the_blocks_that_complete_it_as_the_page_names_them() -> None:
+    from tutor.lessons.progress import REQUIRED_TO_COMPLETE, blocks_done, track_blocks_done
+
+    curriculum = load_curriculum()
+    for info in curriculum.lessons:
+        page = curriculum.lesson(info.id)
+        assert info.blocks == tuple(block.id for block in page.blocks if block.directive in REQUIRED_TO_COMPLETE)
+    first = curriculum.lessons[0]
+    assert len(first.blocks) >= 2
+    done = {first.blocks[0], "calc-1", "gone-from-the-page"}  # a calculator does not complete it; a stale id counts not
+    assert blocks_done(first, done) == (1, len(first.blocks))
+    track = curriculum.track(first.track)
+    total = sum(len(curriculum.info(lesson_id).blocks) for lesson_id in track.lesson_ids)
+    assert track_blocks_done(track, curriculum.infos, lambda lesson_id: done if lesson_id == first.id else set()) \
+        == (1, total)

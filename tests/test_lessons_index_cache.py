@@ -108,3 +108,19 @@ def test_crlf_lesson_files_are_read_from_the_index_too(lessons: Path, monkeypatc
 def test_a_curriculum_named_by_its_folder_is_never_cached(lessons: Path) -> None:
     load_curriculum(lessons)  # lint and tests name their folder: always parsed and checked
     assert not index_cache.cache_path().exists()
+
+
+def test_the_index_keeps_each_lessons_completing_blocks_and_reads_an_edited_page_afresh(lessons: Path) -> None:
+    # The fixture's copy has no pages: a page added is a change, and one edited is read again.
+    lesson_id = "precision/range-vs-precision"
+    page = lessons / lesson_id / "lesson.md"
+    assert load_curriculum().info(lesson_id).blocks == ()
+    shutil.copyfile(Path(__file__).resolve().parents[1] / "lessons" / lesson_id / "lesson.md", page)
+    shipped = load_curriculum()
+    blocks = shipped.info(lesson_id).blocks
+    parsed = tuple(block.id for block in shipped.lesson(lesson_id).blocks
+                   if block.directive in ("quiz", "predict", "measure", "exercise"))
+    assert blocks == parsed and len(blocks) >= 2  # the page's own ids, as opening the lesson names them
+    page.write_text(page.read_text(encoding="utf-8") + '\n```quiz\nid = "added"\nquestion = "?"\nkind = "text"\n'
+                    'answer = "x"\n```\n', encoding="utf-8")
+    assert load_curriculum().info(lesson_id).blocks == (*blocks, "added")

@@ -61,8 +61,8 @@ def test_home_lists_tracks_with_progress_and_opens_a_lesson():
             assert isinstance(app.screen, HomeScreen)
             option_list = app.screen.query_one("#lessons")
             prompts = [str(option_list.get_option_at_index(i).prompt) for i in range(option_list.option_count)]
-            assert "Precision and number formats  0/2 done" in prompts[0]
-            assert any("Memory: inference against training  1/1 done" in p for p in prompts)
+            assert "Precision and number formats  0/2 lessons · 0/4 blocks" in prompts[0]
+            assert any("Memory: inference against training  1/1 lessons · 0/1 blocks" in p for p in prompts)
             assert "CPU only (no NVIDIA driver found" in app.screen.query_one("DeviceHeader").device
             await pilot.press("enter")
             await pilot.pause()

@@ -24,6 +24,7 @@ from tutor.labs import Measurement, ProbeResult
 from tutor.lessons.grading import Grade
 from tutor.lessons.model import Bits, Calc, Lesson, Measure, Predict, Prose, Quiz, Track
 from tutor.lessons.model import LessonInfo as Info
+from tutor.lessons.progress import AnswerRecord, PredictionRecord
 from tutor.settings import Settings
 from tutor.ui.machine_detection import MachineDetection
 from tutor.ui.services import Services
@@ -174,9 +175,19 @@ TRACKS = (
 )
 
 
+def with_completing_blocks(lesson: Lesson) -> Lesson:
+    """The lesson with its info listing the blocks that complete it, as the loader's index lists them."""
+    import dataclasses
+
+    from tutor.lessons.progress import REQUIRED_TO_COMPLETE
+
+    blocks = tuple(block.id for block in lesson.blocks if block.directive in REQUIRED_TO_COMPLETE)
+    return dataclasses.replace(lesson, info=dataclasses.replace(lesson.info, blocks=blocks))
+
+
 class FakeCurriculum:
     def __init__(self, lessons: tuple = LESSONS, tracks: tuple = TRACKS) -> None:
-        self._lessons = {lesson.info.id: lesson for lesson in lessons}
+        self._lessons = {lesson.info.id: with_completing_blocks(lesson) for lesson in lessons}
         self.tracks = tracks
 
     @property
@@ -220,6 +231,7 @@ class FakeProgress:
         self.warning: str | None = None
         self.learner_id = ""
         self.reveals: list[tuple[str, str]] = []
+        self.typed: dict[tuple[str, str], str] = {}
 
     def set_last_lesson(self, lesson_id: str) -> None:
         self.last_lesson = lesson_id
@@ -251,8 +263,21 @@ class FakeProgress:
     def record_answer(self, lesson_id: str, quiz_id: str, answer: str, correct: bool) -> None:
         self.answers.append((lesson_id, quiz_id, answer, correct))
 
-    def record_prediction(self, lesson_id: str, predict_id: str, predicted: float, measured: float) -> None:
+    def record_prediction(self, lesson_id: str, predict_id: str, predicted: float, measured: float,
+                          typed: str = "") -> None:
         self.predictions.append((lesson_id, predict_id, predicted, measured))
+        self.typed[(lesson_id, predict_id)] = typed
+
+    def answer(self, lesson_id: str, quiz_id: str) -> AnswerRecord | None:
+        given = [(answer, correct) for lesson, quiz, answer, correct in self.answers
+                 if (lesson, quiz) == (lesson_id, quiz_id)]
+        return AnswerRecord(given[-1][0], given[-1][1], len(given), "") if given else None
+
+    def prediction(self, lesson_id: str, predict_id: str) -> PredictionRecord | None:
+        made = [(predicted, measured) for lesson, block, predicted, measured in self.predictions
+                if (lesson, block) == (lesson_id, predict_id)]
+        return (PredictionRecord(made[-1][0], made[-1][1], "", self.typed.get((lesson_id, predict_id), ""))
+                if made else None)
 
     def track_progress(self, track: Any) -> tuple[int, int]:
         return sum(self.lesson_state(i).completed for i in track.lesson_ids), len(track.lesson_ids)

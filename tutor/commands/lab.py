@@ -15,7 +15,7 @@ import tomllib
 
 import click
 
-from tutor.commands.safe_text import as_text, markup_safe, plain
+from tutor.commands.safe_text import as_text, markup_safe, plain, without_controls
 from tutor.errors import UserError
 from tutor.formatting import format_quantity
 from tutor.commands.json_output import echo_json
@@ -216,6 +216,7 @@ def _show(probe, result, as_json: bool) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=markup_safe(f"{probe.title} ({result.device})"), title_justify="left")
     for column in ("measurement", "measured", "theory", "comparison", "note"):
@@ -229,4 +230,6 @@ def _show(probe, result, as_json: bool) -> None:
     console.print(table)
     if probe.render is not None:
         console.print(probe.render(result))
-    console.print(as_text(result.summary))  # results quote parameters as typed (dir=...)
+    # Results quote parameters as typed (dir=...): never markup. A summary may hold several lines (the
+    # figure first, its caveats after): they stay lines, any other control character is escaped.
+    console.print(Text(without_controls(str(result.summary))))

@@ -49,20 +49,38 @@ def _headline_details(result, threads: int | None = None) -> dict:
             "busy": result.busy.to_json() if result.busy is not None else None}
 
 
-def _matmul_summary(rates: dict[str, float], device: str, busy, any_noisy: bool,
-                    unsettled: list[str] | None = None) -> str:
-    from tutor.formatting import format_rate
+def _where_measured(device: str, machine, threads: int | None, cores: int | None) -> str:
+    """Where the headline rate was timed, in the words of its first line: '2 cores', '1 of 2 cores'
+    (torch's threads against the cores the wait found), or the GPU's name (else the device)."""
+    if device == "cpu":
+        if threads is None or cores is None:
+            return "the CPU"
+        plural = "s" if cores != 1 else ""
+        return f"{cores} core{plural}" if threads >= cores else f"{threads} of {cores} core{plural}"
+    gpu = machine.gpu_for(device) if machine is not None else None
+    return gpu.name if gpu is not None else device
 
-    summary = ", ".join(f"{dtype} {format_rate(rate, 'TFLOP/s')}" for dtype, rate in rates.items()) or "nothing measured"
-    summary += f" on {device}"
+
+def _matmul_summary(rates: dict[str, float], device: str, busy, any_noisy: bool,
+                    unsettled: list[str] | None = None, where: dict[str, str] | None = None) -> str:
+    """The result in words. Its first line is the one figure a learner looks for, plainly: the best
+    measured rate, its dtype and where it ran ('198 GFLOP/s on fp32, 2 cores'); every rate and what
+    may make them read low follow, one per line."""
+    if not rates:
+        return f"nothing measured on {device}"
+    best = max(rates, key=lambda dtype: rates[dtype])
+    lines = [f"{format_rate(rates[best], 'TFLOP/s')} on {best}, {(where or {}).get(best, device)}"]
+    if len(rates) > 1:
+        lines.append(", ".join(f"{dtype} {format_rate(rate, 'TFLOP/s')}" for dtype, rate in rates.items())
+                     + f" on {device}")
     if unsettled:
-        summary += (f"; {', '.join(unsettled)} could not get a stable timing at any size, even swept twice: the "
-                    "figure is the best median it saw, and it may read low")
+        lines.append(f"{', '.join(unsettled)} could not get a stable timing at any size, even swept twice: the "
+                     "figure is the best median it saw, and it may read low")
     if busy.busy:
-        summary += f"; {busy.describe()}, so it may read low: run it again when the machine is quiet"
+        lines.append(f"{busy.describe()}, so it may read low: run it again when the machine is quiet")
     elif any_noisy:
-        summary += f"; some sizes did not settle, though {busy.describe()}"
-    return summary
+        lines.append(f"some sizes did not settle, though {busy.describe()}")
+    return "\n".join(lines)
 
 
 def largest_matmul_bytes(device: str, dtypes: list[str]) -> int:
@@ -247,7 +265,10 @@ def _matmul_sweeps(params: dict, progress: ProgressFn, cancel: threading.Event, 
     progress(1.0, "done")
     summary = _matmul_summary({dtype: metrics[f"tflops_{dtype}"] for dtype in measured}, device, busy,
                               any_noisy=any(headline["sizes_noisy"] for headline in headlines.values()),
-                              unsettled=[dtype for dtype in measured if not headlines[dtype]["stable"]])
+                              unsettled=[dtype for dtype in measured if not headlines[dtype]["stable"]],
+                              where={dtype: _where_measured(device, machine, headlines[dtype]["threads"],
+                                                            free.cores if free is not None else None)
+                                     for dtype in measured})
     details = {"busy": busy.to_json(), "headline": headlines, "swept_twice": swept_twice}
     if free is not None:
         details["cores"] = free.to_json()

@@ -20,6 +20,9 @@ class LessonInfo:
     minutes: int
     prerequisites: tuple[str, ...]
     summary: str
+    blocks: tuple[str, ...] = ()
+    """The ids of the blocks that complete the lesson (tutor.lessons.progress.REQUIRED_TO_COMPLETE), in
+    page order, read from its lesson.md with the index: what Home counts the learner's blocks done against."""
 
 
 @dataclass(frozen=True)

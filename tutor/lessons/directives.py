@@ -11,11 +11,11 @@ import math
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tutor.errors import UserError
 from tutor.lessons.calc_fields import CALC_FIELDS, CALC_KINDS, check_calc_value
+from tutor.lessons.fences import RawBlock, split_markdown
 from tutor.lessons.model import (
     DIRECTIVES,
     Bits,
@@ -31,7 +31,6 @@ from tutor.lessons.model import (
 from tutor.safe_text import strings_without_controls
 from tutor.storage import TooDeepError, loads_toml_bounded
 
-_OPENING = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 _ID = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 _DRAW_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -39,65 +38,6 @@ GOAL_KINDS = ("memory", "parallel", "kv-cache")
 GOAL_KEYS = ("device", "devices_max", "devices_min", "tokens_per_step_max", "train_tokens", "days_max")
 QUIZ_KINDS = ("number", "choice", "text")
 DEFAULT_TOLERANCE = 0.02
-
-
-@dataclass(frozen=True)
-class RawBlock:
-    """A piece of lesson.md before parsing: "prose" or a directive name, its first line, its text."""
-
-    directive: str
-    line: int
-    body: str
-
-
-def split_markdown(text: str, source: str = "lesson.md") -> list[RawBlock]:
-    """Prose and directive bodies in order; the line of a directive is that of its opening fence."""
-    lines = text.splitlines()
-    pieces: list[RawBlock] = []
-    prose: list[str] = []
-    prose_start = 1
-    index = 0
-
-    def flush_prose() -> None:
-        if "".join(prose).strip():
-            leading_blank = next(i for i, line in enumerate(prose) if line.strip())
-            pieces.append(RawBlock("prose", prose_start + leading_blank, "\n".join(prose).strip("\n")))
-        prose.clear()
-
-    while index < len(lines):
-        match = _OPENING.match(lines[index])
-        if match is None:
-            if not prose:
-                prose_start = index + 1
-            prose.append(lines[index])
-            index += 1
-            continue
-        fence, info = match.group("fence"), match.group("info").strip()
-        if fence[0] == "`" and "`" in info:  # CommonMark: not a fence, inline code
-            if not prose:
-                prose_start = index + 1
-            prose.append(lines[index])
-            index += 1
-            continue
-        closing = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
-        end = next((j for j in range(index + 1, len(lines)) if closing.match(lines[j])), None)
-        word = info.split()[0].lower() if info else ""
-        if word in DIRECTIVES:
-            if end is None:
-                raise UserError(f"{source}:{index + 1}: the ```{word} block is never closed (add a line {fence})")
-            flush_prose()
-            pieces.append(RawBlock(word, index + 1, "\n".join(lines[index + 1:end])))
-            index = end + 1
-            prose_start = index + 1
-            continue
-        # Ordinary code: prose, taken whole so that a directive-looking line inside it stays code.
-        stop = len(lines) if end is None else end + 1
-        if not prose:
-            prose_start = index + 1
-        prose.extend(lines[index:stop])
-        index = stop
-    flush_prose()
-    return pieces
 
 
 class _Fields:

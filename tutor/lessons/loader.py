@@ -1,12 +1,14 @@
 """Finding and loading the curriculum: curriculum.toml, each lesson.toml, and (on demand) lesson.md.
 
 Layout (lessons/README.md): <root>/curriculum.toml and <root>/<track>/<lesson>/{lesson.toml,lesson.md}.
-load_curriculum() reads the manifest and every lesson.toml (fast: what the home screen needs);
-Curriculum.lesson(id) parses that lesson's page the first time it is asked for.
+load_curriculum() reads the manifest, every lesson.toml and, in each lesson.md, the ids of the blocks
+that complete it (fast: what the home screen needs); Curriculum.lesson(id) parses that lesson's page
+the first time it is asked for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -169,6 +171,23 @@ def _parse_lesson_info(path: Path, root: Path, expected_id: str, sources: dict[s
                       prerequisites=prerequisites, summary=summary)
 
 
+def _completing_blocks(path: Path, root: Path, lesson_id: str, sources: dict[str, str]) -> tuple[str, ...]:
+    """The ids of the blocks that complete the lesson at `path` (tutor.lessons.fences), its text kept
+    in `sources` for the index's digest; () when the page cannot be read (opening it says why)."""
+    from tutor.lessons.fences import completing_block_ids
+    from tutor.lessons.progress import REQUIRED_TO_COMPLETE
+
+    if not path.exists():  # digested as empty (tutor.lessons.index_cache): adding the page is a change
+        sources[f"{lesson_id}/{LESSON_MD}"] = ""
+        return ()
+    try:
+        text = _read_lesson_file(path, _shown_path(path, root), PAGE_LIMIT_BYTES)
+    except UserError:
+        return ()
+    sources[f"{lesson_id}/{LESSON_MD}"] = text  # as read, like the other files the digest covers
+    return completing_block_ids(without_controls(text), REQUIRED_TO_COMPLETE)
+
+
 def find_prerequisite_cycle(infos: dict[str, LessonInfo]) -> list[str] | None:
     """A chain of lesson ids a -> b -> ... -> a through prerequisites, or None when there is none."""
     state: dict[str, str] = {}
@@ -291,7 +310,7 @@ def load_curriculum(root: Path | None = None) -> Curriculum:
     manifest = root / CURRICULUM_FILE
     if not manifest.is_file():
         raise UserError(f"no lessons found: {manifest} does not exist")
-    if shipped and (cached := index_cache.read_index(root, CURRICULUM_FILE, LESSON_TOML)) is not None:
+    if shipped and (cached := index_cache.read_index(root, CURRICULUM_FILE, LESSON_TOML, LESSON_MD)) is not None:
         return Curriculum(tracks=cached[0], infos=cached[1], root=root)
     data, text = _read_toml(manifest, root)
     sources = {CURRICULUM_FILE: text}  # each file's text as parsed, manifest first: what the cached index is keyed by
@@ -304,7 +323,9 @@ def load_curriculum(root: Path | None = None) -> Curriculum:
             if not (folder / LESSON_TOML).is_file():
                 raise UserError(f"{shown}:{_line_of(text, lesson_id)}: lesson {lesson_id!r} has no "
                                 f"{_shown_path(folder / LESSON_TOML, root)}")
-            infos[lesson_id] = _parse_lesson_info(folder / LESSON_TOML, root, lesson_id, sources)
+            info = _parse_lesson_info(folder / LESSON_TOML, root, lesson_id, sources)
+            infos[lesson_id] = dataclasses.replace(info, blocks=_completing_blocks(folder / LESSON_MD, root, lesson_id,
+                                                                                   sources))
     for info in infos.values():
         for needed in info.prerequisites:
             if needed not in infos:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tutor.lessons.catalog import LessonInfo, Track
+from tutor.lessons.fences import DIRECTIVES
 
 __all__ = ["DIRECTIVES", "Bits", "Block", "Calc", "Exercise", "Goal", "Lesson", "LessonInfo", "Measure", "Predict",
            "Prose", "Quiz", "Track"]
@@ -180,7 +181,6 @@ class Exercise:
 
 
 Block = Prose | Bits | Calc | Measure | Predict | Quiz | Exercise
-DIRECTIVES = ("bits", "calc", "measure", "predict", "quiz", "exercise")
 
 
 @dataclass(frozen=True)

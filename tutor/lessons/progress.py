@@ -19,10 +19,11 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from collections.abc import Callable, Mapping, Set
 from typing import TYPE_CHECKING, Any
 
 from tutor.file_lock import locked
-from tutor.lessons.catalog import Track
+from tutor.lessons.catalog import LessonInfo, Track
 from tutor.storage import data_dir, read_json, write_json_atomic
 
 if TYPE_CHECKING:
@@ -49,9 +50,13 @@ class AnswerRecord:
     """The latest answer to one quiz, and how many were given."""
 
     answer: str
+    """As the grader took it: the text typed, or a choice's index in the learner's order."""
     correct: bool
     attempts: int
     at: str
+    round: int = 0
+    """The round it answered (ProgressStore.round_of then): a later round draws the quiz afresh, and
+    this answer no longer belongs to the numbers shown."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class PredictionRecord:
     predicted: float
     measured: float | None
     at: str
+    typed: str = ""
+    """The guess as the learner typed it ("800 MB/s"); `predicted` is what it was read as, in the block's unit."""
 
     @property
     def ratio(self) -> float | None:
@@ -90,6 +97,22 @@ def required_blocks(lesson: Lesson) -> set[str]:
 def lesson_complete(lesson: Lesson, state: LessonProgress) -> bool:
     """Whether every required block is solved (a quiz only seen does not count)."""
     return required_blocks(lesson) <= set(state.done_blocks)
+
+
+def blocks_done(info: LessonInfo, done_blocks: Set[str]) -> tuple[int, int]:
+    """(blocks solved, blocks to solve) of one lesson: its completing blocks (LessonInfo.blocks, read
+    from its page with the curriculum's index) against the blocks the learner solved. A block done
+    under an id the page no longer has does not count."""
+    return sum(block in done_blocks for block in info.blocks), len(info.blocks)
+
+
+def track_blocks_done(track: Track, infos: Mapping[str, LessonInfo],
+                      done_blocks_of: Callable[[str], Set[str]]) -> tuple[int, int]:
+    """(blocks solved, blocks to solve) over a track's lessons; `done_blocks_of(lesson_id)` is the
+    learner's solved blocks in that lesson (ProgressStore.lesson_state(...).done_blocks)."""
+    counts = [blocks_done(infos[lesson_id], done_blocks_of(lesson_id)) for lesson_id in track.lesson_ids
+              if lesson_id in infos]
+    return sum(done for done, _ in counts), sum(total for _, total in counts)
 
 
 _MAX_COUNT = 10**9
@@ -124,6 +147,8 @@ def _clean_answer(value: Any) -> dict[str, Any] | None:
     clean["attempts"] = _count(value.get("attempts")) or 1
     if not isinstance(value.get("at"), str):
         clean["at"] = ""
+    round_ = value.get("round", 0)
+    clean["round"] = round_ if round_ == 0 or _count(round_) else 0
     return clean
 
 
@@ -135,6 +160,8 @@ def _clean_prediction(value: Any) -> dict[str, Any] | None:
     clean["measured"] = _finite(value.get("measured"))
     if not isinstance(value.get("at"), str):
         clean["at"] = ""
+    if not isinstance(value.get("typed"), str):
+        clean["typed"] = ""
     return clean
 
 
@@ -265,8 +292,13 @@ class ProgressStore:
     def answers(self, lesson_id: str) -> dict[str, AnswerRecord]:
         """quiz id -> the latest answer recorded for it."""
         return {quiz_id: AnswerRecord(answer=value["answer"], correct=value["correct"],
-                                      attempts=int(value.get("attempts", 1)), at=str(value.get("at", "")))
+                                      attempts=int(value.get("attempts", 1)), at=str(value.get("at", "")),
+                                      round=int(value.get("round", 0)))
                 for quiz_id, value in self._lesson(lesson_id)["answers"].items()}
+
+    def answer(self, lesson_id: str, quiz_id: str) -> AnswerRecord | None:
+        """The latest answer recorded for one quiz (what a reopened quiz shows), None when none was."""
+        return self.answers(lesson_id).get(quiz_id)
 
     def predictions(self, lesson_id: str) -> dict[str, PredictionRecord]:
         """predict id -> the learner's guess and the measured value."""
@@ -274,8 +306,13 @@ class ProgressStore:
         for predict_id, value in self._lesson(lesson_id)["predictions"].items():
             measured = value.get("measured")
             measured = float(measured) if isinstance(measured, (int, float)) and not isinstance(measured, bool) else None
-            result[predict_id] = PredictionRecord(float(value["predicted"]), measured, str(value.get("at", "")))
+            result[predict_id] = PredictionRecord(float(value["predicted"]), measured, str(value.get("at", "")),
+                                                  str(value.get("typed", "")))
         return result
+
+    def prediction(self, lesson_id: str, predict_id: str) -> PredictionRecord | None:
+        """The guess and measurement kept for one predict block (what a reopened one shows), None when none was."""
+        return self.predictions(lesson_id).get(predict_id)
 
     def track_progress(self, track: Track) -> tuple[int, int]:
         """(completed lessons, lessons) of a track."""
@@ -346,23 +383,25 @@ class ProgressStore:
         self._change(lesson_id, lambda entry: entry.__setitem__("completed", True))
 
     def record_answer(self, lesson_id: str, quiz_id: str, answer: str, correct: bool) -> None:
-        """Keep the latest answer and count attempts; a correct answer marks the quiz block done."""
+        """Keep the latest answer, with the round it answered, and count attempts; a correct answer marks
+        the quiz block done."""
         def update(entry: dict[str, Any]) -> None:
             previous = entry["answers"].get(quiz_id, {})
             attempts = int(previous.get("attempts", 0)) + 1
             entry["answers"][quiz_id] = {"answer": str(answer), "correct": bool(correct), "attempts": attempts,
-                                         "at": _now()}
+                                         "at": _now(), "round": int(entry["seen_blocks"].get(quiz_id, 0))}
             if correct:
                 entry["done_blocks"] = sorted(set(entry["done_blocks"]) | {quiz_id})
 
         self._change(lesson_id, update)
 
-    def record_prediction(self, lesson_id: str, predict_id: str, predicted: float, measured: float | None) -> None:
-        """Keep a guess and its measurement; the predict block counts as done once measured."""
+    def record_prediction(self, lesson_id: str, predict_id: str, predicted: float, measured: float | None,
+                          typed: str = "") -> None:
+        """Keep a guess (as read, and as `typed`) and its measurement; the predict block counts as done once measured."""
         def update(entry: dict[str, Any]) -> None:
             entry["predictions"][predict_id] = {"predicted": float(predicted),
                                                 "measured": None if measured is None else float(measured),
-                                                "at": _now()}
+                                                "at": _now(), "typed": str(typed)}
             if measured is not None:
                 entry["done_blocks"] = sorted(set(entry["done_blocks"]) | {predict_id})
 

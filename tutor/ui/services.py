@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from tutor.labs.probe import ProbeResult, ProgressFn
     from tutor.lessons.grading import Grade
     from tutor.lessons.model import Lesson, LessonInfo, Quiz, Track
+    from tutor.lessons.progress import AnswerRecord, PredictionRecord
     from tutor.worker.client import WorkerClient
     from tutor.worker.jobs import BenchOutcome
 
@@ -102,7 +103,8 @@ class LessonStateLike(Protocol):
 class ProgressLike(Protocol):
     """Where the learner's progress goes (tutor.lessons.ProgressStore). `warning` is the latest
     problem saving it (one line), None while all is well; `learner_id` seeds the learner's draws
-    and choice order; `last_lesson` is the lesson the learner was in (None at first)."""
+    and choice order; `last_lesson` is the lesson the learner was in (None at first); `answer` and
+    `prediction` give back what a reopened block shows."""
 
     warning: str | None
 
@@ -132,7 +134,12 @@ class ProgressLike(Protocol):
 
     def record_answer(self, lesson_id: str, quiz_id: str, answer: str, correct: bool) -> None: ...
 
-    def record_prediction(self, lesson_id: str, predict_id: str, predicted: float, measured: float) -> None: ...
+    def record_prediction(self, lesson_id: str, predict_id: str, predicted: float, measured: float,
+                          typed: str = "") -> None: ...
+
+    def answer(self, lesson_id: str, quiz_id: str) -> AnswerRecord | None: ...
+
+    def prediction(self, lesson_id: str, predict_id: str) -> PredictionRecord | None: ...
 
     def track_progress(self, track: Track) -> tuple[int, int]: ...
 

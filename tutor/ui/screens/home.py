@@ -13,6 +13,8 @@ from textual.screen import Screen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from tutor.formatting import format_count
+from tutor.lessons.progress import blocks_done, track_blocks_done
 from tutor.ui.host import tutor_app
 from tutor.ui.messages import OpenLesson
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
@@ -28,19 +30,29 @@ DETECTING = "detecting this machine…"
 """The header's device line until the machine is detected (after the home screen's first paint)."""
 
 
-def track_heading(track: Track, done: int, total: int) -> Text:
-    """'Precision and number formats  2/4 done' with the track's summary dimmed below."""
+def blocks_text(done: int, total: int) -> str:
+    """'4/7 blocks' (blocks solved of those that complete it); '' where there is nothing to solve."""
+    return f"{format_count(done)}/{format_count(total)} blocks" if total else ""
+
+
+def track_heading(track: Track, done: int, total: int, blocks: tuple[int, int] = (0, 0)) -> Text:
+    """'Precision and number formats  2/4 lessons · 11/30 blocks' with the track's summary dimmed below."""
     mark = "✓ " if total and done == total else ""
-    heading = Text.assemble((f"{mark}{track.title}", "bold"), (f"  {done}/{total} done", "cyan"))
+    counts = f"  {format_count(done)}/{format_count(total)} lessons"
+    if blocks_text(*blocks):
+        counts += f" · {blocks_text(*blocks)}"
+    heading = Text.assemble((f"{mark}{track.title}", "bold"), (counts, "cyan"))
     if track.summary:
         heading.append(f"\n{track.summary}", style="dim")
     return heading
 
 
-def lesson_line(info: LessonInfo, completed: bool, current: bool) -> Text:
+def lesson_line(info: LessonInfo, completed: bool, current: bool, blocks: tuple[int, int] = (0, 0)) -> Text:
+    """'  ▶ What a float is made of  8 min  1/2 blocks'."""
     mark = ("✓", "green") if completed else (("▶", "yellow") if current else ("·", "dim"))
+    counts = blocks_text(*blocks)
     return Text.assemble("  ", mark, " ", (info.title, "bold" if current else ""),
-                         (f"  {info.minutes} min", "dim"))
+                         (f"  {info.minutes} min", "dim"), (f"  {counts}" if counts else "", "cyan"))
 
 
 class HomeScreen(Screen):
@@ -50,7 +62,8 @@ class HomeScreen(Screen):
     HELP = """\
 ## Home
 
-The five tracks of the course, each with how many of its lessons you have completed.
+The tracks of the course, each with how many of its lessons you have completed and how many of
+their blocks (quizzes, predictions, measurements, exercises) you have solved; each lesson with its own count.
 
 - **↑/↓** move, **Enter** opens a lesson, **c** continues where you left off.
 - **b** opens the Bench (measure this machine), **f** the Fit check.
@@ -119,10 +132,12 @@ The five tracks of the course, each with how many of its lessons you have comple
             if index:
                 options.append(None)  # a separator line between tracks
             done, total = progress.track_progress(track)
-            options.append(Option(track_heading(track, done, total), id=f"track:{track.id}", disabled=True))
+            blocks = track_blocks_done(track, infos, lambda lesson_id: progress.lesson_state(lesson_id).done_blocks)
+            options.append(Option(track_heading(track, done, total, blocks), id=f"track:{track.id}", disabled=True))
             for lesson_id in track.lesson_ids:
-                completed = progress.lesson_state(lesson_id).completed
-                options.append(Option(lesson_line(infos[lesson_id], completed, lesson_id == current), id=lesson_id))
+                state = progress.lesson_state(lesson_id)
+                options.append(Option(lesson_line(infos[lesson_id], state.completed, lesson_id == current,
+                                                  blocks_done(infos[lesson_id], state.done_blocks)), id=lesson_id))
         option_list.clear_options()
         option_list.add_options(options)
         if highlighted is not None and highlighted < option_list.option_count:

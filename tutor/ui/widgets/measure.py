@@ -23,6 +23,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.reactive import reactive
+from textual.widget import Widget
 from textual.widgets import Button, ProgressBar, Static
 
 from tutor.errors import UserError
@@ -32,6 +33,7 @@ from tutor.ui.host import tutor_app
 from tutor.ui.services import DrawsResults
 from tutor.ui.widgets.block import LessonBlock, reveal, say
 from tutor.ui.widgets.charts import Comparison, ComparisonBars, quantity_text
+from tutor.safe_text import plain, without_controls
 from tutor.ui.widgets.static_text import show_text
 from tutor.ui.workers import yield_cpu_to_the_interface
 
@@ -87,6 +89,8 @@ class KeptResult:
     at: float
     predicted: float | None = None
     """The learner's committed guess (predict blocks)."""
+    typed: str = ""
+    """That guess as the learner typed it."""
 
 
 class ResultStore:
@@ -97,8 +101,9 @@ class ResultStore:
     def __init__(self) -> None:
         self._kept: dict[tuple[str, str], KeptResult] = {}
 
-    def keep(self, lesson_id: str, block_id: str, result: ProbeResult, predicted: float | None = None) -> None:
-        self._kept[(lesson_id, block_id)] = KeptResult(result, now(), predicted)
+    def keep(self, lesson_id: str, block_id: str, result: ProbeResult, predicted: float | None = None,
+             typed: str = "") -> None:
+        self._kept[(lesson_id, block_id)] = KeptResult(result, now(), predicted, typed)
 
     def recall(self, lesson_id: str, block_id: str) -> KeptResult | None:
         return self._kept.get((lesson_id, block_id))
@@ -393,8 +398,20 @@ class ProbeRunner(LessonBlock[P]):
         except Exception as error:  # a broken drawing is a line in the block, never a crash
             return Text(f"could not draw the result: {type(error).__name__}", style="red")
 
-    def _set_status(self, text: str) -> None:
+    def _set_status(self, text: str | Text) -> None:
         show_text(self.query_one("#status", Static), text, "status")
+
+    def show_in_view(self, parts: list[Widget]) -> None:
+        """Once drawn, scroll the shown `parts` of a result into view, the first one (the line that
+        says what was measured) first when they cannot all fit."""
+        shown = [part for part in parts if part.display]
+
+        def scroll() -> None:
+            if shown:
+                shown[-1].scroll_visible(animate=False, immediate=True)
+                shown[0].scroll_visible(animate=False, immediate=True)
+
+        self.call_after_refresh(scroll)
 
     def _show_error(self, text: str) -> None:
         self.running = False
@@ -451,14 +468,21 @@ Runs a real measurement (a *probe*) on this machine in the background: the app s
 
     def show_result(self, result: ProbeResult, age: float | None = None) -> None:
         cancelled = result.cancelled
-        self._set_status((f"measured {age_text(age)}: " if age is not None else "")
-                         + ("cancelled: the rows below are what finished. " if cancelled else "")
-                         + (result.summary or "done"))
+        headline, _, details = (result.summary or "done").partition("\n")
+        # The summary's first line is the figure the learner ran it for (the lab words it plainly):
+        # it leads, in bold; what may make it read low follows on the lines after it.
+        self._set_status(Text.assemble(
+            (f"measured {age_text(age)}: " if age is not None else ""),
+            ("cancelled: the rows below are what finished. " if cancelled else ""),
+            (plain(headline), "bold"), ("\n" + without_controls(details) if details else "")))
         say(self.query_one("#table", Static), ResultView(result))
         say(self.query_one("#drawing", Static), self.drawing(result) or "")
         bars = self.query_one("#bars", ComparisonBars)
         bars.items = comparisons(result)
         bars.display = bool(bars.items)
         self.query_one("#explain").display = bool(self.block.explain)
+        if age is None:  # a result that just arrived: in view, not below the fold (at 80x24 the block starts at the top)
+            self.show_in_view([self.query_one("#status", Static), *(self.query_one(name) for name in
+                                                                    ("#table", "#drawing", "#bars", "#explain"))])
         if not cancelled:
             self.complete()

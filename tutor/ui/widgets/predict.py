@@ -42,6 +42,16 @@ def verdict(predicted: float, measured: float, unit: str = "") -> str:
     return prediction_verdict(predicted, measured, unit)
 
 
+def verdict_text(predicted: float, read_as: str, measured: float, unit: str) -> Text:
+    """'you predicted 2x (read as ...), measured 0.25x: 8x too high': the guess as read (and what from),
+    the measurement and how far apart they are, each figure through tutor.formatting."""
+    return Text.assemble(
+        "you predicted ", (format_value(predicted, unit), "bold"),
+        (f" ({read_as})", "dim") if read_as else "",
+        ", measured ", (format_value(measured, unit), "bold"),
+        ": ", (verdict(predicted, measured, unit), "bold"))
+
+
 class PredictBlock(ProbeRunner["Predict"]):
     """```predict: commit a number first, then measure it on this machine and compare."""
 
@@ -53,7 +63,8 @@ Commit to a guess **before** measuring: type a number and press **Enter** (or *C
 Units convert to the block's (`800 MB/s` for a GB/s block, `2 months` for days, `30 million`), and
 arithmetic works (`6*1.24e9*15e12`); the block says what it read ("read as 0.8 GB/s").
 The probe then runs on this machine (Escape cancels) and the block compares your guess with
-the measured value as a ratio ("2.1x too high"). Your predictions are saved with your progress.
+the measured value as a ratio ("2.1x too high"). Your predictions are saved with your progress: a
+reopened lesson shows your guess, the measured value and the verdict; commit again to measure again.
 """
 
     def __init__(self, block: Predict, *, lesson_id: str, services: Services, done: bool = False,
@@ -63,6 +74,8 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
 
         self.read_as = ""
         """What the committed guess was read as ("read as 0.8 GB/s from '800 MB/s'"), "" for a plain number."""
+        self.typed = ""
+        """The committed guess as typed ("800 MB/s"), saved with it."""
         self.written = block
         self.block, self.render_error = safe_learner_view(
             block, learner_id=self.services.progress.learner_id, lesson_id=self.lesson_id,
@@ -87,16 +100,38 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
             self.query_one(name).display = False
         kept = result_store(self.app).recall(self.lesson_id, self.block_id)
         if kept is not None and kept.predicted is not None:  # committed earlier in this session
-            self.predicted = kept.predicted
-            self.read_as = ""
-            self.query_one("#guess", Input).value = format_value(kept.predicted, "")
+            self._show_guess(kept.predicted, kept.typed)
             self.show_result(kept.result, age=measure.now() - kept.at)
+            return
+        saved = self.services.progress.prediction(self.lesson_id, self.block_id)
+        if saved is not None and saved.measured is not None:  # an earlier session's: its guess and verdict
+            self._show_guess(saved.predicted, saved.typed)
+            self._set_status("predicted and measured before (saved with your progress): commit again to "
+                             "measure again")
+            self.show_verdict(saved.measured)
+        elif saved is not None:
+            self._show_guess(saved.predicted, saved.typed)
+            self._set_status("your guess was saved, but not measured: commit to measure it")
         elif self.done:
             self._set_status("predicted and measured before; commit again to re-run")
 
+    def _show_guess(self, predicted: float, typed: str) -> None:
+        """Put a committed guess back: in the field as the learner typed it (its value when no text was
+        kept), and what it was read as, read again from that text by the same reader."""
+        self.predicted = predicted
+        self.read_as = ""
+        if typed:
+            try:
+                _, note = read_guess_note(typed, self.block.unit, self.block.guess_unit)
+            except ValueError:  # the block's unit changed since: the value stands as it was read then
+                note = ""
+            self.read_as = f"{note} from {typed.strip()!r}" if note else ""
+        self.query_one("#guess", Input).value = typed.strip() or format_value(predicted, "")
+
     def keep_result(self, result: ProbeResult) -> None:
         """Remember the guess and the result for this lesson and block, as measure blocks do."""
-        result_store(self.app).keep(self.lesson_id, self.block_id, result, predicted=self.predicted)
+        result_store(self.app).keep(self.lesson_id, self.block_id, result, predicted=self.predicted,
+                                    typed=self.typed)
 
     @on(Input.Submitted, "#guess")
     @on(Button.Pressed, "#commit")
@@ -112,6 +147,7 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
             self._show_error(str(error))
             return
         self.read_as = f"{note} from {text.strip()!r}" if note else ""
+        self.typed = text.strip()
         self.keep_focus_in_the_lesson()
         self.query_one("#guess", Input).disabled = True
         self.query_one("#commit", Button).disabled = True
@@ -143,12 +179,20 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
         super()._show_error(text)
         self._unlock()
 
+    def show_verdict(self, measured: float) -> Static:
+        """The committed guess against `measured`, and the lesson's explanation: as a fresh result shows
+        them, and as a reopened lesson shows the ones saved with the learner's progress."""
+        verdict_line = self.query_one("#verdict", Static)
+        say(verdict_line, verdict_text(self.predicted, self.read_as, measured, self.block.unit))
+        if self.block.explain:  # the reconciliation: why the measured value is what it is
+            say(self.query_one("#explain", Static), Text.assemble(("Why: ", "bold"), self.block.explain))
+        return verdict_line
+
     def show_result(self, result: ProbeResult, age: float | None = None) -> None:
         """The verdict, the probe's rows and its drawing; `age` (seconds) when the result is one
         kept from earlier in this session (then the prediction is not recorded again)."""
         self._unlock()
         metric = self.block.metric
-        unit = self.block.unit
         measured = result.metrics.get(metric)
         say(self.query_one("#table", Static), ResultView(result))
         say(self.query_one("#drawing", Static), self.drawing(result) or "")
@@ -160,20 +204,14 @@ the measured value as a ratio ("2.1x too high"). Your predictions are saved with
             return
         self._set_status((f"measured {age_text(age)}: " if age is not None else "")
                          + (result.summary or "measured"))
-        verdict_line = self.query_one("#verdict", Static)
-        say(verdict_line, Text.assemble(
-            "you predicted ", (format_value(self.predicted, unit), "bold"),
-            (f" ({self.read_as})", "dim") if self.read_as else "",
-            ", measured ", (format_value(float(measured), unit), "bold"),
-            ": ", (verdict(self.predicted, float(measured), unit), "bold")))
-        if self.block.explain:  # the reconciliation: why the measured value is what it is
-            say(self.query_one("#explain", Static), Text.assemble(("Why: ", "bold"), self.block.explain))
+        verdict_line = self.show_verdict(float(measured))
         if age is not None:  # shown again on return: recorded when it was measured
             return
         self.call_after_refresh(verdict_line.scroll_visible, animate=False)  # the answer, not below the fold
         self.take_focus_back()
         try:
-            self.services.progress.record_prediction(self.lesson_id, self.block_id, self.predicted, float(measured))
+            self.services.progress.record_prediction(self.lesson_id, self.block_id, self.predicted, float(measured),
+                                                     typed=self.typed)
         except OSError as error:  # the store keeps its own warning; a lock or disk error must not break the lesson
             self.notify(f"prediction not saved: {error}", severity="warning")
         self.complete()

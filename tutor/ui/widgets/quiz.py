@@ -20,6 +20,7 @@ from textual.widgets import Button, Input, RadioButton, RadioSet, Static
 from tutor.ui.widgets.block import LessonBlock, say
 
 if TYPE_CHECKING:
+    from tutor.lessons.grading import Grade
     from tutor.lessons.model import Quiz
     from tutor.ui.services import Services
 
@@ -64,7 +65,7 @@ Type your answer (or pick a choice) and press **Enter** or *Check*.
 - Each wrong answer reveals the next **hint**, and a wrong choice says why it is wrong.
 - *Show answer* opens after a few tries: it shows the answer and the explanation, and the quiz
   counts as seen, not solved (next visit: a fresh draw to solve).
-Answers are saved with your progress.
+Answers are saved with your progress: reopened, the quiz shows your last answer as it was graded.
 """
 
     def __init__(self, block: Quiz, *, lesson_id: str, services: Services, done: bool = False,
@@ -97,6 +98,7 @@ Answers are saved with your progress.
                 yield Input(placeholder=f"your answer{f' ({unit})' if unit else ''}", id="answer")
             yield Button("Check", id="check", variant="primary")
             yield Button("Show answer", id="reveal", disabled=not self.can_reveal)
+        yield Static(id="saved", classes="status")
         yield Static(id="feedback", classes="status")
         yield Static(id="hints", classes="status")
         yield Static(id="explanation", classes="status")
@@ -107,9 +109,9 @@ Answers are saved with your progress.
 
     def on_mount(self) -> None:
         self.hints_shown = 0
-        for name in ("#feedback", "#hints", "#explanation"):
+        for name in ("#saved", "#feedback", "#hints", "#explanation"):
             self.query_one(name).display = False
-        if self.done:
+        if not self.restore_answer() and self.done:  # solved before any answer was saved with it
             say(self.query_one("#feedback", Static), Text("✓ answered before", style="green"))
 
     def answer_text(self) -> str | None:
@@ -150,21 +152,59 @@ Answers are saved with your progress.
             say(feedback, Text(grade.message, style="yellow"))
             return
         self._record(answer, grade.correct)
-        read_as = (f" ({grade.read_as} from {answer!r})", "dim") if grade.read_as else ""
+        say(self.query_one("#saved", Static), "")  # this answer is the one now saved
         if grade.correct:
             self.solved = True
-            say(feedback, Text.assemble(("✓ right. ", "bold green"), grade.message or "", read_as))
-            say(self.query_one("#hints", Static), "")  # the hints were for the wrong answers
-            self._explain()
-            self.query_one("#reveal", Button).disabled = True
+            self.show_grade(answer, grade)
             self.complete()
             self.show_verdict()
             return
         self.attempts += 1
-        say(feedback, Text.assemble(("✗ not yet. ", "bold red"), grade.message or "", read_as))
         self._next_hint()
-        self.query_one("#reveal", Button).disabled = not self.can_reveal
+        self.show_grade(answer, grade)
         self.show_verdict()
+
+    def show_grade(self, answer: str, grade: Grade) -> None:
+        """The verdict on `answer`: right (with the explanation) or not yet, with what it was read as;
+        as a fresh answer shows it, and as a reopened lesson shows the answer saved with the progress."""
+        feedback = self.query_one("#feedback", Static)
+        read_as = (f" ({grade.read_as} from {answer!r})", "dim") if grade.read_as else ""
+        if grade.correct:
+            say(feedback, Text.assemble(("✓ right. ", "bold green"), grade.message or "", read_as))
+            say(self.query_one("#hints", Static), "")  # the hints were for the wrong answers
+            self._explain()
+            self.query_one("#reveal", Button).disabled = True
+            return
+        say(feedback, Text.assemble(("✗ not yet. ", "bold red"), grade.message or "", read_as))
+        self.query_one("#reveal", Button).disabled = not self.can_reveal
+
+    def restore_answer(self) -> bool:
+        """Show the answer saved with the learner's progress, as it was graded, when it answered this
+        round's draw (a later round draws the numbers afresh); False when there is none to show."""
+        saved = self.services.progress.answer(self.lesson_id, self.block_id)
+        if saved is None or saved.round != self.services.progress.round_of(self.lesson_id, self.block_id):
+            return False
+        try:
+            grade = self.services.grade(self.block, saved.answer, device=self.services.machine)
+        except ValueError:  # a broken quiz: checking says so in place
+            return False
+        if not grade.valid:
+            return False
+        if self.block.kind == "choice":
+            buttons = list(self.query(ChoiceButton))
+            if not (saved.answer.isdigit() and int(saved.answer) < len(buttons)):
+                return False
+            buttons[int(saved.answer)].value = True
+        else:
+            self.query_one("#answer", Input).value = saved.answer
+        if not grade.correct:
+            self.hints_shown = 0
+            for _ in range(min(self.attempts, len(self.block.hints))):
+                self._next_hint()
+        self.show_grade(saved.answer, grade)
+        say(self.query_one("#saved", Static), Text("your saved answer: change it and press Check to answer again",
+                                                   style="dim"))
+        return True
 
     def show_verdict(self) -> None:
         """Scroll the verdict and what follows it (hints, explanation) into view once drawn: an
