@@ -58,3 +58,41 @@ def test_json_output_is_strict_json_without_infinity_or_nan() -> None:
     text = json_text({"a": math.inf, "b": [-math.inf, math.nan, 1.5], "c": (2, {"d": float("nan")})})
     assert json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in --json")) == {
         "a": None, "b": [None, None, 1.5], "c": [2, {"d": None}]}
+
+
+PAYLOAD = "\x1b[31mX\x07"
+
+
+@pytest.mark.parametrize("args", [["bench", "history"], ["bench", "history", "--plot", "1"],
+                                  ["bench", "history", "--compare", "1", "2"]])
+def test_notebook_text_reaches_a_real_terminal_escaped(args: list[str], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich writes a table to a terminal (TTY_COMPATIBLE) as it finds it; a device name or a case from a
+    hand-edited notebook must still arrive as `\\x1b`, never as the escape character itself."""
+    from tests.cli_runner import run
+    from tutor.bench.notebook import append_run
+
+    sweep = [{"m": s, "n": s, "k": s, "tflops_median": 0.01 * s / 256} for s in (256, 512)]
+    for _ in range(2):
+        assert append_run({"date": "2026-12-01T10:00:00Z", "cancelled": False}, [
+            {"kind": "matmul", "device": "cpu" + PAYLOAD, "dtype": "fp32" + PAYLOAD, "m": 512, "n": 512, "k": 512,
+             "tflops_median": 0.02, "sweep": sweep, "headline": True}], tmp_path / "results.jsonl") is None
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    code, out, err = run(args)
+    assert code == 0, err
+    assert PAYLOAD not in out + err and "\x07" not in out + err
+    assert "\\x1b[31mX" in out
+
+
+def test_an_error_quoting_a_file_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    from tests.cli_runner import run
+
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "llama\\u001b[31mX\\u0007", "hidden_size": 64, "num_hidden_layers": 2, '
+                      '"num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}')
+    code, out, err = run(["fit", str(config)])
+    assert PAYLOAD not in out + err and "\x07" not in out + err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1

@@ -109,7 +109,9 @@ def _run(argv: list[str] | None) -> None:
         try:
             open_app(args[1] if len(args) > 1 else None)
         except UserError as error:
-            print(f"tensor-tutor: error: {error}", file=sys.stderr)
+            from tutor.safe_text import plain
+
+            print(f"tensor-tutor: error: {plain(error)}", file=sys.stderr)
             sys.exit(2)
         except KeyboardInterrupt:  # Ctrl+C before the app takes the keys: what click says of it (Abort)
             print("tensor-tutor: cancelled", file=sys.stderr)

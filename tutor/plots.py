@@ -98,7 +98,8 @@ def matmul_sweep_chart(results: Iterable[dict[str, Any]]) -> Chart | None:
         points = sorted((Point((s["m"] * s["n"] * s["k"]) ** (1 / 3), float(s["tflops_median"]),
                                shape_text(s["m"], s["n"], s["k"])) for s in result["sweep"]
                          if s.get("tflops_median") is not None), key=lambda p: p.x)
-        series.append(Series(f"{result.get('dtype')} {str(result.get('backend', '')).split()[0]}", tuple(points)))
+        backend = str(result.get("backend") or "").split()  # a hand-edited run may have none
+        series.append(Series(f"{result.get('dtype')} {backend[0] if backend else ''}".strip(), tuple(points)))
         if isinstance(result.get("peak_tflops"), (int, float)):
             peaks[str(result.get("dtype"))] = float(result["peak_tflops"])
     if not series:
@@ -335,7 +336,7 @@ class LanesPicture:
         return line
 
     def __rich_console__(self, console, options):
-        from rich.markup import escape
+        from tutor.safe_text import markup_escape as escape
         from rich.text import Text
 
         from tutor.formatting import format_duration
@@ -379,7 +380,7 @@ def lanes_rows(lanes: Lanes) -> tuple[list[str], list[list[str]]]:
 
 
 def lanes_table(lanes: Lanes) -> Any:
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
     from rich.table import Table
 
     header, rows = lanes_rows(lanes)
@@ -419,7 +420,7 @@ def share_bars(columns: Sequence[tuple[str, Sequence[float]]], *, title: str, ro
     """A table with one row per item and one column per (heading, shares): each cell a bar of
     `width` cells scaled to the largest share of all columns, then the share as a percentage (the
     text a screen reader reads). Eight cells keep four columns inside 80 terminal columns."""
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
     from rich.table import Table
     from rich.text import Text
 
@@ -496,7 +497,7 @@ def chart_rows(chart: Chart) -> tuple[list[str], list[list[str]]]:
 def chart_table(chart: Chart, *, notes: bool = False) -> Any:
     """The Rich table a pipe or a screen reader reads instead of the picture; with `notes`, the
     chart's notes in its caption too (where the picture that prints them is not shown beside it)."""
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
     from rich.table import Table
 
     header, rows = chart_rows(chart)

@@ -51,6 +51,15 @@ def markup_safe(text: object) -> str:
     return escape(plain(text))
 
 
+def markup_escape(text: object) -> str:
+    """rich.markup.escape for text that may hold lines: `[` escaped and every control character but newline
+    and tab written as its escape (without_controls). Every module that escapes text for Rich markup uses
+    this one, so a string from a file cannot reach the terminal as a control sequence on any path."""
+    from rich.markup import escape
+
+    return escape(without_controls(str(text)))
+
+
 def as_text(text: object, style: str = "") -> Text:
     """`text` as a Rich Text (a table cell that is never parsed as markup), control characters escaped."""
     from rich.text import Text

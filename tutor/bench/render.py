@@ -47,7 +47,7 @@ class _Notes:
         return f"note {len(self.lines)}"
 
     def print(self, console: Console) -> None:
-        from rich.markup import escape
+        from tutor.safe_text import markup_escape as escape
 
         for number, text in enumerate(self.lines, 1):
             console.print(f"  note {number}: {escape(text)}")
@@ -88,7 +88,7 @@ def render_results(results: Sequence[Any], header: dict[str, Any], console: Cons
             console.print("  peak: " + ", ".join(f"{dtype} {peak}" for dtype, peak in peaks.items()))
         notes.print(console)
 
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
 
     if "decode_matmul" in by_kind:
         sides = sorted({r.n for r in by_kind["decode_matmul"]})

@@ -129,7 +129,7 @@ def collective(ctx: click.Context, **options: Any) -> None:
 def history(ctx: click.Context, compare: tuple[int, int] | None, plot: int | None, svg: str | None,
             as_json: bool) -> None:
     """List stored runs, compare two of them, or draw one run's sweeps."""
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
 
     from tutor.bench.notebook import case_sizes, compare_runs, notebook_path, read_notebook, run_headlines
 

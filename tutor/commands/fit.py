@@ -157,7 +157,7 @@ def _peak_line(stage: fitting.DeviceMemory, mode: str) -> str:
         why = ("gradients and activations do not peak together: backward frees activations as gradients appear"
                if mode == fitting.Mode.TRAIN else "the categories do not peak at the same moment")
         line += f"; the sum of categories counts {_size(over)} GiB more: {why}"
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
 
     return line + f". [dim]{escape(peak.formula)}[/dim]"
 

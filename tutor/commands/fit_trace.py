@@ -10,7 +10,7 @@ from tutor.theory.units import GiB
 def render_trace(result: TracedFit, estimate) -> None:
     """Rich tables: traced vs formula per category (at the peak and each one's maximum), then why."""
     from rich.console import Console
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
     from rich.table import Table
 
     console = Console()

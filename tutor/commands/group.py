@@ -14,6 +14,7 @@ import click
 
 from tutor import __version__
 from tutor.commands.registry import COMMANDS, command_available
+from tutor.safe_text import plain
 from tutor.errors import UserError
 
 TORCH_MISSING = ("this command measures with PyTorch, which is not installed: pip install torch (on a CPU-only "
@@ -69,14 +70,14 @@ def run(args: list[str]) -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except UserError as error:
-        click.echo(f"tensor-tutor: error: {error}", err=True)
+        click.echo(f"tensor-tutor: error: {plain(error)}", err=True)  # may quote a file or a library
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("tensor-tutor: cancelled", err=True)
         sys.exit(130)
     except click.ClickException as error:
         # Usage errors (unknown option, bad choice) already carry their one-line message.
-        click.echo(f"tensor-tutor: error: {error.format_message()}", err=True)
+        click.echo(f"tensor-tutor: error: {plain(error.format_message())}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exit_:
         sys.exit(exit_.exit_code)

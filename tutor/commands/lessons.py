@@ -50,7 +50,7 @@ def lessons(ctx: click.Context, as_json: bool, check: bool) -> None:
         echo_json({"lessons": rows, "tracks": tracks})
         return
     from rich.console import Console
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
     from rich.table import Table
 
     from tutor.commands.tables import ID_COLUMN, PROSE_COLUMN

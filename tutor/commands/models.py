@@ -95,7 +95,7 @@ def models(devices: bool, as_json: bool) -> None:
     console = Console()
     console.print(table)
     console.print(f"Hand-profiled model types (formulas, instant): {', '.join(SUPPORTED_MODEL_TYPES)}.")
-    from rich.markup import escape
+    from tutor.safe_text import markup_escape as escape
 
     console.print(f"Calibrated trace: {escape(CALIBRATED_TRACE)}.")
 
