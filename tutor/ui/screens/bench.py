@@ -23,7 +23,8 @@ from textual.widgets import Button, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
 from tutor.bench.notebook import Notebook, Run, compare_runs_at_same_sizes, read_notebook
-from tutor.formatting import format_quantity
+from tutor.export import bench_units
+from tutor.formatting import format_in_unit, format_quantity
 from tutor.ui.host import tutor_app
 from tutor.worker.jobs import BenchOutcome, BenchRow, bench_rows
 
@@ -43,8 +44,9 @@ def rows_table(rows: Any) -> Table:
     table.add_column("measured", justify="right", no_wrap=True)
     table.add_column("peak", justify="right", no_wrap=True)
     table.add_column("which figure; why the gap", ratio=1)
+    units = bench_units(rows)  # one unit per column: the export's header names the same one
     for row in rows:
-        table.add_row(row.label, format_quantity(row.measured, row.unit), format_quantity(row.peak, row.unit),
+        table.add_row(row.label, format_in_unit(row.measured, units[row.unit]), format_in_unit(row.peak, units[row.unit]),
                       Text.assemble(row.statistic, ("; " if row.statistic and row.note else ""), (row.note, "dim")))
     return table
 
