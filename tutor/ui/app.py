@@ -202,6 +202,10 @@ class TutorApp(App[None]):
         self._failure_times: list[float] = []
         self._failure_noticed: dict[str, float] = {}
 
+    def get_css_variables(self) -> dict[str, str]:
+        """The theme's variables, its text colours made readable on its backgrounds (tutor.ui.palette)."""
+        return palette.readable_variables(super().get_css_variables())
+
     def get_line_filters(self) -> Sequence[LineFilter]:
         return [*super().get_line_filters(), self._dim_filter]
 

@@ -133,3 +133,52 @@ def theme_palette(variables: dict[str, str], base: TerminalTheme, dark: bool) ->
     terminal = readable_terminal_theme(base, backgrounds, foreground, dark)
     heading = heading_color(Color.parse(variables["accent"]), backgrounds, foreground)
     return terminal, heading_styles(heading, ansi_color(terminal, "cyan"))
+
+
+TEXT_VARIABLES = ("text-primary", "text-secondary", "text-accent", "text-warning", "text-error", "text-success",
+                  "foreground-muted", "footer-key-foreground", "footer-description-foreground")
+"""Theme variables Textual's widgets and the app's CSS use as the colour of text on the theme's
+backgrounds (the light theme's $text-warning was 3.3:1, its footer keys 2.9:1)."""
+
+
+def readable_variables(variables: dict[str, str]) -> dict[str, str]:
+    """A theme's CSS variables with each TEXT_VARIABLES colour readable (readable()) on its background,
+    surface, panel and footer; "auto" colours (Textual picks black or white against what is under them) and names a
+    theme leaves out are kept."""
+    backgrounds = list(theme_backgrounds(variables))
+    for name in ("panel", "footer-background"):  # the footer's keys and descriptions stand on these
+        value = variables.get(name, "")
+        if value and not value.strip().startswith("auto"):
+            backgrounds.append(backgrounds[0] + Color.parse(value))
+    foreground = Color.parse(variables["foreground"])
+    updated = dict(variables)
+    for name in TEXT_VARIABLES:
+        value = variables.get(name, "")
+        if not value or value.strip().startswith("auto"):
+            continue
+        color = Color.parse(value)
+        shown = backgrounds[0] + color if color.a < 1 else color
+        better = readable(shown, backgrounds, foreground)
+        if better != shown:
+            updated[name] = better.hex6
+    for name, under in CURSOR_VARIABLES:
+        value, back = variables.get(name, "").strip(), variables.get(under, "").strip()
+        if not value or not back or back.startswith("auto"):
+            continue
+        cursor = backgrounds[0] + Color.parse(back)
+        if value.startswith("auto"):  # "auto 87%": black or white at that opacity, as Textual resolves it
+            share = float(value.split()[1].rstrip("%")) / 100 if len(value.split()) > 1 else 1.0
+            text = cursor + cursor.get_contrast_text(share)
+        else:
+            text = cursor + Color.parse(value)
+        # towards white or black, whichever the cursor's colour is further from
+        extreme = Color(255, 255, 255) if relative_luminance(cursor) < 0.18 else Color(0, 0, 0)
+        better = readable(text, [cursor], extreme)
+        if better != text:
+            updated[name] = better.hex6
+    return updated
+
+
+CURSOR_VARIABLES = (("block-cursor-foreground", "block-cursor-background"),
+                    ("block-cursor-blurred-foreground", "block-cursor-blurred-background"))
+"""(text, background) variables of a list's highlighted row: the dark theme's was 3.8:1."""

@@ -8,7 +8,8 @@ the screen's meaning (Bench: run). Its mouse pan and zoom stay off (allow_pan_an
 
 The widget renders what it is given; the chart's figures were measured or computed elsewhere.
 A logarithmic x axis is drawn as log10(x) with tick labels in the chart's own units (textual-plot
-has no log axis of its own). Both axes are named with their unit ("throughput (GFLOP/s)").
+has no log axis of its own). Both axes carry their unit: the y axis is labelled with it ("GFLOP/s"),
+the x axis with its quantity and unit ("matrix size n", "moment"; a byte axis's ticks read "32 KiB").
 
 The legend is a line under the picture, not textual-plot's box inside it: a box in a corner of the
 data area covered the curves wherever they reached that corner (the Fit timeline's peak, under a
@@ -30,6 +31,7 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
 from textual.geometry import Region
+from rich.markup import escape
 from rich.text import Text
 from textual_plot import HiResMode, PlotWidget
 from textual_plot import plot_widget as textual_plot
@@ -255,9 +257,11 @@ class ChartView(Vertical):
         top = max([p.y * y_factor for s in chart.series for p in s.points] + [m.value * y_factor for m in chart.y_marks])
         plot.set_ylimits(0, top * 1.05 if top > 0 else 1.0)
         plot.set_xlimits(low, high)
-        plot.set_ylabel(axis_title(chart.y_label, y_unit))
+        # textual-plot centres the y label over the axis in a 10-cell margin: the unit alone fits there
+        # ("GFLOP/s"), the chart's title above names the quantity. Its labels are markup: escaped.
+        plot.set_ylabel(escape(y_unit or chart.y_label))
         # A log axis's ticks carry the unit themselves ("32 KiB"); a plain number's axis names it.
-        plot.set_xlabel(axis_title(chart.x_label, "" if chart.x_log and chart.x_unit == "B" else x_unit))
+        plot.set_xlabel(escape(axis_title(chart.x_label, "" if chart.x_log and chart.x_unit == "B" else x_unit)))
         if chart.x_log:
             plot.set_x_formatter(_LogAxis(chart.x_unit))
         else:
