@@ -209,11 +209,14 @@ def run_table(run: Any, now: datetime | None = None) -> Table:
     for case, headline in cases:
         factor = units[headline.unit][0]
         rows.append({"dtype": case.data.get("dtype"), "device": case.device, "run": run.number, "run_date": date,
-                     "case": case_label(case.key), "size": case_size(case.data), "figure": headline.field,
+                     "label": case.name, "case": case_label(case.key), "size": case_size(case.data),
+                     "figure": headline.field,
                      "statistic": headline.label, figures[("measured", headline.unit)].name: in_unit(headline.value, factor),
                      figures[("peak", headline.unit)].name: in_unit(case.peak, factor),
                      OF_PEAK.name: case.percent_of_peak, "noisy": case.data.get("noisy")})
-    columns = (Column("run"), Column("run_date"), Column("case"), Column("size"), Column("figure"), Column("statistic"),
+    # label: the figure as the Bench screen names it ("matmul fp32"); case: as runs are compared by it
+    columns = (Column("run"), Column("run_date"), Column("label"), Column("case"), Column("size"), Column("figure"),
+               Column("statistic"),
                *dict.fromkeys(figures.values()), OF_PEAK, Column("noisy"))
     title = f"bench run {run.number}, {date}, {run.device}" + (" (cancelled)" if run.cancelled else "")
     dtypes = list(dict.fromkeys(str(case.data["dtype"]) for case, _ in cases if case.data.get("dtype")))
