@@ -532,8 +532,8 @@ def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100, con
     from rich.text import Text
 
     console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True, color_system="truecolor")
-    if context:
-        console.print(Text(context))  # a Text: a model's name is never read as markup
+    for line in packed(context.split(" · "), width) if context else ():
+        console.print(Text(line))  # a Text: a model's name is never read as markup
     for chart in charts:
         print_chart(chart, console)
     from tutor.storage import write_regular_text
@@ -546,6 +546,18 @@ def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100, con
 
         raise UserError(f"cannot write {target}: {error.strerror or error}") from None
     return target
+
+
+def packed(parts: Sequence[str], width: int, separator: str = " · ") -> list[str]:
+    """`parts` joined by `separator` into lines of at most `width` characters, a part never split
+    (Rich would wrap 'tensor-tutor 0.1.0' at its space); a part longer than `width` stands alone."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(separator) + len(part) <= width:
+            lines[-1] += separator + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def chart_json(chart: Chart) -> dict[str, Any]:

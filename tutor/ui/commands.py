@@ -101,7 +101,7 @@ class TutorCommands(Provider):
             return []
         services = app.services
         commands: list[tuple[str, str, Callable[[], object]]] = [
-            ("Run benchmark", "Measure matmul TFLOP/s and memory GB/s on this machine", partial(app.action_bench, True)),
+            ("Run benchmark", "Measure matmul FLOP/s and memory GB/s on this machine", partial(app.action_bench, True)),
             ("Fit check", "Does a model fit this machine's memory?", app.action_fit),
             ("Home: lessons and progress", "The list of tracks and lessons", app.action_home),
             ("Bench: saved runs", "The results notebook: show a run, compare two", partial(app.action_bench, False)),

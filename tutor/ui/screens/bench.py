@@ -98,7 +98,7 @@ class BenchScreen(Screen):
 ## Bench
 
 Measures this machine the way `tensor-tutor bench --quick` does: matmul throughput in FP32,
-BF16 and FP16 (TFLOP/s) and STREAM-like memory bandwidth (GB/s), in about 20 seconds.
+BF16 and FP16 (FLOP/s) and STREAM-like memory bandwidth (GB/s), in about 20 seconds.
 
 - **r** (or *Run*) starts it, **Escape** cancels it (what finished is kept) or goes home.
 - Blue bars are the theoretical peak, green bars the measurement; the gauges say what
@@ -114,7 +114,9 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
   its peak, and bandwidth against working set with the cache sizes `tensor-tutor env`
   reports; each picture has its table under it (**t** on a picture hides it, table only).
 - **Ctrl+S** saves the run's pictures as one SVG, their data as CSV and JSON beside it, under the
-  data dir's exports folder, and says where.
+  data dir's exports folder, and says where. Every saved or exported file names the device, the
+  dtypes, the date (UTC) and the tensor-tutor version; a figure's column ends with its unit, the one
+  the screen shows (`measured_gflops`).
 - Ctrl+P, *Export*: the run shown as JSON (the same as `tensor-tutor bench --json`), CSV or Markdown.
 """
 
