@@ -269,3 +269,13 @@ async def test_an_open_select_is_framed_by_a_border(data_dir):
             # WCAG 2.1 1.4.11: a component's boundary at 3:1 against what it stands on
             under = Color.parse(app.get_css_variables()["surface"])
             assert palette.contrast_ratio(color, under) >= 3, (edge, under)
+
+
+def test_a_column_of_figures_reads_in_the_unit_of_its_largest():
+    from tutor.formatting import column_units, format_in_unit
+
+    units = column_units([(0.12, "TFLOP/s"), (0.2688, "TFLOP/s"), (9.9, "GB/s"), (None, "GB/s")])
+    assert units == {"TFLOP/s": (1000.0, "GFLOP/s"), "GB/s": (1.0, "GB/s")}
+    assert format_in_unit(0.12, units["TFLOP/s"]) == "120 GFLOP/s"
+    assert format_in_unit(1.2, column_units([(1.2, "TFLOP/s"), (0.05, "TFLOP/s")])["TFLOP/s"]) == "1.2 TFLOP/s"
+    assert format_in_unit(None, units["GB/s"]) == "N/A" and format_in_unit(45.0, (1.0, "%")) == "45%"
