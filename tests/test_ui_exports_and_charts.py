@@ -81,8 +81,10 @@ def test_every_export_format_says_what_it_is_of(kind, data_dir):
 @pytest.mark.parametrize("kind", sorted(EXPECTED))
 def test_every_figure_column_names_its_unit(kind, data_dir):
     table = export.as_table(results(data_dir)[kind], NOW)
-    numeric = {c.name for c in table.columns
-               if any(isinstance(r.get(c.name), (int, float)) and not isinstance(r.get(c.name), bool) for r in table.rows)}
+    def figure(value: object) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    numeric = {c.name for c in table.columns if any(figure(r.get(c.name)) for r in table.rows)}
     numeric -= {"run"}  # the run's number in the notebook: a name, not a figure
     assert numeric
     for column in table.columns:

@@ -7,6 +7,13 @@ CSV has one row per measurement (per memory component for a fit), numbers in pla
 Markdown is a table with the numbers as the app shows them. No Textual here: the app's Export
 command (tutor.ui.commands) calls it. Pictures (tutor.plots Charts) are saved as one SVG with their
 data as CSV and JSON beside it (`save_picture_files`, the app's Ctrl+S).
+
+Every file says what it is of (ExportContext: model, mode, dtype or recipe, device, the export's date in
+ISO 8601 UTC, the tensor-tutor version): the first columns of each CSV row, a `context` object beside the
+JSON's keys, a line under the Markdown heading, the first line of the SVG. A column of figures ends with
+its unit (`measured_gflops`, `memory_gib`, `bandwidth_gbps`: unit_slug) and holds them in the unit the
+app shows that column in (tutor.formatting.column_units, the Bench table's; the Fit table's GiB; a
+chart's axis), so a figure read from the file is the figure read from the screen.
 """
 
 from __future__ import annotations
@@ -163,7 +170,8 @@ def figure_columns(names: Sequence[str], units: dict[str, tuple[float, str]]) ->
 def probe_table(result: Any, now: datetime | None = None) -> Table:
     """A lab's ProbeResult: `lab NAME --json`'s object; one row per measurement, its measured and theory
     figures in the columns of their unit (every figure of a unit in one, tutor.formatting.column_units)."""
-    units = column_units([(row.measured, row.unit) for row in result.rows] + [(row.theory, row.unit) for row in result.rows])
+    units = column_units([(row.measured, row.unit) for row in result.rows]
+                         + [(row.theory, row.unit) for row in result.rows])
     figures = figure_columns(("measured", "theory"), units)
     percent = Column("of_theory_pct", "%", "of theory (%)")
     rows = []
@@ -211,7 +219,8 @@ def run_table(run: Any, now: datetime | None = None) -> Table:
         rows.append({"dtype": case.data.get("dtype"), "device": case.device, "run": run.number, "run_date": date,
                      "label": case.name, "case": case_label(case.key), "size": case_size(case.data),
                      "figure": headline.field,
-                     "statistic": headline.label, figures[("measured", headline.unit)].name: in_unit(headline.value, factor),
+                     "statistic": headline.label,
+                     figures[("measured", headline.unit)].name: in_unit(headline.value, factor),
                      figures[("peak", headline.unit)].name: in_unit(case.peak, factor),
                      OF_PEAK.name: case.percent_of_peak, "noisy": case.data.get("noisy")})
     # label: the figure as the Bench screen names it ("matmul fp32"); case: as runs are compared by it
@@ -241,10 +250,11 @@ def outcome_table(outcome: Any, now: datetime | None = None) -> Table:
                   figures[("peak", row.unit)].name: in_unit(row.peak, units[row.unit][0]), "note": row.note}
                  for row in outcome.rows)
     data = {"device": outcome.device, "cancelled": outcome.cancelled, "failures": list(outcome.failures),
-            "rows": [{"label": row.label, "measured": row.measured, "peak": row.peak, "unit": row.unit, "note": row.note}
-                     for row in outcome.rows]}
+            "rows": [{"label": row.label, "measured": row.measured, "peak": row.peak, "unit": row.unit,
+                      "note": row.note} for row in outcome.rows]}
     columns = (Column("label"), *dict.fromkeys(figures.values()), Column("note"))
-    return Table("bench", f"bench on {outcome.device}", data, columns, rows, export_context(device=outcome.device, now=now))
+    return Table("bench", f"bench on {outcome.device}", data, columns, rows,
+                 export_context(device=outcome.device, now=now))
 
 
 def fit_report(values: dict[str, Any], machine: Machine) -> dict[str, Any]:
@@ -277,8 +287,8 @@ def fit_table(fit: FitValues, now: datetime | None = None) -> Table:
               peak.name: None, "formula": "what must fit"},)
     context = fit_context(report, now)
     title = f"fit {report['model']['name']} ({report['mode']}) on {context.device or ''}"
-    return Table(f"fit-{values_name(fit.values)}", title, report, (Column("component"), memory, peak, Column("formula")),
-                 rows, context)
+    columns = (Column("component"), memory, peak, Column("formula"))
+    return Table(f"fit-{values_name(fit.values)}", title, report, columns, rows, context)
 
 
 def values_name(values: dict[str, Any]) -> str:

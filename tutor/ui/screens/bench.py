@@ -46,7 +46,8 @@ def rows_table(rows: Any) -> Table:
     table.add_column("which figure; why the gap", ratio=1)
     units = bench_units(rows)  # one unit per column: the export's header names the same one
     for row in rows:
-        table.add_row(row.label, format_in_unit(row.measured, units[row.unit]), format_in_unit(row.peak, units[row.unit]),
+        scale = units[row.unit]
+        table.add_row(row.label, format_in_unit(row.measured, scale), format_in_unit(row.peak, scale),
                       Text.assemble(row.statistic, ("; " if row.statistic and row.note else ""), (row.note, "dim")))
     return table
 

@@ -267,7 +267,8 @@ class ChartView(Vertical):
         else:
             plot.set_x_formatter(NumericAxisFormatter())
         plot.show_legend(is_visible=False)  # under the picture instead: see the module's docstring
-        legend.update(legend_text(chart, [mark for mark in chart.x_marks if low <= self._x(chart, mark.value * x_factor) <= high]))
+        drawn = [mark for mark in chart.x_marks if low <= self._x(chart, mark.value * x_factor) <= high]
+        legend.update(legend_text(chart, drawn))
         table.update(chart_table(chart, notes=True))  # the plot widget does not draw them
 
     @staticmethod
