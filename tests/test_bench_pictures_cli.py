@@ -36,6 +36,12 @@ def test_history_plot_saves_svg(notebook, tmp_path):
     assert code == 0, err
     assert target.read_text().lstrip().startswith("<svg")
     assert "saved the pictures" in err
+    import html
+
+    from tutor import __version__
+
+    picture = html.unescape(target.read_text()).replace("\xa0", " ")  # the SVG says what it shows
+    assert "model none · mode none · dtype fp32" in picture and f"tensor-tutor {__version__}" in picture
 
 
 @pytest.mark.parametrize("argv, message", [

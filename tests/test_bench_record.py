@@ -139,11 +139,12 @@ def test_history_compare_list_bars_and_export_show_the_same_figure(two_runs: Pat
     assert rows["matmul fp32"].statistic == "median of 9 at 1024²"
     assert format_quantity(rows["bandwidth triad"].measured, "GB/s") == bandwidth
     exported = {row["case"]: row for row in csv.DictReader(io.StringIO(export.to_csv(run)))}
-    assert exported["bandwidth cpu triad"]["value"] == "5.67"
+    # the export: each figure in the unit the Bench screen shows it in, that unit in the column's name
+    assert exported["bandwidth cpu triad"]["measured_gbps"] == "5.67"
     assert exported["bandwidth cpu triad"]["statistic"] == "median of 10 at 128 MiB per array"
-    assert exported["matmul cpu fp32 torch/mkl"]["value"] == "0.0232"
+    assert exported["matmul cpu fp32 torch/mkl"]["measured_gflops"] == "23.2"
     assert {row["run"] for row in exported.values()} == {"1"} and {row["device"] for row in exported.values()} == {"cpu"}
-    assert all(row["date"] == run.date for row in exported.values())
+    assert all(row["run_date"] == export.run_date_utc(run.date) for row in exported.values())
 
 
 def screen_text(widget) -> str:

@@ -86,6 +86,10 @@ def test_fit_timeline_prints_the_picture_and_its_table(tmp_path):
     assert "memory alive over one training step" in out and "peak" in out
     assert "(table)" in out and "optimizer" in out  # the table a pipe reads (80 columns: its cells wrap)
     assert target.read_text().lstrip().startswith("<svg")
+    import html
+
+    picture = html.unescape(target.read_text()).replace("\xa0", " ")  # the SVG says what it shows
+    assert "model GPT-2" in picture and "mode training" in picture and "dtype bf16, recipe mixed" in picture
 
 
 @pytest.mark.parametrize("argv, message", [

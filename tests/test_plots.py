@@ -60,7 +60,7 @@ def test_no_chart_without_a_sweep_of_two_sizes():
 
 def test_table_is_wide_when_series_share_sizes_and_long_otherwise():
     header, rows = chart_rows(matmul_sweep_chart(RESULTS))
-    assert header == ["matrix side", "fp32 torch/mkl+onednn", "bf16 torch/mkl+onednn"]
+    assert header == ["matrix size n", "fp32 torch/mkl+onednn", "bf16 torch/mkl+onednn"]
     assert rows[0] == ["128²", "50 GFLOP/s", "10 GFLOP/s"]
     assert rows[-1] == ["2048²", "145 GFLOP/s", "-"]  # bf16 stopped at 1024²
     header, rows = chart_rows(bandwidth_sweep_chart(RESULTS))  # copy and triad touch 2 and 3 arrays: other sizes

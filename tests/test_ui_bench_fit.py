@@ -279,10 +279,12 @@ def probe_result():
 
 def test_probe_export_is_the_lab_commands_json_and_one_csv_row_per_measurement():
     result = probe_result()
-    assert json.loads(export.to_json(result)) == json.loads(json.dumps(result.to_json()))
+    exported = json.loads(export.to_json(result))
+    assert exported.pop("context")["device"] == "cpu"
+    assert exported == json.loads(json.dumps(result.to_json()))
     rows = list(csv.DictReader(io.StringIO(export.to_csv(result))))
     assert [row["label"] for row in rows] == [row.label for row in result.rows]
-    assert rows[0]["measured"] == "120.0" and "e" not in rows[2]["theory"]
+    assert rows[0]["measured_gflops"] == "120.0" and "e" not in rows[2]["theory_mib"]
     markdown = export.to_markdown(result)
     assert markdown.startswith("# lab matmul on cpu") and "| matmul fp32 | 120 GFLOP/s | 269 GFLOP/s |" in markdown
     assert "1.05 MB" in markdown or "1 MiB" in markdown
@@ -295,9 +297,12 @@ def test_plain_numbers_never_use_scientific_notation():
 
 def test_a_bench_run_exports_as_bench_json_and_its_cases(notebook):
     run = read_notebook().runs[2]
-    assert json.loads(export.to_json(run)) == {"device": run.header, "results": list(run.results)}
+    exported = json.loads(export.to_json(run))
+    assert exported.pop("context")["dtype"] == "fp32, bf16"
+    assert exported == {"device": run.header, "results": list(run.results)}
     rows = list(csv.DictReader(io.StringIO(export.to_csv(run))))
-    assert len(rows) == 5 and rows[0]["size"] == "2048x2048x2048" and rows[0]["value"] == "0.13"
+    # 0.13 TFLOP/s, in the GFLOP/s the Bench screen shows it in
+    assert len(rows) == 5 and rows[0]["size"] == "2048x2048x2048" and rows[0]["measured_gflops"] == "130.0"
 
 
 def test_the_fit_export_is_the_fit_commands_json(data_dir):
@@ -325,7 +330,8 @@ async def test_palette_export_saves_the_screens_result_and_says_where(data_dir):
         export_current(app, "csv")
         await pilot.pause()
         saved = list((data_dir / "exports").glob("lab-matmul-*.csv"))
-        assert len(saved) == 1 and saved[0].read_text().startswith("label,measured")
+        assert len(saved) == 1 and saved[0].read_text().startswith(
+            "model,mode,dtype,device,date,tool_version,label,measured_gflops")
         assert any(str(saved[0]) in n.message for n in app._notifications)
         await fit_screen(pilot)
         export_current(app, "markdown")  # the screen's own result wins over the last measurement

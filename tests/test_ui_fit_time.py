@@ -195,9 +195,10 @@ def test_picture_files_are_an_svg_with_its_data_as_csv_and_json(tmp_path):
     svg, table, described = export.save_picture_files([small_chart()], tmp_path / "out", "sweep", stamp="now")
     assert svg.read_text(encoding="utf-8").lstrip().startswith("<svg")
     rows = list(csv.DictReader(io.StringIO(table.read_text(encoding="utf-8"))))
-    assert [(row["series"], row["x"], row["y"]) for row in rows] == [("copy", "4096.0", "12.5"),
-                                                                      ("copy", "1073741824.0", "0.0000012")]
-    assert json.loads(described.read_text(encoding="utf-8")) == {"charts": [chart_json(small_chart())]}
+    assert [(row["series"], row["size_bytes"], row["bandwidth_gbps"]) for row in rows] == [
+        ("copy", "4096.0", "12.5"), ("copy", "1073741824.0", "0.0000012")]
+    described_json = json.loads(described.read_text(encoding="utf-8"))
+    assert described_json.pop("context")["tool_version"] and described_json == {"charts": [chart_json(small_chart())]}
     again = export.save_picture_files([small_chart()], tmp_path / "out", "sweep", stamp="now")
     assert again[0] != svg and svg.exists()  # a second save never overwrites the first
     blocked = tmp_path / "a-file"

@@ -65,7 +65,7 @@ def test_bar_chart_numbers_use_scaled_units():
 
 def test_a_gauge_with_a_long_label_moves_its_bar_to_the_next_line():
     text = gauge_text("bandwidth write (stream, 64 MiB buffers)", 0.5, 40)
-    assert "bandwidth write" in text.plain and "50.0 %" in plain(text, 40)
+    assert "bandwidth write" in text.plain and "50% of peak" in plain(text, 40)
     assert rendered_height(text, 40) == 2
 
 

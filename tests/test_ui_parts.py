@@ -56,7 +56,7 @@ def test_comparison_bars_scale_each_unit_separately():
 
 
 def test_gauge_says_why_when_there_is_no_percentage():
-    assert "52.1 % of peak" in gauge_text("fp32", 0.521, 60).plain
+    assert "52.1% of peak" in gauge_text("fp32", 0.521, 60).plain
     assert "used" in gauge_text("RAM", 0.5, 60, suffix="used").plain
     text = gauge_text("triad", None, 60, reason="no published peak: measured only").plain
     assert "%" not in text and "no published peak" in text

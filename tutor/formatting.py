@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 NOT_AVAILABLE = "N/A"
 SIGNIFICANT_DIGITS = 3
@@ -305,3 +305,28 @@ def axis_unit(largest: float, unit: str) -> tuple[float, str]:
         value *= 1000
         target -= 1
     return 1000.0 ** (power - target), _DECIMAL_PREFIXES[target] + base
+
+
+def column_units(figures: Iterable[tuple[float | None, str]]) -> dict[str, tuple[float, str]]:
+    """unit -> (factor, unit shown) for a table whose figures are (value, unit) pairs: every figure of
+    one unit is shown in the unit its largest reads best with (axis_unit), so a column reads in one
+    unit from row to row ('120 GFLOP/s' beside '269 GFLOP/s', never beside '1.2 TFLOP/s') and an
+    export can name that unit in its header: ((0.12, 'TFLOP/s'), (0.27, 'TFLOP/s')) -> {'TFLOP/s':
+    (1000.0, 'GFLOP/s')}. Units axis_unit does not scale keep factor 1."""
+    largest: dict[str, float] = {}
+    for value, unit in figures:
+        magnitude = abs(value) if isinstance(value, (int, float)) and not _nan(value) else 0.0
+        largest[unit] = max(largest.get(unit, 0.0), 0.0 if math.isinf(magnitude) else magnitude)
+    return {unit: axis_unit(top, unit) for unit, top in largest.items()}
+
+
+def format_in_unit(value: float | None, scale: tuple[float, str], *, digits: int = SIGNIFICANT_DIGITS) -> str:
+    """A figure in a unit chosen for its column (column_units' (factor, unit)): (0.12, (1000.0, 'GFLOP/s'))
+    -> '120 GFLOP/s'; (0.0004, (1000.0, 'GFLOP/s')) -> '0.4 GFLOP/s'; None -> 'N/A'."""
+    if value is None or _nan(value):
+        return NOT_AVAILABLE
+    factor, unit = scale
+    text = format_number(value * factor, digits=digits)
+    if unit == "%":
+        return f"{text}%"
+    return f"{text} {unit}".strip()

@@ -59,8 +59,6 @@ class Chart:
     y_marks: tuple[Mark, ...] = ()
     x_marks: tuple[Mark, ...] = ()
     notes: tuple[str, ...] = field(default=())
-    legend_corner: str = ""
-    """Where the app puts the legend: "top left", "top right", or "" for the corner the curves leave free."""
 
     def y_scale(self) -> tuple[float, str]:
         """(factor, unit) the y axis is drawn in: the prefix its largest value reads best with."""
@@ -104,8 +102,8 @@ def matmul_sweep_chart(results: Iterable[dict[str, Any]]) -> Chart | None:
             peaks[str(result.get("dtype"))] = float(result["peak_tflops"])
     if not series:
         return None
-    return Chart(title="matmul throughput against size (median per shape)", x_label="matrix side", x_unit="",
-                 y_label="FLOP/s", y_unit="TFLOP/s", series=tuple(series),
+    return Chart(title="matmul throughput against size (median per shape)", x_label="matrix size n", x_unit="",
+                 y_label="throughput", y_unit="TFLOP/s", series=tuple(series),
                  y_marks=tuple(Mark(f"{dtype} peak", value) for dtype, value in peaks.items()))
 
 
@@ -258,10 +256,9 @@ def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str
     if traced_peak is not None:
         marks += (Mark("traced peak", float(traced_peak)),)
     prefill = all(entry.get("phase") == "prefill" for entry in timeline)
-    # The Fit screen's picture: the forward ramp rises to the peak on the left, the right's upper half stays free.
     return Chart(title="memory alive over one prefill" if prefill else "memory alive over one training step",
-                 x_label="moment", x_unit="", y_label="alive", y_unit="B", series=tuple(series), x_log=False,
-                 notes=tuple(notes), y_marks=marks, legend_corner="top right" if peak_mark else "")
+                 x_label="moment", x_unit="", y_label="memory alive", y_unit="B", series=tuple(series),
+                 x_log=False, notes=tuple(notes), y_marks=marks)
 
 
 # ---- lanes: what ran when, one row per rank or bucket (schedules, overlap) -------------------------
@@ -526,13 +523,18 @@ def print_chart(chart: Chart, console: Any) -> None:
     console.print(chart_table(chart))
 
 
-def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100) -> Path:
-    """Every chart (picture and table) in one SVG file, through Rich's recording console."""
+def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100, context: str = "") -> Path:
+    """Every chart (picture and table) in one SVG file, through Rich's recording console; `context` (what
+    the pictures are of: model, mode, dtype, device, date, version; tutor.export.ExportContext.line) is
+    its first line, so the picture says what it shows when it travels without its CSV and JSON."""
     import io
 
     from rich.console import Console
+    from rich.text import Text
 
     console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True, color_system="truecolor")
+    for line in packed(context.split(" · "), width) if context else ():
+        console.print(Text(line))  # a Text: a model's name is never read as markup
     for chart in charts:
         print_chart(chart, console)
     from tutor.storage import write_regular_text
@@ -545,6 +547,18 @@ def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100) -> 
 
         raise UserError(f"cannot write {target}: {error.strerror or error}") from None
     return target
+
+
+def packed(parts: Sequence[str], width: int, separator: str = " · ") -> list[str]:
+    """`parts` joined by `separator` into lines of at most `width` characters, a part never split
+    (Rich would wrap 'tensor-tutor 0.1.0' at its space); a part longer than `width` stands alone."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(separator) + len(part) <= width:
+            lines[-1] += separator + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def chart_json(chart: Chart) -> dict[str, Any]:

@@ -257,7 +257,11 @@ def _show_pictures(results: Any, header: dict[str, Any], svg: str | None, *, as_
     if svg is not None:
         if not charts:
             raise UserError("nothing to save: no sweep of two or more sizes in this run")
-        path = save_svg(charts, svg)
+        from tutor.export import export_context
+
+        dtypes = list(dict.fromkeys(str(r["dtype"]) for r in results if isinstance(r, dict) and r.get("dtype")))
+        device = header.get("device_under_test") or header.get("device")
+        path = save_svg(charts, svg, context=export_context(dtype=dtypes, device=device).line())
         click.echo(f"tensor-tutor: saved the pictures to {path}", err=True)
 
 

@@ -70,7 +70,7 @@ def fit(model, params, device, as_json, trace, timeline, svg, **request) -> None
                 data["traced_timeline"] = list(answer.traced.trace.timeline)
         echo_json(data)
         if svg is not None:
-            _save_timeline(moments, svg, answer.traced)
+            _save_timeline(moments, svg, answer)
         return
     _render(answer)
     if moments is not None:
@@ -80,7 +80,7 @@ def fit(model, params, device, as_json, trace, timeline, svg, **request) -> None
 
         print_chart(_timeline_chart(moments, answer.traced), Console())
         if svg is not None:
-            _save_timeline(moments, svg, answer.traced)
+            _save_timeline(moments, svg, answer)
     if answer.checkpoint is not None:  # dtype names come from the file
         click.echo(plain(_checkpoint_line(answer.checkpoint, answer.estimate.total_params)))
     if answer.traced is not None:
@@ -108,10 +108,12 @@ def _timeline_chart(moments, traced):
                           trace.peak.bytes if trace is not None else None)
 
 
-def _save_timeline(moments, svg: str, traced=None) -> None:
+def _save_timeline(moments, svg: str, answer) -> None:
+    """The timeline as an SVG whose first line says what it is of (model, mode, dtype, device, date, version)."""
+    from tutor.export import fit_context
     from tutor.plots import save_svg
 
-    path = save_svg([_timeline_chart(moments, traced)], svg)
+    path = save_svg([_timeline_chart(moments, answer.traced)], svg, context=fit_context(answer.to_json()).line())
     click.echo(f"tensor-tutor: saved the picture to {path}", err=True)
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TextIO, runtime_checkable
 from textual import events, on
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.filter import DimFilter, LineFilter
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
@@ -30,7 +31,7 @@ from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import Input
 
-from tutor.ui import guard
+from tutor.ui import guard, palette
 from tutor.ui.commands import TutorCommands
 from tutor.ui.messages import OpenLesson
 from tutor.ui.screens.home import HomeScreen
@@ -38,6 +39,8 @@ from tutor.ui.services import Services
 from tutor.worker.client import WorkerState
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tutor.hardware.machine import Machine
     from tutor.labs import ProbeResult
     from tutor.lessons.model import Measure, Predict
@@ -167,6 +170,11 @@ class TutorApp(App[None]):
 
     def __init__(self, services: Services | None = None, *, lesson_id: str | None = None) -> None:
         super().__init__()
+        # Dim text kept at WCAG AA (tutor.ui.palette): a terminal's own dim is half way to the background.
+        self._dim_filter = DimFilter(dim_factor=palette.DIM_FACTOR)
+        self._terminal_bases = {True: self.ansi_theme_dark, False: self.ansi_theme_light}
+        self._markdown_theme_pushed = False
+        self.apply_palette(self.current_theme, starting=True)
         if services is None:
             from tutor.ui.services import default_services
 
@@ -194,6 +202,31 @@ class TutorApp(App[None]):
         self._failure_times: list[float] = []
         self._failure_noticed: dict[str, float] = {}
 
+    def get_css_variables(self) -> dict[str, str]:
+        """The theme's variables, its text colours made readable on its backgrounds (tutor.ui.palette)."""
+        return palette.readable_variables(super().get_css_variables())
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return [*super().get_line_filters(), self._dim_filter]
+
+    def apply_palette(self, theme: Theme, *, starting: bool = False) -> None:
+        """Readable text on `theme` (tutor.ui.palette): its ANSI colours, and Markdown headings and code in
+        colours that reach WCAG AA on its backgrounds. At start-up without a restyle (nothing is styled yet)."""
+        from rich.theme import Theme as RichTheme
+
+        terminal, styles = palette.theme_palette(theme.to_color_system().generate(), self._terminal_bases[theme.dark],
+                                                 theme.dark)
+        reactive_name = "ansi_theme_dark" if theme.dark else "ansi_theme_light"
+        if starting:
+            self.set_reactive(getattr(TutorApp, reactive_name), terminal)
+            self._refresh_truecolor_filter(terminal)
+        else:
+            setattr(self, reactive_name, terminal)
+        if self._markdown_theme_pushed:
+            self.console.pop_theme()
+        self.console.push_theme(RichTheme(styles))
+        self._markdown_theme_pushed = True
+
     @property
     def measured_results(self) -> ResultStore:
         """Measure results kept this session, per lesson and block (tutor.ui.widgets.measure.result_store);
@@ -214,6 +247,7 @@ class TutorApp(App[None]):
         theme = self.services.settings.theme
         if theme and theme in self.available_themes:
             self.theme = theme
+        self.theme_changed_signal.subscribe(self, self.apply_palette)
         self.theme_changed_signal.subscribe(self, self._save_theme)
         if self.start_lesson is not None:
             self.open_lesson(self.start_lesson)

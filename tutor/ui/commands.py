@@ -68,7 +68,7 @@ def save_pictures(app: App[Any]) -> Path | None:
     """Save the screen's pictures as one SVG, their data as CSV and JSON beside it, under the data dir's
     exports/ folder (the current folder if that cannot be written), and name the files in a toast."""
     from tutor.errors import UserError
-    from tutor.export import EXPORTS_FOLDER, save_picture_files
+    from tutor.export import EXPORTS_FOLDER, context_of, save_picture_files
     from tutor.storage import data_dir
 
     screen = app.screen
@@ -78,9 +78,10 @@ def save_pictures(app: App[Any]) -> Path | None:
                    severity="warning")
         return None
     problem = ""
+    context = context_of(current_result(app))  # what the pictures are of: the result the screen shows
     for folder in (data_dir() / EXPORTS_FOLDER, Path.cwd()):
         try:
-            svg, table, described = save_picture_files(charts, folder, stem)
+            svg, table, described = save_picture_files(charts, folder, stem, context=context)
         except UserError as error:
             problem = str(error)
             continue
@@ -100,7 +101,7 @@ class TutorCommands(Provider):
             return []
         services = app.services
         commands: list[tuple[str, str, Callable[[], object]]] = [
-            ("Run benchmark", "Measure matmul TFLOP/s and memory GB/s on this machine", partial(app.action_bench, True)),
+            ("Run benchmark", "Measure matmul FLOP/s and memory GB/s on this machine", partial(app.action_bench, True)),
             ("Fit check", "Does a model fit this machine's memory?", app.action_fit),
             ("Home: lessons and progress", "The list of tracks and lessons", app.action_home),
             ("Bench: saved runs", "The results notebook: show a run, compare two", partial(app.action_bench, False)),

@@ -23,7 +23,8 @@ from textual.widgets import Button, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
 from tutor.bench.notebook import Notebook, Run, compare_runs_at_same_sizes, read_notebook
-from tutor.formatting import format_quantity
+from tutor.export import bench_units
+from tutor.formatting import format_in_unit, format_quantity
 from tutor.ui.host import tutor_app
 from tutor.worker.jobs import BenchOutcome, BenchRow, bench_rows
 
@@ -43,8 +44,10 @@ def rows_table(rows: Any) -> Table:
     table.add_column("measured", justify="right", no_wrap=True)
     table.add_column("peak", justify="right", no_wrap=True)
     table.add_column("which figure; why the gap", ratio=1)
+    units = bench_units(rows)  # one unit per column: the export's header names the same one
     for row in rows:
-        table.add_row(row.label, format_quantity(row.measured, row.unit), format_quantity(row.peak, row.unit),
+        scale = units[row.unit]
+        table.add_row(row.label, format_in_unit(row.measured, scale), format_in_unit(row.peak, scale),
                       Text.assemble(row.statistic, ("; " if row.statistic and row.note else ""), (row.note, "dim")))
     return table
 
@@ -96,7 +99,7 @@ class BenchScreen(Screen):
 ## Bench
 
 Measures this machine the way `tensor-tutor bench --quick` does: matmul throughput in FP32,
-BF16 and FP16 (TFLOP/s) and STREAM-like memory bandwidth (GB/s), in about 20 seconds.
+BF16 and FP16 (FLOP/s) and STREAM-like memory bandwidth (GB/s), in about 20 seconds.
 
 - **r** (or *Run*) starts it, **Escape** cancels it (what finished is kept) or goes home.
 - Blue bars are the theoretical peak, green bars the measurement; the gauges say what
@@ -112,7 +115,9 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
   its peak, and bandwidth against working set with the cache sizes `tensor-tutor env`
   reports; each picture has its table under it (**t** on a picture hides it, table only).
 - **Ctrl+S** saves the run's pictures as one SVG, their data as CSV and JSON beside it, under the
-  data dir's exports folder, and says where.
+  data dir's exports folder, and says where. Every saved or exported file names the device, the
+  dtypes, the date (UTC) and the tensor-tutor version; a figure's column ends with its unit, the one
+  the screen shows (`measured_gflops`).
 - Ctrl+P, *Export*: the run shown as JSON (the same as `tensor-tutor bench --json`), CSV or Markdown.
 """
 

@@ -77,7 +77,8 @@ activations and KV cache per device, each with its formula, against this machine
 - Under it the **memory alive over the step** (`fit --timeline`): a training step, or for inference the
   prefill, the peak marked with its phase; `t` on the picture leaves only its table.
 - **Ctrl+S** saves the picture as SVG (its data as CSV and JSON beside it) under the data dir's
-  exports folder and says where.
+  exports folder and says where. Each file names the model, mode, dtype (and recipe), device, date
+  (UTC) and tensor-tutor version; a figure's column ends with its unit (`memory_alive_gib`).
 - Ctrl+P, *Export*: this report as JSON (the same as `tensor-tutor fit --json`), CSV or Markdown.
 - Escape goes home.
 """

@@ -15,7 +15,7 @@ from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from tutor.formatting import format_quantity
+from tutor.formatting import column_units, format_in_unit, format_percent, format_quantity
 
 FULL, PARTIALS = "█", " ▏▎▍▌▋▊▉"
 
@@ -46,8 +46,8 @@ def quantity_text(value: float, unit: str) -> str:
     return format_quantity(value, unit)
 
 
-def _number(value: float | None, unit: str) -> str:
-    return "N/A" if value is None else quantity_text(value, unit)
+def _number(value: float | None, scale: tuple[float, str]) -> str:
+    return format_in_unit(value, scale)
 
 
 KIND_WIDTH = 10  # " measured "
@@ -66,7 +66,9 @@ def comparison_lines(items: Sequence[Comparison], width: int) -> Text:
         for value in (item.measured, item.theory):
             if value is not None and value > 0:
                 tops[item.unit] = max(tops.get(item.unit, 0.0), value)
-    numbers = [_number(value, item.unit) for item in items for value in (item.theory, item.measured)]
+    # Every figure of a unit in one unit (the Bench table's and its export's): bars are compared by eye.
+    units = column_units((value, item.unit) for item in items for value in (item.measured, item.theory))
+    numbers = [_number(value, units[item.unit]) for item in items for value in (item.theory, item.measured)]
     number_width = max((len(number) for number in numbers), default=3)
     longest = max((len(item.label) for item in items), default=0)
     label_width = longest if longest <= max(width // 3, 8) else 0  # 0: labels on their own lines
@@ -85,7 +87,7 @@ def comparison_lines(items: Sequence[Comparison], width: int) -> Text:
                 lines.append("N/A", style="dim")
             else:
                 lines.append(bar_text(value / top, bar_width), style=style)
-                lines.append(" " + _number(value, item.unit))
+                lines.append(" " + _number(value, units[item.unit]))
             lines.append("\n")
     lines.rstrip()
     return lines
@@ -127,7 +129,7 @@ def gauge_text(label: str, fraction: float | None, width: int, reason: str = "",
     if fraction is None:
         text.append(reason or "no theoretical peak: measured only", style="italic")
         return text
-    tail = f"] {fraction * 100:5.1f} % {suffix}"
+    tail = f"] {format_percent(fraction):>6} {suffix}"
     if width - text.cell_len - 1 - len(tail) < 4:  # a long label: the gauge goes on the next line
         text.append("\n")
         text.append(" " * 2)

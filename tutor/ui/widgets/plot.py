@@ -8,7 +8,14 @@ the screen's meaning (Bench: run). Its mouse pan and zoom stay off (allow_pan_an
 
 The widget renders what it is given; the chart's figures were measured or computed elsewhere.
 A logarithmic x axis is drawn as log10(x) with tick labels in the chart's own units (textual-plot
-has no log axis of its own).
+has no log axis of its own). Both axes carry their unit: the y axis is labelled with it ("GFLOP/s"),
+the x axis with its quantity and unit ("matrix size n", "moment"; a byte axis's ticks read "32 KiB").
+
+The legend is a line under the picture, not textual-plot's box inside it: a box in a corner of the
+data area covered the curves wherever they reached that corner (the Fit timeline's peak, under a
+legend of eight rows), and no corner is free for every chart. Axis labels and ticks are in the
+theme's text colours ($text, $text-muted: WCAG AA on every built-in theme), not textual-plot's
+$primary and $secondary (1.9:1 on the dark theme).
 """
 
 from __future__ import annotations
@@ -24,15 +31,19 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
 from textual.geometry import Region
-from textual_plot import HiResMode, LegendLocation, PlotWidget
+from rich.markup import escape
+from rich.text import Text
+from textual_plot import HiResMode, PlotWidget
 from textual_plot import plot_widget as textual_plot
 from textual_plot.axis_formatter import AxisFormatter, NumericAxisFormatter
 
 from tutor.formatting import format_bytes, format_number
-from tutor.plots import Chart, chart_table
+from tutor.plots import Chart, Mark, chart_table
 
 SERIES_STYLES = ("green", "cyan", "magenta", "yellow", "bright_blue", "bright_red")
-MARK_STYLES = ("red", "bright_white", "bright_magenta")
+MARK_STYLES = ("red", "blue", "bright_magenta")  # not white: a light theme's background
+X_MARK_STYLE = "bright_black"
+LINE_MARKER, X_MARK_MARKER = "⠒⠒⠒", " │ "  # the legend's samples: a braille line, a vertical line
 
 
 class _LogAxis(AxisFormatter):
@@ -178,8 +189,12 @@ class ChartView(Vertical):
     DEFAULT_CSS = """
     ChartView { height: auto; }
     ChartView ChartPlot { height: 16; }
+    ChartView .chart-legend { height: auto; padding: 0 0 0 2; }
     ChartView .chart-table { height: auto; }
-    ChartView.table-only ChartPlot { display: none; }
+    ChartView.table-only ChartPlot, ChartView.table-only .chart-legend { display: none; }
+    ChartView ChartPlot > .plot--axis { color: $text-muted; }
+    ChartView ChartPlot > .plot--tick { color: $text-muted; text-style: none; }
+    ChartView ChartPlot > .plot--label { color: $text; text-style: bold; }
     """
     BINDINGS = [Binding("t", "toggle_picture", "Picture/table")]
 
@@ -192,6 +207,7 @@ class ChartView(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(classes="chart-title")
         yield ChartPlot()
+        yield Static(classes="chart-legend")
         yield Static(classes="chart-table")
 
     def on_mount(self) -> None:
@@ -212,9 +228,11 @@ class ChartView(Vertical):
         plot.clear()
         title = self.query_one(".chart-title", Static)
         table = self.query_one(".chart-table", Static)
+        legend = self.query_one(".chart-legend", Static)
         if chart is None or not chart.series:
             title.update("")
             table.update("")
+            legend.update("")
             self.display = False
             return
         self.display = True
@@ -235,30 +253,48 @@ class ChartView(Vertical):
         for mark in chart.x_marks:
             x = self._x(chart, mark.value * x_factor)
             if low <= x <= high:
-                plot.add_v_line(x, line_style="bright_black", label=mark.label)
+                plot.add_v_line(x, line_style=X_MARK_STYLE, label=mark.label)
         top = max([p.y * y_factor for s in chart.series for p in s.points] + [m.value * y_factor for m in chart.y_marks])
         plot.set_ylimits(0, top * 1.05 if top > 0 else 1.0)
         plot.set_xlimits(low, high)
-        plot.set_ylabel(y_unit)
-        plot.set_xlabel(f"{chart.x_label}" + (f" ({x_unit})" if x_unit and not chart.x_log else ""))
+        # textual-plot centres the y label over the axis in a 10-cell margin: the unit alone fits there
+        # ("GFLOP/s"), the chart's title above names the quantity. Its labels are markup: escaped.
+        plot.set_ylabel(escape(y_unit or chart.y_label))
+        # A log axis's ticks carry the unit themselves ("32 KiB"); a plain number's axis names it.
+        plot.set_xlabel(escape(axis_title(chart.x_label, "" if chart.x_log and chart.x_unit == "B" else x_unit)))
         if chart.x_log:
             plot.set_x_formatter(_LogAxis(chart.x_unit))
         else:
             plot.set_x_formatter(NumericAxisFormatter())
-        plot.show_legend(self._legend_corner(chart))
+        plot.show_legend(is_visible=False)  # under the picture instead: see the module's docstring
+        drawn = [mark for mark in chart.x_marks if low <= self._x(chart, mark.value * x_factor) <= high]
+        legend.update(legend_text(chart, drawn))
         table.update(chart_table(chart, notes=True))  # the plot widget does not draw them
-
-    @staticmethod
-    def _legend_corner(chart: Chart) -> LegendLocation:
-        """The chart's own corner when it names one; else the top corner the curves leave free: top left
-        when they rise to the right (throughput grows with size), top right when they fall (bandwidth
-        past each cache)."""
-        corners = {"top left": LegendLocation.TOPLEFT, "top right": LegendLocation.TOPRIGHT}
-        if chart.legend_corner in corners:
-            return corners[chart.legend_corner]
-        rising = sum(1 if s.points[-1].y >= s.points[0].y else -1 for s in chart.series if s.points)
-        return LegendLocation.TOPLEFT if rising > 0 else LegendLocation.TOPRIGHT
 
     @staticmethod
     def _x(chart: Chart, x: float) -> float:
         return math.log10(x) if chart.x_log and x > 0 else x
+
+
+def axis_title(label: str, unit: str) -> str:
+    """An axis named with its unit: ('throughput', 'GFLOP/s') -> 'throughput (GFLOP/s)'; a label that is
+    the unit itself stays as it is."""
+    if not unit or unit == label:
+        return label or unit
+    return f"{label} ({unit})" if label else unit
+
+
+def legend_text(chart: Chart, x_marks: Sequence[Mark] = ()) -> Text:
+    """The legend under a chart: each series and peak line with a sample of its line in its colour,
+    then the vertical marks drawn; entries three spaces apart, wrapping at the widget's width. The
+    labels come from data (a dtype, a cache's name): a Text, never markup."""
+    entries = [(LINE_MARKER, SERIES_STYLES[i % len(SERIES_STYLES)], s.label) for i, s in enumerate(chart.series)]
+    entries += [(LINE_MARKER, MARK_STYLES[i % len(MARK_STYLES)], m.label) for i, m in enumerate(chart.y_marks)]
+    entries += [(X_MARK_MARKER, X_MARK_STYLE, m.label) for m in x_marks]
+    text = Text()
+    for index, (marker, style, label) in enumerate(entries):
+        if index:
+            text.append("   ")
+        text.append(marker, style=style)
+        text.append(f" {label}")
+    return text
