@@ -9,7 +9,7 @@ every key its loop receives (tutor.ui.app.KEYLOG_ENV). Press Run, and while it m
 
 (a) Key latency: `--keys` presses of a key nothing is bound to on the Run button, 0.5-1 s apart;
     each is timed from just before `tmux send-keys` to its line in the key log (one clock,
-    CLOCK_MONOTONIC, for both processes). Goal (issue 20): p95 <= 100 ms.
+    CLOCK_MONOTONIC, for both processes). Goal: p95 <= 100 ms.
 (b) Burst edits: `--bursts` edits shared among the predict input, the quiz answer and the command
     palette. Each clears the field, then sends one `tmux send-keys` call mixing digits and '.' with
     BSpace, End, Home, Left and C-u, and reads the field's text off the screen (capture-pane) once

@@ -6,7 +6,7 @@ Alternates `tensor-tutor learn` (home screen: its "Enter opens a lesson" line) w
 app of a Header, a Static and a Footer (its Static's line), `--runs` launches each, in a private
 tmux server, the same Python and the same terminal size. Each time is from `tmux new-session`
 to the marker seen in `capture-pane` (polled every POLL_S, so it includes up to one poll and one
-capture, alike for both). Goal (issue 20): the app's median <= 1.2 x the bare app's median. The
+capture, alike for both). Goal: the app's median <= 1.2 x the bare app's median. The
 machine is shared: the load is printed beside the figures. The last line is the verdict.
 """
 

@@ -10,8 +10,8 @@ measurement process and anything they started: every process whose environment h
 private TENSOR_TUTOR_DATA_DIR, which is what `pgrep -f` cannot tell apart from other sessions'
 tutors), and Ctrl+Q -> the shell's prompt line back on the pane with the app gone. Between Ctrl+Q
 and that, every capture of the pane is checked for a blank screen (the terminal restored while the
-process still tears itself down: issue 20 saw 3.4-6.8 s of it); the longest blank stretch is printed.
-Issue 20's goal: <= 1 s with no process left, in every run. The last line is the verdict.
+process still tears itself down: an earlier build showed 3.4-6.8 s of it); the longest blank stretch is printed.
+The goal: <= 1 s with no process left, in every run. The last line is the verdict.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python benchmarks/app_startup.py [--runs 5] [--keys 12] [--first 3] [--no-bench] [--no-lesson]
 
 1. Start-up: from launching `python -m tutor learn` in a 120x40 tmux pane to the home screen
-   painted (its welcome line visible in the pane). Goal (issue 9): <= 0.8 s on the 2-core machine.
+   painted (its welcome line visible in the pane). Goal: <= 0.8 s on the 2-core machine.
 2. Key latency while a benchmark runs: on the Bench screen with the quick suite measuring in the
    measurement process (torch matmuls on every core), press F1 and time until the help box is
    painted, then q until it is gone. Goal: p95 <= 100 ms. Escape is timed too, apart: a terminal

@@ -6,7 +6,7 @@ array's window is long enough to time) back to back, so a busy machine hurts bot
 size both GB/s and their ratio, then per cache level (`env`'s caches) where our curve steps down
 (tutor.bench.cache_sweep.bandwidth_steps, matched to the nearest reported cache), the plateau of each
 (the median of the sizes well inside the level, for both at the same sizes) and its ratio, and the
-step against the reported size. Goal (issue 22): >= 3 levels, each plateau within 25% of the reference,
+step against the reported size. Goal: >= 3 levels, each plateau within 25% of the reference,
 steps within 2x of the caches.
 
     python benchmarks/cache_sweep_vs_stream.py [--budget 40]

@@ -1,6 +1,6 @@
 """The first number on lesson 1 against `tensor-tutor bench matmul`'s fp32 best, over fresh launches.
 
-Issue 9's check: the figure a learner sees after pressing Enter on the first lesson's measure block
+The check: the figure a learner sees after pressing Enter on the first lesson's measure block
 must be within 30 % of what the CLI benchmark finds on the same machine, in 10 launches out of 10.
 
 1. The reference: `python -m tutor bench matmul --dtype fp32 --json`, once, in its own process; its
@@ -194,7 +194,7 @@ def main() -> int:
               f"{'ok' if ok else 'OUT'}  {answer['to_number_s']:.1f} s Enter->number; {busy_text(busy)}")
     verdict = "PASS" if passed == args.launches else "FAIL"
     print(f"Enter -> number: median {sorted(waits)[len(waits) // 2]:.1f} s, slowest {max(waits):.1f} s "
-          f"(issue 9's goal with torch preloaded: 3 s; the lesson's budget is {params.get('budget_s', '?')} s)")
+          f"(the goal with torch preloaded: 3 s; the lesson's budget is {params.get('budget_s', '?')} s)")
     print(f"{passed} of {args.launches} launches within {args.tolerance:.0%} of bench's fp32 best: {verdict}")
     if args.quiet_check:
         print(f"quiet check: the machine was busy during {busy_runs} of {args.launches + 1} runs (reference included; "

@@ -13,7 +13,7 @@ reading it does not load the cores it measures). Then the reference, `python -m 
 --budget 12 --json` in its own process, right after that launch (`--reference each`, default: both
 figures under the same load) or once after all launches; its headline median TFLOP/s is the figure
 `bench` prints. Per launch: the app's rate, the reference, their ratio, the summary's words about
-stability and busyness, and the load average. Issue 20's goal: ratio >= 0.7 in 10 of 10 launches.
+stability and busyness, and the load average. The goal: ratio >= 0.7 in 10 of 10 launches.
 The line before the verdict counts the launches whose summary said "machine busy" (other programs,
 not the app, took the cores while it measured); the last line is the verdict: "N of M >= 0.7: PASS|FAIL".
 

@@ -1,4 +1,4 @@
-"""`tensor-tutor fit` against real transformers code: the verification benchmark of issue 7.
+"""`tensor-tutor fit` against real transformers code: the verification benchmark.
 
 Builds real transformers 5.x models from small configs (random weights, CPU) for nine
 architectures and runs six configurations of each the way a user would:

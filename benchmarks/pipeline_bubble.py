@@ -1,5 +1,5 @@
 """The pipeline lab's measured bubble against (P-1)/(M+P-1), for GPipe and 1F1B at M = 2, 4, 8 on
-2 local ranks (issue 10: within 25% of theory on a quiet 2-core machine). Each run is
+2 local ranks (within 25% of theory on a quiet 2-core machine). Each run is
 `tensor-tutor lab pipeline schedule=S microbatches=M --json` end to end; beside each ratio, the median
 and longest hand-over between stages (from the end of the sender's block, or the start of the
 receiver's wait, to the data's arrival), which should stay near a millisecond, and the ratio the same

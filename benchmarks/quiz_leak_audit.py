@@ -1,4 +1,4 @@
-"""Can a learner copy a quiz's answer from the page above it? An audit over drawn learners (issue 19).
+"""Can a learner copy a quiz's answer from the page above it? An audit over drawn learners.
 
 For N random learner ids (the seed a progress file stores), every number quiz of every lesson is
 drawn as that learner gets it (tutor.lessons.learner.personalise), its reference answer computed,

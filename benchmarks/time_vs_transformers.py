@@ -6,7 +6,7 @@
 For each preset and size: the architecture scaled down (tutor.bench.step_verify.SIZES), the ceilings
 measured at its own shapes in the same process, then training steps, a prefill and decode steps, in
 rounds (ceilings, steps, three times). Prints measured / predicted for the step and each phase
-(forward, backward, optimizer), the prefill and the decode tokens per second. Goals (issue 17): step
+(forward, backward, optimizer), the prefill and the decode tokens per second. Goals: step
 within 15% (1.00 +- 0.15), phases within 25%, decode tokens/s within 15%. Times are this thread's CPU
 time with torch on one thread (the machine may be shared); the wall-clock step is printed beside it.
 """

@@ -1,6 +1,6 @@
 """How long `tensor-tutor fit llama-3.1-8b --mode train --trace --json` takes, end to end, as a user runs it.
 
-Goal (issue 7): the full-size 8B training step traced on fake tensors in at most 15 s on the 2-core
+Goal: the full-size 8B training step traced on fake tensors in at most 15 s on the 2-core
 machine, imports included; and `fit` without --trace still under 0.5 s (it must not import torch).
 Times fresh processes and prints medians, the ratio to each goal, and the trace's own split
 (import, build, step) from its JSON.

@@ -1,5 +1,5 @@
-"""The hf activation profile against real transformers modules run on a CPU, one test per cause of
-issue 7. Saved tensors are counted as autograd packs them (each unique non-parameter storage once);
+"""The hf activation profile against real transformers modules run on a CPU, one test per cause of a
+difference found. Saved tensors are counted as autograd packs them (each unique non-parameter storage once);
 steps and prefills are measured by tutor.bench.memory_trace, the tracker of `fit --trace` and of
 benchmarks/fit_vs_transformers.py (every live storage, from the op that made it to its free)."""
 
@@ -73,7 +73,7 @@ def _model(kind: str, precision: str, attention: str):
     model = model.to(torch.bfloat16 if precision == "bf16" else torch.float32).train()
     spec = {**config.to_dict(), "model_type": kind}
     if kind == "qwen2_moe":
-        spec["sliding_window"] = None  # issue 7 cause 12, fixed in models.py by another change
+        spec["sliding_window"] = None  # the config stores 0 when use_sliding_window is off: no window
     return model, architecture_from_config(spec)
 
 

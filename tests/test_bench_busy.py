@@ -98,7 +98,7 @@ def test_a_cpu_hog_inside_this_process_tree_is_not_another_process() -> None:
     assert share.own_share >= 0.85 * hog_s / (WINDOW_S * share.cores) - 0.05
 
 
-# ---- the app's interface, counted apart (issue 9) --------------------------------------------------
+# ---- the app's interface, counted apart --------------------------------------------------
 
 def test_the_app_interface_is_counted_apart_from_other_processes() -> None:
     first = CpuSnapshot(wall_s=0.0, machine_busy_s=100.0, own_s=5.0, interface_s=20.0)

@@ -1,4 +1,4 @@
-"""Waiting for free cores before a short CPU matmul (tutor.bench.free_cores, issue 20)."""
+"""Waiting for free cores before a short CPU matmul (tutor.bench.free_cores)."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_a_sweep_that_did_not_settle_is_swept_again_and_said_plainly_when_it_nev
 
 
 def test_cores_given_up_to_a_burst_that_ended_are_taken_back_and_the_all_core_timing_is_the_figure(monkeypatch):
-    # Issue 20: a burst of other work during the wait left the lab on 1 thread (one core's rate,
+    # A burst of other work during the wait left the lab on 1 thread (one core's rate,
     # 155-171 GFLOP/s against bench's ~300) although it ended during the sweep or before it.
     import tutor.bench.free_cores as free_cores
     import tutor.bench.matmul as bench_matmul

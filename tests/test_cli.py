@@ -144,7 +144,7 @@ def test_gpu_index_without_a_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
         (b"[1, 2, 3]", "object"),
         (b'"a string"', "object"),
         (b'{"model_type": "llama"}', "hidden_size"),
-        # No causal-LM class in transformers (BERT has one, BertLMHeadModel, so fit now answers it: issue 18).
+        # No causal-LM class in transformers (BERT has one, BertLMHeadModel, so fit now answers it).
         (b'{"model_type": "t5", "d_model": 512}', "t5"),
         (b'{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 3, "num_hidden_layers": 2, '
          b'"intermediate_size": 11008, "vocab_size": 32000}', "head"),

@@ -1,4 +1,4 @@
-"""The paths that never ran (issue 11): the default (non-JSON) output of `models`, of `lab` for a probe
+"""The paths that never ran: the default (non-JSON) output of `models`, of `lab` for a probe
 that draws (Probe.render) and of `bench`, and the torchrun main() of tutor.bench.collective with 2 real
 ranks. Each is run for real; figures are checked for human units."""
 

@@ -1,4 +1,4 @@
-"""fit --impl hf at more than one shape: each fix of issue 7's shape sweep checked against a real
+"""fit --impl hf at more than one shape: each fix of the shape sweep checked against a real
 transformers model run on the CPU at two shapes (so a term with the wrong power of s fails).
 
 Measured through tutor.bench.memory_trace (real tensors, `fake=False`); `_measured_peak` is the only

@@ -1,4 +1,4 @@
-"""The hand profiles' per-layer terms that issue 18 fixed, read off the modelling code (no torch needed):
+"""The hand profiles' per-layer terms, read off the modelling code (no torch needed):
 Qwen3's and OLMo-2's q/k norms, OLMo's weightless LayerNorm, OLMo-2's fp32 weight multiply, MQA's K and V
 as views under eager attention, Phi-3's fused gate_up output alive through the MLP in a prefill."""
 

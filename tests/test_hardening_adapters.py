@@ -1,4 +1,4 @@
-"""Issue 21: a PEFT adapter folder is fitted as its base model with the adapter on it, not as a model of
+"""A PEFT adapter folder is fitted as its base model with the adapter on it, not as a model of
 its own (the adapter's 6.5 MiB were the whole model's weights)."""
 
 from __future__ import annotations

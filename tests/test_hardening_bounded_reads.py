@@ -1,4 +1,4 @@
-"""Issue 21 (items 3, 6, 9, 10): every state and lesson read is bounded.
+"""Every state and lesson read is bounded.
 
 A FIFO or device in place of a state or lesson file must not hang the reader; nesting deeper than
 tutor.storage.MAX_NESTING and files over their size limit are set aside with a warning (or, for a

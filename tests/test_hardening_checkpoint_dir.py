@@ -1,4 +1,4 @@
-"""Issue 11: `lab checkpoint-write dir=` that is missing, a file, too small or fills up: one line, exit 2."""
+"""`lab checkpoint-write dir=` that is missing, a file, too small or fills up: one line, exit 2."""
 
 from __future__ import annotations
 

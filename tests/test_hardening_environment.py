@@ -1,4 +1,4 @@
-"""Issue 21: environment values a user's shell may hold do not silence or break the commands."""
+"""Environment values a user's shell may hold do not silence or break the commands."""
 
 from __future__ import annotations
 

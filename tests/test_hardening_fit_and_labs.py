@@ -1,4 +1,4 @@
-"""Issue 11: fit at scale and its small input bugs; labs refuse what this machine cannot do."""
+"""Fit at scale and its small input bugs; labs refuse what this machine cannot do."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 21: argument extremes of `fit` are one clear line, exit 2: a LoRA rank above the hidden size, a
+"""Argument extremes of `fit` are one clear line, exit 2: a LoRA rank above the hidden size, a
 --trace of a config too deep to build."""
 
 from __future__ import annotations

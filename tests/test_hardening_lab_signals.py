@@ -1,4 +1,4 @@
-"""Issue 21: a signal during `lab checkpoint-write` leaves no checkpoint behind.
+"""A signal during `lab checkpoint-write` leaves no checkpoint behind.
 
 The lab runs as a real `tensor-tutor` process; once it says it is writing, it gets SIGINT, SIGTERM or
 SIGHUP (Ctrl-C; `timeout`, CI cancellation, `docker stop`; a closed terminal). Whatever the exit, the

@@ -1,4 +1,4 @@
-"""Issue 11: lesson expressions are untrusted content (lessons may come from any folder).
+"""Lesson expressions are untrusted content (lessons may come from any folder).
 
 `{{ }}` values must not reach Python's internals through str.format, must not read files, and must
 stay bounded in time and size, so that neither `lessons --check` nor the app can be hung by a lesson.

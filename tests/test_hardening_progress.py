@@ -1,4 +1,4 @@
-"""Issue 11: progress and settings survive concurrent writers, keep keys they do not know, and the app says
+"""Progress and settings survive concurrent writers, keep keys they do not know, and the app says
 when the data folder stops being writable."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 21: `fit` sums the safetensors files transformers would load, checked as the safetensors library
+"""`fit` sums the safetensors files transformers would load, checked as the safetensors library
 checks their headers; a header the library refuses is one clear line, never a sum."""
 
 from __future__ import annotations

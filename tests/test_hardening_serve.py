@@ -1,4 +1,4 @@
-"""Issue 11: `serve` refuses WebSockets from foreign origins, caps its sessions, and fails in one line.
+"""`serve` refuses WebSockets from foreign origins, caps its sessions, and fails in one line.
 
 The server runs for real (textual-serve's aiohttp app on a free port), spoken to with aiohttp's client
 as a browser would: the Origin header is what a browser sends and a page cannot forge.

@@ -1,4 +1,4 @@
-"""Issue 21: `tensor-tutor serve` frees a closed tab's slot at once and survives running out of file
+"""`tensor-tutor serve` frees a closed tab's slot at once and survives running out of file
 descriptors (it refuses the session in one 503 and keeps serving).
 
 A real `tensor-tutor serve` runs on a free port, spoken to with aiohttp's client as a browser would

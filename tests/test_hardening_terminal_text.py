@@ -1,4 +1,4 @@
-"""Issue 11: strings from files never drive the terminal: no ANSI escapes sent, no Rich markup obeyed,
+"""Strings from files never drive the terminal: no ANSI escapes sent, no Rich markup obeyed,
 no hyperlinks made, and `my-model[v2]` printed as written."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 21 item 7: a theory call inside a lesson value must end, whatever its arguments.
+"""A theory call inside a lesson value must end, whatever its arguments.
 
 The allow-list interpreter bounds syntax, arithmetic and steps; the callee's own work is bounded by
 its arguments' limits (tutor.theory.checks.bounded_int) and, for anything left, by a deadline the

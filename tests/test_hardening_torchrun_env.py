@@ -1,4 +1,4 @@
-"""Issue 21: torchrun variables left in the environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+"""Torchrun variables left in the environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT) give one clear line and exit 2 from a lab's ranks: no traceback, no rendezvous that waits
 for a peer that never comes."""
 

@@ -1,6 +1,6 @@
 """GPU paths on a fake libnvidia-ml behind the REAL nvidia-ml-py wrappers (tests/fake_nvml.py):
 device identity by UUID and CUDA_VISIBLE_DEVICES, MIG, an R525 driver, a lost GPU, and the
-torch-version and torch-API variants of issue 12. Everything here runs on a CPU-only machine."""
+torch-version and torch-API variants. Everything here runs on a CPU-only machine."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lab budgets are for the lab's own work (issue 19): the clock starts after torch is loaded, a cold
+"""Lab budgets are for the lab's own work: the clock starts after torch is loaded, a cold
 start with the default budget gives a full result, and a budget spent before anything was measured
 is one clear error, never an empty result."""
 

@@ -1,4 +1,4 @@
-"""Labs refuse, with the numbers, what this machine cannot hold or finish (issue 11): the estimate
+"""Labs refuse, with the numbers, what this machine cannot hold or finish: the estimate
 against the memory available now and against the rate `bench matmul` measured here, else the peak."""
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def test_collective_busbw_is_algbw_times_the_nccl_tests_factor() -> None:
 
 def test_matmul_speedup_compares_rates_at_the_same_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """fp32's best rate at 1024 and bf16's at 256 must not be divided: the ratio is taken at the
-    largest size both timed (256 here), 0.5 / 0.25, not 1.0 / 0.25 (issue 8, fact 13)."""
+    largest size both timed (256 here), 0.5 / 0.25, not 1.0 / 0.25."""
     import tutor.bench.matmul as bench_matmul
     from tutor.bench.matmul import MatmulResult, MatmulShape
 
@@ -86,7 +86,7 @@ def test_matmul_speedup_compares_rates_at_the_same_size(monkeypatch: pytest.Monk
 
 @pytest.mark.sleeps
 def test_matmul_budget_starts_after_torch_is_warm(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Loading and warming torch must not eat the lesson's budget (issue 9: at 3 s, the import left
+    """Loading and warming torch must not eat the lesson's budget (at 3 s, the import left
     only tiny sizes): the sweep gets the whole budget however long the warm-up took."""
     import tutor.bench.matmul as bench_matmul
 

@@ -17,7 +17,7 @@ from tutor.lessons import Curriculum, Lesson, lint, load_curriculum
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lessons"
 REAL = Path(__file__).parent.parent / "lessons"
-MIN_LESSONS, MIN_TRACKS = 14, 5  # issue 4: at least 14 lessons in five tracks
+MIN_LESSONS, MIN_TRACKS = 14, 5  # at least 14 lessons in five tracks
 
 ROOTS = [
     pytest.param(FIXTURE, id="fixture"),
@@ -306,7 +306,7 @@ def test_lessons_check_command(monkeypatch: pytest.MonkeyPatch, broken: Path, ca
     assert "lesson.md:16: ```quiz block: answer 'a quarter' is not a number" in captured.out
 
 
-# ---- issue 8: no raw template code in any rendered text; predict + measure in every lesson ---------
+# ---- no raw template code in any rendered text; predict + measure in every lesson ---------
 
 
 def test_unclosed_template_in_quiz_text_fails_the_lint(broken: Path) -> None:

@@ -1,4 +1,4 @@
-"""The lint rules of issue 19: worked problems draw once per chain, no value renders as inf or nan,
+"""The lint rules: worked problems draw once per chain, no value renders as inf or nan,
 and no number quiz's answer is printed in the prose above it; and the chain draw itself."""
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ def test_values_come_from_theory() -> None:
 
 
 def test_seventy_billion_parameters_at_four_precisions() -> None:
-    # Issue 4's figures: 70B parameters at FP32/BF16/INT8 = 280/140/70 GB (4, 2, 1 bytes per parameter).
+    # The figures: 70B parameters at FP32/BF16/INT8 = 280/140/70 GB (4, 2, 1 bytes per parameter).
     text = "{{ gb(memory.weight_bytes(70 * 10**9, 'fp32')) }}/{{ gb(memory.weight_bytes(70 * 10**9, 'bf16')) }}"
     assert render_values(text) == "280/140"
 
@@ -633,7 +633,7 @@ def test_engine_and_lessons_command_import_neither_torch_nor_textual() -> None:
     assert result.stdout.strip() == "[]"
 
 
-# ---- issue 8: units and powers, shuffles, draws, goals, seen vs solved, `lessons show` ---------------
+# ---- units and powers, shuffles, draws, goals, seen vs solved, `lessons show` ---------------
 
 from tutor.lessons.goals import check_goal, goal_text  # noqa: E402
 from tutor.lessons.grading import quiz_unit  # noqa: E402

@@ -1,4 +1,4 @@
-"""A guess read as the learner meant it (issue 19): percentages, suffixes, the unit the question asks
+"""A guess read as the learner meant it: percentages, suffixes, the unit the question asks
 in; and a verdict that fits the quantity (percentage points for a share, no ratio to zero)."""
 
 from __future__ import annotations

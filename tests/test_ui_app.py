@@ -661,7 +661,7 @@ def test_going_to_a_lesson_from_help_closes_the_help():
     run(scenario())
 
 
-# ---- issue 8: quiz texts rendered, unreadable answers not counted, calculator goals ------------------
+# ---- quiz texts rendered, unreadable answers not counted, calculator goals ------------------
 
 def _exercise_services():
     from ui_fakes import TRACKS, FakeCurriculum

@@ -1,4 +1,4 @@
-"""The exercise block in the app (issue 19): the starting point fails with a hint, the learner's
+"""The exercise block in the app: the starting point fails with a hint, the learner's
 fix passes with the explanation, and the lesson records it as solved."""
 
 from __future__ import annotations

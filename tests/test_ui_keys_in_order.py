@@ -1,4 +1,4 @@
-"""Keys that arrive together are applied in the order they came (issue 20): a burst of characters
+"""Keys that arrive together are applied in the order they came: a burst of characters
 mixed with Backspace, End, Home, Ctrl+U (bindings in Textual) lands exactly in a quiz answer, a
 predict guess and the palette while a measurement runs, and Ctrl+Down followed at once by typing
 types into the box it moved to. `pilot.press` waits for each key, so these tests hand the whole

@@ -1,4 +1,4 @@
-"""Launch cost (issue 20): before the home screen's first paint the app imports and runs only what that
+"""Launch cost: before the home screen's first paint the app imports and runs only what that
 screen shows. The machine is detected, the sampler and the measurement process started, after it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The app as a learner meets it (issue 20): focus that follows the learner at 80x24 and 120x40,
+"""The app as a learner meets it: focus that follows the learner at 80x24 and 120x40,
 verdicts in view, a solved quiz that stays solved, whole choices and bits, the pipeline bubble, the
 live pane's words and figures, the palette's multi-word search, the help's keys, the reading
 position across a resize, a Fit model given as a path, and bursts of edits typed while a

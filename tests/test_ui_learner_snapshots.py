@@ -1,4 +1,4 @@
-"""SVG snapshots, at 80x24 and 120x40, of the screens issue 20 fixed that had none: a quiz verdict
+"""SVG snapshots, at 80x24 and 120x40, of the screens that had none: a quiz verdict
 scrolled into view, a long choice wrapped whole, a prediction's verdict, the bits explorer at 80
 columns, the pipeline calculator with its bubble. (The lesson's
 compact footer at 80 columns is in tests/test_ui_snapshots.py's small lesson.)

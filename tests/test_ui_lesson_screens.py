@@ -1,4 +1,4 @@
-"""The lesson screens as a learner meets them (issue 9): focus that follows the learner, charts that
+"""The lesson screens as a learner meets them: focus that follows the learner, charts that
 keep every row, a header that keeps its place, results kept per lesson, labelled live traces."""
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ async def test_committing_a_prediction_keeps_focus_and_shows_the_verdict():
         block.query_one("#guess").focus()
         await pilot.press("3", "enter")
         # While it measures the focus waits on the lesson text; the fake probe may already have
-        # answered, and then the focus is back on Commit (issue 20: Tab continues from the block).
+        # answered, and then the focus is back on Commit (Tab continues from the block).
         assert app.focused in (app.screen.query_one("#lesson"), block.query_one("#commit"))
         verdict = block.query_one("#verdict", Static)
         await until(pilot, lambda: "you predicted" in str(verdict.render()), "the verdict")

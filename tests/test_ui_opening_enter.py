@@ -1,4 +1,4 @@
-"""An Enter pressed as soon as lesson 1 is painted (issue 20): the block says "press Run (Enter)",
+"""An Enter pressed as soon as lesson 1 is painted: the block says "press Run (Enter)",
 but the Run is focused only once the layout has settled, seconds later on a loaded machine. That
 early Enter must press Run, not only move the focus to it."""
 

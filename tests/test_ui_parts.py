@@ -89,7 +89,7 @@ def test_gpu_machine_names_its_first_gpu():
 
 def test_peaks_come_from_the_machine_with_na_for_unknown():
     lines = peak_lines(fake_machine())
-    # 2 cores x 64 FLOP/cycle x 2.1 GHz, scaled by tutor.formatting (issue 20: not "0.269 TFLOP/s")
+    # 2 cores x 64 FLOP/cycle x 2.1 GHz, scaled by tutor.formatting (not "0.269 TFLOP/s")
     assert "peak fp32: 269 GFLOP/s" in lines
     assert "peak fp16: N/A" in lines
     assert any(line.startswith("peak memory: N/A") for line in lines)

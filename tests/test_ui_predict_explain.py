@@ -1,4 +1,4 @@
-"""Every predict block of the real curriculum closes (issue 19): after the verdict the learner reads
+"""Every predict block of the real curriculum closes: after the verdict the learner reads
 the block's explanation, with their guess and the measured value above it."""
 
 from __future__ import annotations

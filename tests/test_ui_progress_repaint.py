@@ -1,4 +1,4 @@
-"""A probe's progress repaints its status line only (issue 20): on a lesson screen a layout reflows
+"""A probe's progress repaints its status line only: on a lesson screen a layout reflows
 and repaints the whole screen (every Markdown block, the live pane), which stalled keys while a
 measurement ran. A progress line of the same height must not lay out the screen, one that wraps
 to more lines must (or its text would be cut), and the line changes at most

@@ -1,4 +1,4 @@
-"""Quitting the app while it measures (issue 20): Ctrl+Q kills the measurement process and every
+"""Quitting the app while it measures: Ctrl+Q kills the measurement process and every
 process it started before the app closes its screens, and `learn` then ends the process without
 the interpreter's teardown (which left a blank pane for about a second)."""
 

@@ -1,4 +1,4 @@
-"""The app while it measures (issue 9): the measurement process's state in the header and in a waiting
+"""The app while it measures: the measurement process's state in the header and in a waiting
 block, predict results kept per lesson with the probe's drawing, warnings from progress and settings as
 toasts when the data folder cannot be written, and the collector's full passes kept off key presses."""
 

@@ -1,5 +1,5 @@
 """Printed sums that add up and comparisons that read as they are: lab ddp's step split, the MoE labs'
-"takes about X, more than budget_s", env's DIMM note for root, and lesson 1's first claim (issue 24)."""
+"takes about X, more than budget_s", env's DIMM note for root, and lesson 1's first claim."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _printed_sum(summary: str) -> tuple[float, float, float]:
 
 
 @pytest.mark.parametrize(("compute", "comm", "step"), [
-    (50.2e-3, 10e-3, 79.9e-3),  # issue 24's run: slower than both back to back
+    (50.2e-3, 10e-3, 79.9e-3),  # a measured run: slower than both back to back
     (10e-3, 4e-3, 11e-3),       # 3 of the 4 ms hidden
     (10e-3, 4e-3, 9e-3),        # faster than compute alone
     (10e-3, 0.0, 10e-3),

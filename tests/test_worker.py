@@ -222,7 +222,7 @@ def test_the_worker_runs_niced_and_under_the_memory_limit_it_is_given():
 @pytest.mark.slow
 def test_every_job_runs_in_the_thread_that_warmed_the_worker_not_in_one_of_its_own():
     # torch's OpenMP pool belongs to the thread that calls it: a job in a fresh thread met a cold
-    # pool beside the warm one, and fp32 matmuls at one core's rate (issue 20's low first numbers).
+    # pool beside the warm one, and fp32 matmuls at one core's rate (the low first numbers).
     from worker_probes import PROBES
 
     warm = WorkerClient(probes_module="worker_probes", warm=True, env={"PYTHONPATH": pythonpath(TESTS)})
@@ -244,7 +244,7 @@ def test_the_app_side_of_the_worker_imports_neither_torch_nor_textual():
     assert done.stdout.strip() == "[]"
 
 
-# ---- progress throttle, and the app's interface in busy readings (issue 9) --------------------------
+# ---- progress throttle, and the app's interface in busy readings --------------------------
 
 @pytest.mark.slow
 def test_progress_is_throttled_to_ten_a_second_and_the_last_held_report_still_arrives(client, probes):

@@ -1,7 +1,7 @@
 """The `tensor-tutor` command line.
 
 The app opens straight from here (`tensor-tutor`, `tensor-tutor learn [LESSON_ID]`): the learner
-meets its home screen sooner without click's import and parse in front of it (issue 20's launch
+meets its home screen sooner without click's import and parse in front of it (the launch
 goal). Every other command line goes through the click group of tutor/commands/group.py.
 """
 

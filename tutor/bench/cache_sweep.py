@@ -37,7 +37,7 @@ SWEEP_STEP = 2  # array sizes grow by this factor
 SMALLEST_ARRAY_BYTES = 4 * 2**10
 SAMPLE_TARGET_S = 2e-4
 # A point is dispatch-bound when torch's per-call cost is this share of the call or more: its GB/s is
-# then understated by at least as much as the plateaus' tolerance (issue 22: 25%).
+# then understated by at least as much as the plateaus' tolerance (25%).
 DISPATCH_SHARE = 0.25
 DISPATCH_PROBE_ELEMENTS = 8  # 64 B arrays: a call of the kernel that moves almost nothing
 DISPATCH_PROBE_CALLS = 200

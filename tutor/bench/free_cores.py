@@ -3,7 +3,7 @@
 A CPU GEMM splits its work evenly over torch's intra-op threads and finishes with the slowest
 (OpenMP's static schedule), so one thread that shares its core with another program halves the
 whole GEMM's rate. In the app a lesson's 3 s matmul often starts while the interface is still
-painting the lesson it was started from, or while other programs run: issue 20 measured the first
+painting the lesson it was started from, or while other programs run: the app measured the first
 fp32 rate at 0.40-0.88 of `bench matmul`'s on the 2-core machine. So the lab first waits (outside
 its budget, at most MAX_WAIT_S) until the CPU time of everything but itself (other processes and
 the app's interface, as tutor.bench.busy counts them) fits in QUIET_CORES, and then uses one

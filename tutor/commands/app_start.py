@@ -65,7 +65,7 @@ def exit_without_teardown(code: int) -> None:
     After Textual restores the terminal the app has nothing left to do, but CPython's finalization
     (the final full collection over every object the app made, then module cleanup) took 0.9-1.0 s
     on the 2-core machine (measured with Ctrl+Q during a lesson's measurement: 0.31 s in the last
-    gen-2 collection alone), a blank pane the learner waits on (issue 20). atexit handlers still
+    gen-2 collection alone), a blank pane the learner waits on. atexit handlers still
     run and the standard streams are flushed; os._exit skips the rest (the Python docs' os._exit:
     "Exit the process ... without calling cleanup handlers, flushing stdio buffers, etc.").
     """

@@ -3,7 +3,7 @@
 Nothing here imports torch at import time; only `tutor.hardware.torch_devices` does, inside a
 function, when a caller asks for torch's view of the devices. The names below are imported on
 first use (PEP 562's module __getattr__), so importing one submodule (the sampler, at the app's
-launch) does not import the machine's detection with it (issue 20: launch time).
+launch) does not import the machine's detection with it (launch time).
 """
 
 from __future__ import annotations

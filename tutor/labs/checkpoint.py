@@ -132,7 +132,7 @@ def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Even
     file_bytes = 0
     try:
         # A file without a name (O_TMPFILE on Linux; created and unlinked at once elsewhere), so no
-        # signal, cancel or crash at any point can leave a checkpoint behind (issue 21).
+        # signal, cancel or crash at any point can leave a checkpoint behind.
         with tempfile.TemporaryFile(prefix="tensor-tutor-ckpt-", dir=target) as handle:
             fstype = _filesystem(target)
 

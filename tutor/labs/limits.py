@@ -1,7 +1,7 @@
 """What a lab may ask of this machine: its memory and compute estimate against what is here.
 
 Every lab's parameters have ranges, but a combination inside the ranges can still need 34 GB or
-an hour (issue 11). Before a lab allocates anything it calls `check_lab_fits` with its estimate
+an hour. Before a lab allocates anything it calls `check_lab_fits` with its estimate
 (from tutor.theory: activation bytes, parameter bytes, collective buffers x ranks; FLOPs), and
 gets one UserError line with both figures when the estimate does not fit.
 

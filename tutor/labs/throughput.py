@@ -150,7 +150,7 @@ def _matmul(params: dict, progress: ProgressFn, cancel: threading.Event) -> Prob
 def cores_freed_since(free, threads: int | None, cancel: threading.Event) -> int:
     """After a CPU sweep on fewer threads than cores (the wait found them taken): one more look at
     the machine (tutor.bench.free_cores, one window); the threads it allows when more than the
-    sweep used, else 0. The other work often ends during the sweep (issue 20: a burst that outlasted
+    sweep used, else 0. The other work often ends during the sweep (a burst that outlasted
     the wait by a second left one core's rate, 155-163 GFLOP/s against bench's 314-319)."""
     if free is None or threads is None or threads >= free.cores or cancel.is_set():
         return 0

@@ -60,7 +60,7 @@ _WHERE = {
     **dict.fromkeys(('DeviceFigures', 'device_figures', 'evaluate', 'num', 'reference_gpu', 'render_values'), 'values'),
 }
 """Which submodule holds each name: imported on first use (PEP 562), so that reading the curriculum
-for the home screen does not import the calculators' and graders' theory (issue 20: launch time)."""
+for the home screen does not import the calculators' and graders' theory (launch time)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,7 @@
 """The curriculum's index: its tracks and each lesson's metadata, what the home screen lists.
 
 Kept apart from the blocks of a lesson's page (tutor.lessons.model), which only an opened lesson
-needs: the app's launch defines these two classes, not the page's nine (issue 20's start).
+needs: the app's launch defines these two classes, not the page's nine.
 """
 
 from __future__ import annotations

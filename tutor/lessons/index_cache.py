@@ -4,7 +4,7 @@ blocks that complete each lesson, read from its lesson.md (Home counts the block
 
 Every launch of the app lists all lessons, and parsing the 31 TOML files behind that list (tomllib
 is pure Python) with the loader's checks was 4-5 ms of the ~200 ms to the home screen on the 2-core
-machine, a tenth of what the app adds to a bare Textual start (issue 20). The cache holds the index
+machine, a tenth of what the app adds to a bare Textual start. The cache holds the index
 the loader built, keyed by a CRC-32 of every file it read (read again at each launch: 0.3 ms), so an
 edited, added or removed lesson is parsed afresh. It is only ever a shortcut: a missing, unreadable,
 stale or damaged cache, or one that cannot be written, means the files are parsed as before.

@@ -205,7 +205,7 @@ def check_goal_start(lesson: Lesson, calc: Calc) -> list[str]:
 
 
 def check_predict_and_measure(lesson: Lesson) -> list[str]:
-    """A lesson has at least one ```predict and one ```measure block (issue 8: predict, measure,
+    """A lesson has at least one ```predict and one ```measure block (predict, measure,
     explain in every lesson)."""
     kinds = {block.directive for block in lesson.blocks}
     missing = [kind for kind in ("predict", "measure") if kind not in kinds]

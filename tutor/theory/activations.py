@@ -339,7 +339,7 @@ def pipeline_activation_multiplier(
 # The "hf" profile: what Hugging Face transformers 5.x modelling code keeps, measured.
 #
 # Every term below was read off real transformers modules (llama, qwen2, mistral, gemma, gemma2,
-# gpt2, mixtral, qwen2_moe, deepseek_v3, and for issue 18 qwen3, olmo, olmo2, phi3 modeling_*.py,
+# gpt2, mixtral, qwen2_moe, deepseek_v3, qwen3, olmo, olmo2, phi3 modeling_*.py,
 # transformers 5.24, torch 2.13) run on a CPU
 # under torch.autograd.graph.saved_tensors_hooks, counting each unique non-parameter storage once
 # (tests/test_activations_hf.py pins them). Bytes are per token (T = s·b tokens) unless the term

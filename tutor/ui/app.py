@@ -7,7 +7,7 @@ painted, so torch loads while the learner reads the home screen, follows its sta
 (screens can watch it) and stops it on exit. The machine is detected in a thread after that first
 paint too (`detected_machine`; the home screen's header says "detecting…" until then), and the live
 sampler starts then: before the first paint the app imports and runs only what the home screen shows
-(issue 20; tests/test_ui_launch_imports.py).
+(tests/test_ui_launch_imports.py).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def freeze_start_up_objects() -> None:
     """Move every object alive after start-up (modules, classes, the home screen) out of the
     collector's reach. A full collection scans every tracked object: measured in this app on the
     2-core machine, ~89,000 objects took 125-155 ms, and a key press that arrived meanwhile waited
-    that long (issue 9's key goal is 100 ms). Frozen objects are never scanned again (CPython's
+    that long (the key goal is 100 ms). Frozen objects are never scanned again (CPython's
     gc.freeze). rich.markdown is imported first: help (F1) needs it, and its import is a pause too."""
     import rich.markdown  # noqa: F401 - loaded now, not on the first F1
 
@@ -305,7 +305,7 @@ class TutorApp(App[None]):
         focused widget up to the app, a hop per widget. Keys that arrive together (a stalled loop,
         a fast typist, tmux send-keys) were then applied out of order: `50` Enter Backspace
         Backspace `0.368` became `500.3`, and characters typed right after Ctrl+Down went to the
-        box being left (issue 20). Each key here has the effect Textual gives it after all the hops."""
+        box being left. Each key here has the effect Textual gives it after all the hops."""
         if self.screen.maximized is not None:
             return False
         focused = self.focused

@@ -2,7 +2,7 @@
 
 Detecting reads lscpu, NVML and psutil (about 50-100 ms on the 2-core machine, plus ~40 ms of imports):
 the home screen is painted first, showing "detecting…" where the device goes, and the app calls
-`result()` in a thread worker afterwards (issue 20: launch -> home as fast as a bare Textual
+`result()` in a thread worker afterwards (launch -> home as fast as a bare Textual
 app). A screen that needs the machine before then (a lesson opened from the command line) calls
 `result()`, which detects in the calling thread or waits for the thread already detecting.
 """

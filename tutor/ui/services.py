@@ -210,7 +210,7 @@ class Services:
 
 
 # The lessons' values and graders import much of tutor.theory: on first use (a lesson opened, an
-# answer checked), not before the home screen is painted (issue 20: launch time).
+# answer checked), not before the home screen is painted (launch time).
 
 def render_values_when_used(text: str, *, device: Machine | None = None) -> str:
     """tutor.lessons.render_values, imported on the first call."""
@@ -236,7 +236,7 @@ def expected_answer_when_used(quiz: Quiz, *, device: Machine | None = None) -> s
 class ProbesWhenUsed(Mapping[str, ProbeLike]):
     """The labs as the app runs them (tutor.worker.proxies.worker_labs over tutor.labs.registry.LABS),
     built on first use: the home screen runs no lab, so the registry and the proxies are imported
-    with the first lesson or palette search, not before the first paint (issue 20)."""
+    with the first lesson or palette search, not before the first paint."""
 
     def __init__(self, build: Callable[[], Mapping[str, ProbeLike]]) -> None:
         self._build = build

@@ -8,7 +8,7 @@ a thread of its own met a cold pool of its own beside the warm one, twice the th
 cores, and libgomp then stops spinning between parallel regions (it throttles once it manages
 more threads than there are CPUs): on the 2-core machine fp32 matmuls in a fresh thread after the
 main thread's warm-up ran at one core's rate (150-156 GFLOP/s at 1024^3 against 320-355 in the
-warming thread; 256^3: 180-200 against 315-330), what issue 20's low first numbers read. The main
+warming thread; 256^3: 180-200 against 315-330), what the low first numbers read. The main
 thread only reads commands, so a cancel reaches the job's Event at once. It dies with the app: end of stream on the socket, or the parent's
 death (Linux PR_SET_PDEATHSIG), kills its whole process group (rank processes included).
 It names the app in TENSOR_TUTOR_INTERFACE_PID, so busy readings (tutor.bench.busy) count the

@@ -34,7 +34,7 @@ from tutor.worker.protocol import Channel, ChannelClosed, Frame
 
 CANCEL_GRACE_S = 0.35
 """How long a probe has to honour its cancel Event before the process is killed: with the kill
-and the reply this keeps cancel -> idle within issue 9's 0.5 s."""
+and the reply this keeps cancel -> idle within the 0.5 s cancel goal."""
 POLL_S = 0.02
 STOP_WAIT_S = 1.0
 STDERR_TAIL_CHARS = 400

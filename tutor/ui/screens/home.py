@@ -58,7 +58,7 @@ def lesson_line(info: LessonInfo, completed: bool, current: bool, blocks: tuple[
 class HomeScreen(Screen):
     """Tracks and lessons; Enter opens the highlighted lesson."""
 
-    # Its styles are in app.tcss (parsed with the app, not when this first screen opens: issue 20).
+    # Its styles are in app.tcss (parsed with the app, not when this first screen opens).
     HELP = """\
 ## Home
 

@@ -3,7 +3,7 @@
 `Static.update` asks for a layout on every call, and in Textual a layout request from any widget
 reflows the whole screen and repaints every widget on it: on a lesson (one long scroll of Markdown
 blocks beside the live pane) that cost 20 ms a time on an idle 2-core machine and 50-150 ms at
-load 6-7 (issue 20), once per progress message. A status line whose height stays the same needs
+load 6-7, once per progress message. A status line whose height stays the same needs
 only a repaint of itself (Textual's `Widget.refresh(layout=False)`: "set `layout=False` if you are
 certain the size won't change", textual.widgets.Static.update).
 """
