@@ -155,3 +155,28 @@ def test_a_cancel_before_the_start_returns_a_cancelled_result() -> None:
     cancel.set()
     for lab in ("ttft-tpot", "batch-decode", "speculative", "kv-pages"):
         assert load_lab(lab).run({}, lambda fraction, message: None, cancel).cancelled
+
+
+# ---- host-overhead ----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_host_overhead_counts_operations_per_layer_and_prices_them() -> None:
+    pytest.importorskip("transformers")
+    one = run_probe("host-overhead", {"layers": 1, "budget_s": 0.3}).metrics
+    three = run_probe("host-overhead", {"layers": 3, "budget_s": 0.3}).metrics
+    # Each layer issues the same operations: the count grows by a whole layer's worth per layer.
+    per_layer = three["ops_per_step"] - one["ops_per_step"]
+    assert per_layer > 10 and (three["ops_per_step"] - one["ops_per_step"]) % 2 == 0
+    assert three["ops_per_layer"] == pytest.approx(three["ops_per_step"] / 3)
+    assert 0 < three["op_s"] < three["host_step_s"]
+    assert three["ops_share"] == pytest.approx(min(1.0, three["ops_per_step"] * three["op_s"] / three["host_step_s"]))
+
+
+def test_the_operation_counter_sees_each_dispatched_operation() -> None:
+    import torch
+
+    from tutor.labs.host_overhead import count_aten_ops
+
+    x = torch.ones(4)
+    assert count_aten_ops(lambda: (x + 1) * 2) == 2
+    assert count_aten_ops(lambda: None) == 0

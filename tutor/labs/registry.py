@@ -84,6 +84,8 @@ LABS: dict[str, LabEntry] = {entry.name: entry for entry in (
     LabEntry("speculative", "tutor.labs.speculative", "SPECULATIVE", "Speculative decoding with a draft model",
              ("layers", "hidden", "heads", "kv_heads", "draft_layers", "refine", "draft_tokens", "prompt", "tokens",
               "seed", "budget_s", "device")),
+    LabEntry("host-overhead", "tutor.labs.host_overhead", "HOST_OVERHEAD",
+             "The host's cost per operation and per decode step", ("layers", "heads", "kv_heads", "seed", "budget_s")),
     LabEntry("moe-alltoall", "tutor.labs.expert_parallel", "MOE_ALLTOALL", "Expert-parallel all-to-all volume",
              ("tokens", "experts", "top_k", "ep", "hidden", "skew", "steps", "seed", "budget_s")),
     LabEntry("quant-error", "tutor.labs.quantization", "QUANT_ERROR", "Quantization error of a weight matrix",
