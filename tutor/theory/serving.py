@@ -28,6 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tutor.errors import UserError
 from tutor.theory.checks import bounded_int, positive_int
@@ -35,6 +36,7 @@ from tutor.theory.checks import bounded_int, positive_int
 __all__ = [
     "MAX_REQUESTS",
     "BatchSchedule",
+    "contiguous_reserved_tokens",
     "continuous_batching_schedule",
     "expected_block_waste_tokens",
     "paged_reserved_tokens",
@@ -44,7 +46,6 @@ __all__ = [
     "speculative_expected_tokens_per_step",
     "speculative_speedup",
     "static_batching_schedule",
-    "contiguous_reserved_tokens",
     "user_tokens_per_second",
 ]
 
@@ -138,18 +139,18 @@ def prefix_cache_saved_tokens(*, requests: int, prefix_tokens: int, block_size: 
 
 # ---- batching policies ------------------------------------------------------------------------
 
+@dataclass(frozen=True)
 class BatchSchedule:
     """A batching policy played over a request mix, counted in decode iterations.
 
     steps: iterations the server ran; tokens: tokens generated (the sum of the output lengths);
-    slot_steps: steps × batch slots; finish_steps: the iteration at which each request ended (its
-    latency in steps, all requests waiting from step 0)."""
+    batch: the slots each iteration serves; finish_steps: the iteration at which each request ended
+    (its latency in steps, all requests waiting from step 0)."""
 
-    def __init__(self, steps: int, tokens: int, batch: int, finish_steps: list[int]) -> None:
-        self.steps = steps
-        self.tokens = tokens
-        self.batch = batch
-        self.finish_steps = finish_steps
+    steps: int
+    tokens: int
+    batch: int
+    finish_steps: list[int]
 
     @property
     def utilisation(self) -> float:
