@@ -96,7 +96,7 @@ def missing_transformers(lab: str, label: str) -> ProbeResult:
     return ProbeResult(lab, (Measurement(label, None, "s", note=note),), {}, note, False, "cpu")
 
 
-def _flops_per_token(params: dict, context: int) -> int:
+def forward_flops_per_token(params: dict, context: int) -> int:
     """Forward FLOPs per token at `context` tokens attended (Kaplan et al., tutor.theory.flops)."""
     from tutor.theory.flops import inference_flops_per_token
 
@@ -106,7 +106,7 @@ def _flops_per_token(params: dict, context: int) -> int:
                                      attention_dim=params["hidden"])
 
 
-def _check_fits(lab: str, params: dict, device: str, dtype: str, *, batch: int, context: int, flops: float) -> None:
+def check_serving_lab_fits(lab: str, params: dict, device: str, dtype: str, *, batch: int, context: int, flops: float) -> None:
     """Weights, the batch's KV cache and the prompt's attention scores against this machine."""
     from tutor.labs.limits import check_lab_fits
     from tutor.theory.kv_cache import kv_cache_bytes_per_token
@@ -141,8 +141,8 @@ def _ttft_tpot(params: dict, progress: ProgressFn, cancel: threading.Event) -> P
     dtype = chosen_dtype(params["dtype"], device)
     prompt, tokens, batch = params["prompt"], params["tokens"], params["batch"]
     context = prompt + tokens + 1
-    flops = (1 + MIN_ROUNDS) * batch * context * _flops_per_token(params, context)
-    _check_fits("ttft-tpot", params, device, dtype, batch=batch, context=context, flops=flops)
+    flops = (1 + MIN_ROUNDS) * batch * context * forward_flops_per_token(params, context)
+    check_serving_lab_fits("ttft-tpot", params, device, dtype, batch=batch, context=context, flops=flops)
     if device == "cpu":
         torch.set_num_threads(1)  # one core: the figures do not depend on what else the machine runs
     torch.manual_seed(params["seed"])
@@ -184,8 +184,8 @@ def _ttft_tpot(params: dict, progress: ProgressFn, cancel: threading.Event) -> P
     from tutor.theory.serving import request_latency_s, server_tokens_per_second, user_tokens_per_second
 
     ttft, tpot, latency = statistics.median(ttfts), statistics.median(tpots), statistics.median(latencies)
-    prefill_flops = batch * prompt * _flops_per_token(params, prompt // 2)  # mean context over the prompt
-    decode_flops = batch * _flops_per_token(params, prompt + tokens // 2)
+    prefill_flops = batch * prompt * forward_flops_per_token(params, prompt // 2)  # mean context over the prompt
+    decode_flops = batch * forward_flops_per_token(params, prompt + tokens // 2)
     metrics = {
         "ttft_s": ttft,
         "tpot_s": tpot,
@@ -284,8 +284,8 @@ def _batch_decode(params: dict, progress: ProgressFn, cancel: threading.Event) -
     dtype = chosen_dtype(params["dtype"], device)
     prompt, steps = params["prompt"], params["steps"]
     context = prompt + steps + 2
-    flops = sum(batches) * (prompt + steps + 1) * _flops_per_token(params, context)
-    _check_fits("batch-decode", params, device, dtype, batch=max(batches), context=context, flops=flops)
+    flops = sum(batches) * (prompt + steps + 1) * forward_flops_per_token(params, context)
+    check_serving_lab_fits("batch-decode", params, device, dtype, batch=max(batches), context=context, flops=flops)
     if device == "cpu":
         torch.set_num_threads(1)
     torch.manual_seed(params["seed"])

@@ -29,8 +29,8 @@ from tutor.labs.inference import keeping_torch_threads
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs.serving_latency import (
     MIN_ROUNDS,
-    _check_fits,
-    _flops_per_token,
+    check_serving_lab_fits,
+    forward_flops_per_token,
     build_model,
     check_shape,
     forward,
@@ -131,8 +131,8 @@ def _speculative(params: dict, progress: ProgressFn, cancel: threading.Event) ->
     dtype = "fp32"  # greedy agreement must not hinge on BF16 rounding between one-token and batched reads
     prompt, tokens, gamma = params["prompt"], params["tokens"], params["draft_tokens"]
     context = prompt + tokens + gamma + 2
-    flops = 4 * MIN_ROUNDS * context * _flops_per_token(params, context)
-    _check_fits("speculative", params, device, dtype, batch=1, context=context, flops=flops)
+    flops = 4 * MIN_ROUNDS * context * forward_flops_per_token(params, context)
+    check_serving_lab_fits("speculative", params, device, dtype, batch=1, context=context, flops=flops)
     if device == "cpu":
         torch.set_num_threads(1)
     torch.manual_seed(params["seed"])
