@@ -106,7 +106,8 @@ def forward_flops_per_token(params: dict, context: int) -> int:
                                      attention_dim=params["hidden"])
 
 
-def check_serving_lab_fits(lab: str, params: dict, device: str, dtype: str, *, batch: int, context: int, flops: float) -> None:
+def check_serving_lab_fits(lab: str, params: dict, device: str, dtype: str, *, batch: int, context: int,
+                           flops: float) -> None:
     """Weights, the batch's KV cache and the prompt's attention scores against this machine."""
     from tutor.labs.limits import check_lab_fits
     from tutor.theory.kv_cache import kv_cache_bytes_per_token
