@@ -288,7 +288,39 @@ DROPS_RIGHT = """def dropped(loads, top_k, capacity_factor):
     capacity = int(slots) + (slots > int(slots))
     return sum(max(0, load - capacity) for load in loads)
 """
+PAGED_RIGHT = """def blocks(lengths, block_size, shared_prefix):
+    shared = shared_prefix // block_size
+    return shared + sum(-(-(length - shared * block_size) // block_size) for length in lengths)
+"""
+BATCHING_RIGHT = """def finish_steps(outputs, batch):
+    free = [0] * min(batch, len(outputs))
+    finish = []
+    for length in outputs:
+        slot = free.index(min(free))
+        free[slot] += length
+        finish.append(free[slot])
+    return finish
+"""
+STATIC_BATCHING = """def finish_steps(outputs, batch):
+    finish, end = [], 0
+    for start in range(0, len(outputs), batch):
+        end += max(outputs[start:start + batch])
+        finish += [end] * len(outputs[start:start + batch])
+    return finish
+"""
 FUNCTION_ANSWERS = [
+    ("paged-blocks", PAGED_RIGHT, ""),
+    ("paged-blocks", "def blocks(lengths, block_size, shared_prefix):\n    return sum(-(-n // block_size) for n in lengths)\n",
+     "stored once"),  # no sharing
+    ("paged-blocks", PAGED_RIGHT.replace("shared = shared_prefix // block_size", "shared = -(-shared_prefix // block_size)"),
+     "only the prefix's full blocks"),  # the prefix's partial block shared too
+    ("paged-blocks", PAGED_RIGHT.replace("-(-(length - shared * block_size) // block_size)",
+                                         "(length - shared * block_size) // block_size"), "round up"),
+    ("continuous-batching", BATCHING_RIGHT, ""),
+    ("continuous-batching", STATIC_BATCHING, "that is static batching"),
+    ("continuous-batching", BATCHING_RIGHT.replace("slot = free.index(min(free))", "slot = len(finish) % len(free)"),
+     "whichever slot frees first"),
+    ("continuous-batching", BATCHING_RIGHT.replace("finish.append(free[slot])", "finish.append(length)"), "gave"),
     ("kv-cache-bytes", KV_RIGHT, ""),
     ("kv-cache-bytes", KV_RIGHT.replace('config.get("num_key_value_heads", config["num_attention_heads"])',
                                         'config["num_attention_heads"]'), "grouped-query attention"),

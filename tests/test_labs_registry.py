@@ -14,7 +14,8 @@ from tutor.errors import UserError
 from tutor.labs import Measurement, ProbeResult, get_probe
 
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
-            "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "decode-engines", "moe-alltoall",
+            "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "decode-engines", "ttft-tpot",
+            "batch-decode", "kv-pages", "speculative", "host-overhead", "moe-alltoall",
             "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
             "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time", "evaluation", "time-to-train")
 
@@ -154,6 +155,12 @@ TINY_PARAMS = {
     "kv-cache": {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 2, "tokens": 2},
     "prefill-decode": {"hidden": 64, "layers": 1, "prompt": 4, "budget_s": 0.1, "device": "cpu"},
     "decode-engines": {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 2, "tokens": 2, "device": "cpu"},
+    "ttft-tpot": {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 4, "tokens": 2, "device": "cpu"},
+    "batch-decode": {"layers": 1, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 2, "batches": "1,2", "steps": 3,
+                     "device": "cpu"},
+    "kv-pages": {"requests": 4, "prompt_max": 8, "output_max": 8, "max_len": 32},
+    "speculative": {"layers": 2, "hidden": 16, "heads": 2, "kv_heads": 1, "prompt": 2, "tokens": 6, "device": "cpu"},
+    "host-overhead": {"layers": 1, "heads": 2, "kv_heads": 1, "budget_s": 0.2},
     "moe-alltoall": {"tokens": 4, "experts": 4, "top_k": 2, "ep": 2, "hidden": 8, "steps": 1},
     "moe": {"experts": 4, "hidden": 8, "ffn": 8, "tokens": 8, "steps": 1},
     "pipeline": {"microbatches": 2, "hidden": 8, "microbatch_tokens": 4, "steps": 2},

@@ -17,6 +17,7 @@ from tutor.labs.exercise_functions import (check_capacity_drops, check_int8_absm
                                              check_ring_allreduce, check_zero_memory)
 from tutor.labs.exercise_torch import (check_checkpoint_resume, check_eval_loop, check_kv_decode, check_master_weights,
                                          check_moe_dispatch)
+from tutor.labs.exercise_serving import check_continuous_batching, check_paged_blocks
 from tutor.labs.exercise_types import Check, Verdict
 from tutor.labs.learner_code import Refused, call, compile_answer, learner_function, run_code
 
@@ -430,6 +431,9 @@ CHECKS: dict[str, Check] = {check.name: check for check in (
     Check("master-weights", "an update that keeps FP32 master weights", check_master_weights, needs_torch=True),
     Check("moe-dispatch", "an MoE layer that runs each expert on its own tokens", check_moe_dispatch,
           needs_torch=True),
+    Check("paged-blocks", "the KV blocks a paged pool holds when requests share a prefix", check_paged_blocks),
+    Check("continuous-batching", "the step each request ends at under continuous batching",
+          check_continuous_batching),
 )}
 
 

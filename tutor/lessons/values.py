@@ -266,13 +266,14 @@ def _base_namespace() -> MappingProxyType:
         peaks,
         reliability,
         roofline,
+        serving,
         units,
     )
 
     theory = {"formats": formats, "models": models, "memory": memory, "kv_cache": kv_cache,
               "activations": activations, "parallel": parallel, "flops": flops, "roofline": roofline,
               "moe": moe, "units": units, "fit": fit, "peaks": peaks, "lora": lora,
-              "interconnect": interconnect, "reliability": reliability}
+              "interconnect": interconnect, "reliability": reliability, "serving": serving}
     return MappingProxyType({
         **{name: _public_view(module) for name, module in theory.items()},
         "math": _ModuleView("math", {name: getattr(math, name) for name in MATH_NAMES}),
