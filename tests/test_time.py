@@ -159,6 +159,24 @@ def test_measured_ceilings_use_the_whole_sweep_and_name_the_run(tmp_path) -> Non
         assert "bench run 1 (2026-12-01T10:00:00Z)" in source
 
 
+def test_measured_ceilings_name_the_threads_they_predict_for_and_flag_a_busy_run(tmp_path, monkeypatch) -> None:
+    sweep = [{"m": s, "n": s, "k": s, "tflops_median": 0.02} for s in (256, 512)]
+    busy = {"busy": True, "other_share": 0.4, "own_share": 0.6}
+    assert append_run({"date": "2026-12-02T10:00:00Z", "cancelled": False, "torch_threads": 2}, [
+        {"kind": "matmul", "device": "cpu", "dtype": "bf16", "backend": "torch/mkl", "m": 512, "n": 512, "k": 512,
+         "tflops_median": 0.02, "sweep": sweep, "headline": True, "busy": busy},
+        {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 9.5},
+    ], tmp_path / "results.jsonl") is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    notes = measured_ceilings("cpu", "bf16", read_notebook(tmp_path / "results.jsonl")).notes
+    assert any("on 2 thread(s)" in note for note in notes)
+    assert any("other processes took 40%" in note for note in notes)
+    assert not any("a new process here" in note for note in notes)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    notes = measured_ceilings("cpu", "bf16", read_notebook(tmp_path / "results.jsonl")).notes
+    assert any("a new process here would run torch on 1 thread(s)" in note for note in notes)
+
+
 def test_no_bench_run_is_one_line_offering_bench_quick(tmp_path) -> None:
     with pytest.raises(UserError, match="bench --quick"):
         measured_ceilings("cpu", "bf16", read_notebook(tmp_path / "results.jsonl"))

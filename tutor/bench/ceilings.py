@@ -187,6 +187,44 @@ def _positive(value) -> float | None:
     return None
 
 
+def default_torch_threads() -> int | None:
+    """The intra-op threads torch would use in a new process here, without importing torch: OMP_NUM_THREADS
+    when set to a whole number, else the physical cores (torch's default, at::get_num_threads)."""
+    import os
+
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    import psutil
+
+    cores = psutil.cpu_count(logical=False)
+    return cores if isinstance(cores, int) and cores > 0 else None
+
+
+def _run_conditions(run: Run, matmul: list[dict], device: str, label: str) -> tuple[str, ...]:
+    """What the ceilings predict for (the threads the bench run measured with on a CPU) and what makes them
+    doubtful (a different thread count now; a matmul measured while other processes took the cores)."""
+    from tutor.bench.notebook import measured_while_busy
+    from tutor.formatting import format_percent
+
+    notes = []
+    threads = run.header.get("torch_threads")
+    if device == "cpu" and isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+        notes.append(f"predicted for torch on {threads} thread(s), the threads {label} measured with")
+        now = default_torch_threads()
+        if now is not None and now != threads:
+            notes.append(f"a new process here would run torch on {now} thread(s) (OMP_NUM_THREADS or the physical "
+                         f"cores): a step run that way differs; `tensor-tutor bench --quick` with the same setting "
+                         f"measures ceilings for it")
+    busy = [r["busy"] for r in matmul if measured_while_busy(r)]
+    if busy:
+        share = max(float(b.get("other_share") or 0.0) for b in busy)
+        notes.append(f"{label} measured its matmul while other processes took {format_percent(share)} of the cores: these "
+                     f"ceilings, and the times from them, are slower than a quiet machine's; rerun "
+                     f"`tensor-tutor bench --quick` when it is quiet")
+    return tuple(notes)
+
+
 def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebook | None = None) -> Ceilings:
     """This machine's ceilings from the latest bench run in the results notebook, each naming the run."""
     from tutor.bench.notebook import read_notebook  # only this machine's ceilings read the notebook
@@ -242,7 +280,7 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
                 graph_kernel = Sourced(floor, "s", f"measured CUDA graph replay of {result.get('kernels')} tiny "
                                                    f"kernels, per kernel, {label}")
     return Ceilings(
-        device=device, dtype=dtype, gemm_points=tuple(points),
+        device=device, dtype=dtype, gemm_points=tuple(points), notes=_run_conditions(run, matmul, device, label),
         gemm_source=f"measured torch {dtype} matmul sweep ({sizes}), {label}",
         bandwidth_points=(bandwidth,),
         bandwidth_source=f"measured STREAM-like triad, median {bandwidth.bytes_per_s / 1e9:.3g} GB/s, {label}",
