@@ -162,7 +162,9 @@ def test_every_shipped_card_prices_its_link_from_its_record() -> None:
         kind, generation = INTRA_NODE_LINKS[key]
         assert ceilings.intra_node_link is not None
         line = f"NVLink {generation}" if kind == "nvlink" else f"PCIe Gen{generation}"
-        assert line in ceilings.intra_node_link.source
+        link = specs.CARDS_BY_KEY[key].intra_node_link
+        assert line in ceilings.intra_node_link.source and link is not None
+        assert ceilings.intra_node_link.source.endswith(f"the {spec.name}'s link: {link.source}")
 
 
 def test_a_card_without_a_memory_bandwidth_is_refused_not_defaulted() -> None:

@@ -26,14 +26,24 @@ if TYPE_CHECKING:
     from tutor.bench.notebook import Notebook, Run
     from tutor.theory.fit import FitRequest
 
-_MAMF = ("Stas Bekman's mamf-finder table, stas00/ml-engineering compute/accelerator/README.md "
-         "(bf16, mean of 100 iterations at the best shape)")
 # card key -> (measured maximum achievable matmul TFLOP/s, the card it was measured on, best shape): a view
 # over the card records (tutor/hardware/cards/<key>.json, `mamf`)
 PUBLISHED_MAMF_BF16: dict[str, tuple[float, str, tuple[int, int, int]]] = {
     card.key: (card.mamf.bf16_tflops, card.mamf.measured_on, card.mamf.shape) for card in CARDS if card.mamf}
-# Used for a card without its own published MAMF: the H100 SXM's efficiency, said as such.
-FALLBACK_MAMF_FRACTION = 794.5 / 989.0
+# Used for a card without its own published MAMF: the H100 SXM's efficiency (its record's mamf-finder result
+# over its dense bf16 peak, 794.5 / 989.4), said as such.
+FALLBACK_MAMF_CARD = "h100-sxm"
+
+
+def _fallback_mamf_fraction() -> float:
+    card = CARDS_BY_KEY[FALLBACK_MAMF_CARD]
+    peak = card.spec.peak_tflops("bf16")
+    if card.mamf is None or peak is None:  # the records are validated; this guards an edit of the H100's file
+        raise RuntimeError(f"the {FALLBACK_MAMF_CARD} card record lost its bf16 peak or its mamf-finder result")
+    return card.mamf.bf16_tflops / peak
+
+
+FALLBACK_MAMF_FRACTION = _fallback_mamf_fraction()
 HBM_FRACTION = 2.8 / 3.35
 HBM_SOURCE = ("coalesced loads at 2.8 of 3.35 TB/s on an H100 SXM, measured with Nsight Compute "
               "(https://mikamirai.com/blog/gpu-memory-bandwidth/)")
@@ -133,8 +143,11 @@ def card_ceilings(spec: GpuSpec, dtype: str = "bf16") -> Ceilings:
     else:
         fraction = FALLBACK_MAMF_FRACTION
         rate = peak * fraction
-        gemm_source = (f"{spec.name} {dtype} peak {peak_tflops:g} TFLOP/s x {fraction:.3f}, the H100 SXM's achieved "
-                       f"fraction (no published MAMF for this card): {_MAMF}")
+        reference = CARDS_BY_KEY[FALLBACK_MAMF_CARD]
+        where = reference.mamf.source if reference.mamf is not None else ""
+        gemm_source = (f"{spec.name} {dtype} peak {peak_tflops:g} TFLOP/s x {fraction:.3f}, the "
+                       f"{reference.spec.name}'s achieved bf16 fraction (no published {dtype} MAMF for this card): "
+                       f"{where}")
         m, n, k = 4096, 4096, 4096
     bandwidth = spec.bandwidth_gbps * 1e9 * HBM_FRACTION
     notes: tuple[str, ...] = (spec.confidence,) if spec.confidence != "datasheet" else ()
@@ -147,11 +160,13 @@ def card_ceilings(spec: GpuSpec, dtype: str = "bf16") -> Ceilings:
     elif link.kind == "nvlink":
         line = nvlink_bandwidth_bytes_per_s(link.generation)
         intra = Sourced(line * NVLINK_FRACTION, "B/s", f"NVLink {link.generation} {line / 1e9:g} GB/s per direction "
-                        f"(NVIDIA NVLink page, per-GPU links) x {NVLINK_FRACTION:.3f}: {NVLINK_SOURCE}")
+                        f"(NVIDIA NVLink page, per-GPU links) x {NVLINK_FRACTION:.3f}: {NVLINK_SOURCE}; "
+                        f"the {spec.name}'s link: {link.source}")
     else:
         line = pcie_bandwidth_bytes_per_s(link.generation)
         intra = Sourced(line * PCIE_FRACTION, "B/s", f"PCIe Gen{link.generation} x16 {line / 1e9:.1f} GB/s per "
-                        f"direction (PCI-SIG) x {PCIE_FRACTION:.3f}: {PCIE_SOURCE}")
+                        f"direction (PCI-SIG) x {PCIE_FRACTION:.3f}: {PCIE_SOURCE}; the {spec.name}'s link: "
+                        f"{link.source}")
     return Ceilings(
         device=spec.key, dtype=dtype,
         gemm_points=(GemmPoint(m, n, k, rate),), gemm_source=gemm_source,
