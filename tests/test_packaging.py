@@ -50,6 +50,9 @@ def test_the_wheel_holds_the_license_the_lessons_and_no_stray_files(tmp_path: Pa
     assert "tutor/cli.py" in names and "tutor/_lessons/README.md" in names
     shipped_lessons = {p.relative_to(ROOT / "lessons").as_posix() for p in (ROOT / "lessons").rglob("*.toml")}
     assert shipped_lessons <= {n.removeprefix("tutor/_lessons/") for n in names}
+    # The GPU card records are package data the spec table is read from at import.
+    shipped_cards = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tutor" / "hardware" / "cards").glob("*.json")}
+    assert shipped_cards and shipped_cards <= set(names)
     stray = [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".gitkeep", "~", ".orig", ".rej"))
              or n.split("/")[0] not in ("tutor", info)]
     assert not stray, f"stray files in the wheel: {stray}"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tutor.errors import UserError
-from tutor.hardware.specs import GpuSpec
+from tutor.hardware.specs import CARDS, CARDS_BY_KEY, GpuSpec
 from tutor.theory.interconnect import nvlink_bandwidth_bytes_per_s, pcie_bandwidth_bytes_per_s
 from tutor.theory.step_operations import LAYER_CODE, MODEL_CODE
 from tutor.theory.step_time import BandwidthPoint, Ceilings, GemmPoint, HostCosts, Sourced
@@ -26,20 +26,24 @@ if TYPE_CHECKING:
     from tutor.bench.notebook import Notebook, Run
     from tutor.theory.fit import FitRequest
 
-_MAMF = ("Stas Bekman's mamf-finder table, stas00/ml-engineering compute/accelerator/README.md "
-         "(bf16, mean of 100 iterations at the best shape)")
-# card key -> (measured maximum achievable matmul TFLOP/s, the card it was measured on, best shape)
+# card key -> (measured maximum achievable matmul TFLOP/s, the card it was measured on, best shape): a view
+# over the card records (tutor/hardware/cards/<key>.json, `mamf`)
 PUBLISHED_MAMF_BF16: dict[str, tuple[float, str, tuple[int, int, int]]] = {
-    "h100-sxm": (794.5, "NVIDIA H100 SXM", (2048, 2048, 13312)),
-    "h200-sxm": (794.5, "NVIDIA H100 SXM ('H200 is the same')", (2048, 2048, 13312)),
-    "a100-80gb-sxm": (271.2, "NVIDIA A100 SXM", (1024, 10240, 5120)),
-    "a100-40gb": (271.2, "NVIDIA A100 SXM", (1024, 10240, 5120)),
-    "a100-80gb-pcie": (252.9, "NVIDIA A100 PCIe", (2048, 5120, 6144)),
-    "b200": (1745.0, "NVIDIA B200 SXM", (1792, 16128, 3072)),
-    "mi300x": (668.4, "AMD MI300X (ROCm 6.3, TunableOp)", (10240, 15360, 8192)),
-}
-# Used for a card without its own published MAMF: the H100 SXM's efficiency, said as such.
-FALLBACK_MAMF_FRACTION = 794.5 / 989.0
+    card.key: (card.mamf.bf16_tflops, card.mamf.measured_on, card.mamf.shape) for card in CARDS if card.mamf}
+# Used for a card without its own published MAMF: the H100 SXM's efficiency (its record's mamf-finder result
+# over its dense bf16 peak, 794.5 / 989.4), said as such.
+FALLBACK_MAMF_CARD = "h100-sxm"
+
+
+def _fallback_mamf_fraction() -> float:
+    card = CARDS_BY_KEY[FALLBACK_MAMF_CARD]
+    peak = card.spec.peak_tflops("bf16")
+    if card.mamf is None or peak is None:  # the records are validated; this guards an edit of the H100's file
+        raise RuntimeError(f"the {FALLBACK_MAMF_CARD} card record lost its bf16 peak or its mamf-finder result")
+    return card.mamf.bf16_tflops / peak
+
+
+FALLBACK_MAMF_FRACTION = _fallback_mamf_fraction()
 HBM_FRACTION = 2.8 / 3.35
 HBM_SOURCE = ("coalesced loads at 2.8 of 3.35 TB/s on an H100 SXM, measured with Nsight Compute "
               "(https://mikamirai.com/blog/gpu-memory-bandwidth/)")
@@ -71,16 +75,11 @@ GRAPH_KERNEL = 3.4e-6
 GRAPH_KERNEL_SOURCE = ("a graph of 20 short kernels replayed at 3.4 µs per kernel, kernels included (NVIDIA, "
                        "'Getting Started with CUDA Graphs', https://developer.nvidia.com/blog/cuda-graphs/); the "
                        "decode step's kernels as eager transformers launches them (a serving engine fuses some)")
-# card key -> (intra-node link: "nvlink" generation or "pcie" generation)
+# card key -> (intra-node link: "nvlink" generation or "pcie" generation): a view over the card records
+# (`intra_node_link`); a card without one has no entry, and its ceilings carry no intra-node link.
 INTRA_NODE_LINKS: dict[str, tuple[str, int]] = {
-    "h100-sxm": ("nvlink", 4), "h200-sxm": ("nvlink", 4), "b200": ("nvlink", 5),
-    "a100-80gb-sxm": ("nvlink", 3), "a100-40gb": ("nvlink", 3), "v100-sxm2-16gb": ("nvlink", 2),
-    "v100-sxm2-32gb": ("nvlink", 2), "h100-pcie": ("pcie", 5), "h100-nvl": ("pcie", 5), "h200-nvl": ("pcie", 5),
-    "a100-80gb-pcie": ("pcie", 4), "l4": ("pcie", 4), "l40s": ("pcie", 4), "a10": ("pcie", 4),
-    "a10g": ("pcie", 4), "t4": ("pcie", 3), "v100-pcie-16gb": ("pcie", 3), "v100-pcie-32gb": ("pcie", 3),
-    "rtx-3090": ("pcie", 4), "rtx-4090": ("pcie", 4), "rtx-5090": ("pcie", 5), "rtx-a6000": ("pcie", 4),
-    "mi300x": ("pcie", 5), "mi250x": ("pcie", 4),
-}
+    card.key: (card.intra_node_link.kind, card.intra_node_link.generation) for card in CARDS
+    if card.intra_node_link is not None}
 BENCH_HINT = "run `tensor-tutor bench --quick` (about 20 s) to measure this machine, or pass --device h100"
 
 
@@ -121,34 +120,53 @@ def reference_host_costs(scale: float = 1.0, why: str = "") -> HostCosts:
 
 
 def card_ceilings(spec: GpuSpec, dtype: str = "bf16") -> Ceilings:
-    """Ceilings of a card from its datasheet and published achieved fractions, each with its citation."""
+    """Ceilings of a card from its record (tutor/hardware/cards/<key>.json): datasheet peak and bandwidth and
+    its intra-node link, times published achieved fractions, each with its citation.
+
+    A fact the record lacks is never filled in silently: no dense peak for the dtype or no memory bandwidth
+    is a UserError; no intra-node link leaves that ceiling empty with a note saying so, and a step that
+    talks between the GPUs of a node is then refused (tutor.theory.step_time) rather than priced on a guess."""
     peak_tflops = spec.peak_tflops(dtype)
     if peak_tflops is None:
         raise UserError(f"{spec.name} has no dense {dtype} peak in the spec table ({spec.source})")
+    if not spec.bandwidth_gbps or spec.bandwidth_gbps <= 0:
+        raise UserError(f"{spec.name} has no memory bandwidth on record ({spec.source}): a time estimate needs one")
+    card = CARDS_BY_KEY.get(spec.key)
     peak = peak_tflops * 1e12
-    published = PUBLISHED_MAMF_BF16.get(spec.key) if dtype in ("bf16", "fp16") else None
+    published = card.mamf if card is not None and dtype in ("bf16", "fp16") else None
     if published is not None:
-        tflops, where, shape = published
-        fraction = tflops / peak_tflops
+        fraction = published.bf16_tflops / peak_tflops
         rate = peak * fraction
-        gemm_source = f"{spec.name} {dtype} peak {peak_tflops:g} TFLOP/s x {fraction:.3f} achieved: {where}, {_MAMF}"
-        m, n, k = shape
+        gemm_source = (f"{spec.name} {dtype} peak {peak_tflops:g} TFLOP/s x {fraction:.3f} achieved: "
+                       f"{published.measured_on}, {published.source}")
+        m, n, k = published.shape
     else:
         fraction = FALLBACK_MAMF_FRACTION
         rate = peak * fraction
-        gemm_source = (f"{spec.name} {dtype} peak {peak_tflops:g} TFLOP/s x {fraction:.3f}, the H100 SXM's achieved "
-                       f"fraction (no published MAMF for this card): {_MAMF}")
+        reference = CARDS_BY_KEY[FALLBACK_MAMF_CARD]
+        where = reference.mamf.source if reference.mamf is not None else ""
+        gemm_source = (f"{spec.name} {dtype} peak {peak_tflops:g} TFLOP/s x {fraction:.3f}, the "
+                       f"{reference.spec.name}'s achieved bf16 fraction (no published {dtype} MAMF for this card): "
+                       f"{where}")
         m, n, k = 4096, 4096, 4096
     bandwidth = spec.bandwidth_gbps * 1e9 * HBM_FRACTION
-    link_kind, generation = INTRA_NODE_LINKS.get(spec.key, ("pcie", 4))
-    if link_kind == "nvlink":
-        line = nvlink_bandwidth_bytes_per_s(generation)
-        intra = Sourced(line * NVLINK_FRACTION, "B/s", f"NVLink {generation} {line / 1e9:g} GB/s per direction "
-                        f"(NVIDIA NVLink page, per-GPU links) x {NVLINK_FRACTION:.3f}: {NVLINK_SOURCE}")
+    notes: tuple[str, ...] = (spec.confidence,) if spec.confidence != "datasheet" else ()
+    link = card.intra_node_link if card is not None else None
+    intra: Sourced | None
+    if link is None:
+        intra = None
+        notes += (f"no intra-node link on record for {spec.name} (tutor/hardware/cards/{spec.key}.json): a step "
+                  "that talks between GPUs of one node is not priced",)
+    elif link.kind == "nvlink":
+        line = nvlink_bandwidth_bytes_per_s(link.generation)
+        intra = Sourced(line * NVLINK_FRACTION, "B/s", f"NVLink {link.generation} {line / 1e9:g} GB/s per direction "
+                        f"(NVIDIA NVLink page, per-GPU links) x {NVLINK_FRACTION:.3f}: {NVLINK_SOURCE}; "
+                        f"the {spec.name}'s link: {link.source}")
     else:
-        line = pcie_bandwidth_bytes_per_s(generation)
-        intra = Sourced(line * PCIE_FRACTION, "B/s", f"PCIe Gen{generation} x16 {line / 1e9:.1f} GB/s per direction "
-                        f"(PCI-SIG) x {PCIE_FRACTION:.3f}: {PCIE_SOURCE}")
+        line = pcie_bandwidth_bytes_per_s(link.generation)
+        intra = Sourced(line * PCIE_FRACTION, "B/s", f"PCIe Gen{link.generation} x16 {line / 1e9:.1f} GB/s per "
+                        f"direction (PCI-SIG) x {PCIE_FRACTION:.3f}: {PCIE_SOURCE}; the {spec.name}'s link: "
+                        f"{link.source}")
     return Ceilings(
         device=spec.key, dtype=dtype,
         gemm_points=(GemmPoint(m, n, k, rate),), gemm_source=gemm_source,
@@ -159,7 +177,7 @@ def card_ceilings(spec: GpuSpec, dtype: str = "bf16") -> Ceilings:
         kernel_overhead=Sourced(KERNEL_LAUNCH, "s", KERNEL_LAUNCH_SOURCE),
         intra_node_link=intra, inter_node_link=Sourced(NDR_BUSBW, "B/s", NDR_SOURCE),
         link_latency=Sourced(NCCL_STEP_LATENCY, "s", NCCL_LATENCY_SOURCE),
-        notes=(f"{spec.confidence}",) if spec.confidence != "datasheet" else (),
+        notes=notes,
         host=reference_host_costs(), host_overlaps=True, graph_kernel=Sourced(GRAPH_KERNEL, "s", GRAPH_KERNEL_SOURCE),
     )
 

@@ -315,7 +315,7 @@ def _link(ceilings: Ceilings, name: str) -> tuple[float, float]:
     figure = getattr(ceilings, name)
     if figure is None:
         raise UserError(f"no {name.replace('_', ' ')} bandwidth known for {ceilings.device}: "
-                        "measure one (tensor-tutor bench collective) or pass a card by name")
+                        "measure one (tensor-tutor bench collective), or pass a card whose record holds one")
     latency = ceilings.link_latency.value if ceilings.link_latency is not None else 0.0
     return figure.value, latency
 
