@@ -675,7 +675,8 @@ def test_fuzz_safetensors_headers_only_raise_user_error(tmp_path: Path, tail: by
 
 
 def test_header_bytes_are_parsed_and_counted_without_a_file() -> None:
-    from tutor.theory.safetensors_header import header_length, parse_header, summarize_headers
+    from tutor.model_files import parse_safetensors_header as parse_header
+    from tutor.theory.safetensors_header import header_length, summarize_headers
 
     raw = json.dumps({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]},
                       "__metadata__": {"format": "pt"}}).encode()

@@ -22,6 +22,7 @@ from tutor.errors import UserError
 from tutor.theory.lora import ALL_LINEAR
 from tutor.theory.models import shown
 from tutor.theory.safetensors_header import SafetensorsSummary
+from tutor.untrusted import POSITIVE_WHOLE, expect
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -93,9 +94,7 @@ def read_adapter(folder: Path) -> PeftAdapter:
     peft_type = config.get("peft_type", "LORA")
     if not isinstance(peft_type, str) or peft_type.upper() != "LORA":
         raise UserError(f"{where} is a {str(peft_type)[:40]!r} adapter; fit counts LoRA adapters (peft_type LORA)")
-    rank = config.get("r", 8)  # LoraConfig's default r
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise UserError(f"{where}: r must be a whole number >= 1, got {str(rank)[:40]!r}")
+    rank = expect(config, "r", POSITIVE_WHOLE, what=where, default=8)  # LoraConfig's default r
     target_modules = config.get("target_modules")
     named = config.get("base_model_name_or_path")
     base = base_model(named, folder, rank)

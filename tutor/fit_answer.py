@@ -231,7 +231,10 @@ def fit_model(model: str | None, params: str | int | None) -> FitModel:
     adapter = read_adapter(folder) if folder is not None else None
     spec = adapter.base if adapter is not None else model
     found = read_model_config(spec)
-    arch = architecture_of(found)
+    try:
+        arch = architecture_of(found)
+    except UserError as error:  # a field of a config.json: the line names the file
+        raise found.refusal(error) from None
     name, source = arch.name or spec, str(found.source)
     if adapter is not None and folder is not None:
         from tutor.theory.models import shown

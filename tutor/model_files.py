@@ -32,12 +32,20 @@ from tutor.theory.safetensors_header import (
     hf_shards,
     invalid_file,
     missing_shards,
-    parse_header,
+    check_header,
     shards_in_index,
     summarize_headers,
 )
+from tutor.untrusted import UntrustedDataError, loads_json
 
 MAX_CONFIG_BYTES = 16 * 2**20  # a config.json is a few kilobytes; more is a weights file or a device
+MAX_CONFIG_TEXT = 16_384
+"""Characters one text value of a config.json may have: a path (_name_or_path) is at most PATH_MAX,
+4,096 bytes on Linux; 100 KB of it is damage (and took Rich's highlighter a minute to print)."""
+MAX_HEADER_TEXT = 1 << 20
+"""Characters one text value of a safetensors header may have (a tensor's name, a __metadata__ value)."""
+MAX_NAME_CHARS = 120
+"""Characters of a config's _name_or_path shown as the model's name: the rest of a long path is cut."""
 PRESET_PACKAGE = "tutor.presets"
 
 
@@ -80,15 +88,12 @@ def load_config(path: str | os.PathLike[str]) -> dict:
     if not raw.strip():
         raise UserError(f"{shown(target)} is empty; expected a JSON object like a Hugging Face config.json")
     try:
-        text = raw.decode("utf-8-sig")
+        raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise UserError(f"{shown(target)} is not a UTF-8 text file (binary?); expected a config.json") from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{shown(target)} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    except RecursionError:
-        raise UserError(f"{shown(target)} is nested too deeply to be a config.json") from None
+    # Bounded digits, depth and text, finite numbers, no lone surrogates: one line naming the field.
+    config = loads_json(raw, what=shown(target), max_bytes=MAX_CONFIG_BYTES, max_chars=MAX_CONFIG_TEXT,
+                        strings="clean")
     if not isinstance(config, dict):
         raise UserError(f"{shown(target)} holds a JSON {type(config).__name__}; a config.json must be a JSON object")
     return config
@@ -214,13 +219,21 @@ class ModelConfig:
     quantization_problem: str | None = None
     """Why the quantization_config cannot be counted; raised only when the scheme is asked for (--dtype
     chooses the format otherwise)."""
+    file: str = ""
+    """The config.json read, as shown in a message ("" for a preset): what a refusal of a field names."""
 
     @classmethod
-    def read(cls, config: dict, name: str, source: str) -> ModelConfig:
+    def read(cls, config: dict, name: str, source: str, file: str = "") -> ModelConfig:
         try:
-            return cls(config, name, source, quantization=quantized_weights(config))
+            return cls(config, name, source, quantization=quantized_weights(config), file=file)
         except UserError as problem:
-            return cls(config, name, source, quantization_problem=str(problem))
+            return cls(config, name, source, quantization_problem=str(problem), file=file)
+
+    def refusal(self, error: UserError) -> UserError:
+        """`error` (a field of this config refused by tutor.theory) naming the file it came from."""
+        if not self.file or str(error).startswith(self.file):
+            return error
+        return UserError(f"{self.file}: {error}")
 
     def weights_scheme(self) -> QuantizedWeights | None:
         """The weight format the quantization_config stores (None without one); UserError for a scheme fit
@@ -246,8 +259,13 @@ def read_model_config(spec: str) -> ModelConfig:
     if exists:
         config = load_config(path)
         folder = path if path.is_dir() else path.parent
-        name = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else ""
-        return ModelConfig.read(config, name or folder.resolve().name or spec, f"config {shown(path)}")
+        named = config.get("_name_or_path")
+        name = named if isinstance(named, str) else ""
+        if len(name) > MAX_NAME_CHARS:  # shown in every report's title: the end of a long path names the model
+            name = "..." + name[-(MAX_NAME_CHARS - 3):]
+        config_file = path / "config.json" if path.is_dir() else path
+        return ModelConfig.read(config, name or folder.resolve().name or spec, f"config {shown(path)}",
+                                file=shown(config_file))
     if os.sep in spec or "/" in spec or spec.endswith(".json"):
         if "/" in spec and not spec.startswith((".", "/", "~")) and spec.count("/") == 1:
             close = difflib.get_close_matches(spec.split("/")[1].lower(), list(_preset_index()), n=1, cutoff=0.6)
@@ -331,7 +349,10 @@ def quantized_weights(config: dict) -> QuantizedWeights | None:
 def resolve_model(spec: str) -> tuple[Architecture, str]:
     """A preset name, a config.json path or a model folder -> (Architecture, where it came from)."""
     found = read_model_config(spec)
-    return architecture_from_config(found.config, found.name), found.source
+    try:
+        return architecture_from_config(found.config, found.name), found.source
+    except UserError as error:
+        raise found.refusal(error) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,7 +382,17 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict:
         raise UserError(f"{name} is a folder; give a .safetensors file") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise UserError(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}") from None
-    return parse_header(raw, size - LENGTH_BYTES - length, name)
+    return parse_safetensors_header(raw, size - LENGTH_BYTES - length, name)
+
+
+def parse_safetensors_header(raw: bytes, data_size: int, name: str) -> dict:
+    """A header's bytes parsed by tutor.untrusted.loads_json and checked against the `data_size` bytes after
+    it (tutor.theory.safetensors_header.check_header); one UserError line naming the file otherwise."""
+    try:
+        header = loads_json(raw, what=name, max_bytes=max(len(raw), 1), max_chars=MAX_HEADER_TEXT, strings="clean")
+    except UntrustedDataError as error:
+        raise invalid_file(name, f"the header {error.field_reason}") from None
+    return check_header(header, data_size, name)
 
 
 @dataclass(frozen=True)
@@ -386,11 +417,13 @@ def _check_complete(folder: Path, files: list[Path]) -> None:
 
 
 def _files_from_index(index: Path) -> list[Path]:
-    from tutor.storage import loads_json_bounded, read_regular_text
+    from tutor.storage import read_checked_json
 
     try:
-        data = loads_json_bounded(read_regular_text(index, MAX_CONFIG_BYTES, follow_symlinks=True))  # an index is a few megabytes
-    except (OSError, ValueError):  # unreadable, too large, not UTF-8, not JSON, nested too deeply
+        data = read_checked_json(index, what=shown(index), max_bytes=MAX_CONFIG_BYTES, follow_symlinks=True)  # an index is a few megabytes
+    except UntrustedDataError as error:
+        raise UserError(f"{shown(index)} is not a readable JSON index: {error.field_reason}") from None
+    except OSError:  # unreadable, too large
         raise UserError(f"{shown(index)} is not a readable JSON index") from None
     shards = shards_in_index(data, shown(index))
     missing = [shard for shard in shards if not (index.parent / shard).is_file()]

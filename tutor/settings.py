@@ -15,6 +15,7 @@ from typing import Any
 
 from tutor.file_lock import locked
 from tutor.storage import data_dir, read_json, write_json_atomic
+from tutor.untrusted import shown_value
 
 SETTINGS_FILE = "settings.json"
 SAMPLE_HZ_RANGE = (1.0, 4.0)  # issue 4: the live pane samples at 1 to 4 Hz
@@ -66,7 +67,8 @@ def settings_from_json(data: dict[str, Any]) -> tuple[Settings, list[str]]:
         if _VALIDATORS[field.name](value):
             values[field.name] = float(value) if field.name == "sample_hz" else value
         else:
-            problems.append(f"{field.name} = {value!r} is not {_EXPECTED[field.name]}; using {field.default!r}")
+            problems.append(f"{field.name} = {shown_value(value)} is not {_EXPECTED[field.name]}; "
+                            f"using {field.default!r}")
     return Settings(**values), problems
 
 

@@ -27,6 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tutor.untrusted import (CPYTHON_INT_DIGITS, MAX_CHARS, MAX_NESTING, StringPolicy, UntrustedDataError, loads_json,
+                             loads_toml)
+
 DATA_DIR_ENV = "TENSOR_TUTOR_DATA_DIR"
 APP_NAME = "tensor-tutor"
 
@@ -34,8 +37,6 @@ T = TypeVar("T")
 
 STATE_FILE_LIMIT_BYTES = 16 << 20
 """The most progress.json or settings.json may hold: a hand-made giant is set aside, not read."""
-MAX_NESTING = 64
-"""The deepest nesting a state or lesson file may have (progress.json needs 5): deeper is damage."""
 
 
 class NotAFileError(OSError):
@@ -54,7 +55,7 @@ class FileTooLargeError(OSError):
 
 
 class TooDeepError(ValueError):
-    """Data nested deeper than MAX_NESTING (JSON or TOML)."""
+    """TOML nested deeper than MAX_NESTING, as loads_toml_bounded says it (the lesson loader's wording)."""
 
 
 class UnsafePathError(OSError):
@@ -149,47 +150,32 @@ def read_regular_text(path: Path, limit: int, follow_symlinks: bool | None = Non
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def nesting_depth(value: Any) -> int:
-    """How deeply lists and dicts nest in `value` (a scalar is 0, [] is 1), without recursion."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        if depth > MAX_NESTING:
-            return depth
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def _parsed_within_nesting(parse: Callable[[Any], Any], text: Any) -> Any:
-    """`parse(text)`, with nesting deeper than MAX_NESTING refused as TooDeepError: a parser that
-    recurses once per level raises RecursionError, and a value nested that deep breaks later code."""
-    try:
-        value = parse(text)
-    except RecursionError:
-        raise TooDeepError(f"nested deeper than {MAX_NESTING} levels") from None
-    if nesting_depth(value) > MAX_NESTING:
-        raise TooDeepError(f"nested deeper than {MAX_NESTING} levels")
-    return value
-
-
-def loads_json_bounded(text: str | bytes) -> Any:
-    """json.loads, with nesting deeper than MAX_NESTING refused as TooDeepError (a ValueError,
-    like json.JSONDecodeError) rather than a RecursionError from the parser or from later code."""
-    return _parsed_within_nesting(json.loads, text)
+def read_checked_json(path: Path, *, what: str | None = None, max_bytes: int, follow_symlinks: bool | None = None,
+                      strings: StringPolicy = "refuse", max_chars: int = MAX_CHARS) -> Any:
+    """The JSON in the file at `path`, read by read_regular_bytes (bounded, never blocking on a FIFO, a link
+    followed as it says) and parsed by tutor.untrusted.loads_json, named `what` (the file's name by default).
+    OSError for a file that cannot be read (the caller words it); UntrustedDataError (one line naming the
+    file and the field) for content refused."""
+    path = Path(path)
+    data = read_regular_bytes(path, max_bytes, follow_symlinks)
+    return loads_json(data, what=what or path.name, max_bytes=max_bytes, strings=strings, max_chars=max_chars)
 
 
 def loads_toml_bounded(text: str) -> dict[str, Any]:
-    """tomllib.loads, with nesting deeper than MAX_NESTING refused as TooDeepError (tomllib itself
-    recurses once per level and raises RecursionError). tomllib.TOMLDecodeError as usual."""
+    """tutor.untrusted.loads_toml for the lesson loader, in the errors it has always caught: nesting deeper
+    than MAX_NESTING is a TooDeepError, everything else refused (tomllib's own errors, an integer past
+    CPython's digit limit, inf or nan) a tomllib.TOMLDecodeError with tomllib's message where it gave one.
+    Control characters are kept: the loader shows them as escapes itself."""
     import tomllib
 
-    value: dict[str, Any] = _parsed_within_nesting(tomllib.loads, text)
-    return value
+    from tutor.untrusted import TooDeepError as Deep
+
+    try:
+        return loads_toml(text, what="TOML", max_bytes=max(len(text), 1), strings="keep")
+    except Deep as error:
+        raise TooDeepError(error.reason) from None
+    except UntrustedDataError as error:
+        raise tomllib.TOMLDecodeError(error.detail or error.field_reason) from None
 
 
 def data_dir() -> Path:
@@ -340,6 +326,16 @@ def set_aside(path: Path, why: str) -> str:
 _JSON_KINDS: dict[type, str] = {dict: "an object", list: "a list"}
 
 
+def _refusal(error: UntrustedDataError) -> str:
+    """Why a state file was set aside, in the words of set_aside's line: "invalid JSON (line 3, ...)",
+    "JSON nested deeper than 64 levels", "quiz.q1 holds a lone surrogate escape ..."."""
+    if error.reason.startswith("is not valid JSON"):
+        return "invalid JSON" + error.reason.removeprefix("is not valid JSON")
+    if error.reason.startswith("nested deeper"):
+        return "JSON " + error.reason
+    return error.field_reason
+
+
 def read_json(path: Path, default: T, limit: int = STATE_FILE_LIMIT_BYTES) -> tuple[T, str | None]:
     """The JSON value stored at `path`, or a copy of `default` and a warning.
 
@@ -367,11 +363,13 @@ def read_json(path: Path, default: T, limit: int = STATE_FILE_LIMIT_BYTES) -> tu
     except OSError as error:
         return copy.deepcopy(default), f"cannot read {path} ({error.strerror or error}); using defaults"
     try:
-        value = loads_json_bounded(text)
-    except json.JSONDecodeError as error:
-        return copy.deepcopy(default), set_aside(path, f"invalid JSON at line {error.lineno}")
-    except TooDeepError as error:
-        return copy.deepcopy(default), set_aside(path, f"JSON {error}")
+        # Control characters, NaN and integers up to CPython's limit are kept: each store cleans its own
+        # fields, so one odd value costs that value, not the file. A lone surrogate is refused (the next
+        # save could not encode it), and an integer past CPython's limit (it could never be printed).
+        value = loads_json(text, what=path.name, max_bytes=limit, strings="keep", non_finite="keep",
+                           max_digits=CPYTHON_INT_DIGITS)
+    except UntrustedDataError as error:
+        return copy.deepcopy(default), set_aside(path, _refusal(error))
     if default is not None and not isinstance(value, type(default)):
         expected = _JSON_KINDS.get(type(default), type(default).__name__)
         return copy.deepcopy(default), set_aside(path, f"expected {expected}, found {type(value).__name__}")

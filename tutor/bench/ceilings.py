@@ -250,7 +250,8 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
     book = notebook if notebook is not None else read_notebook()
     run = latest_run_with_matmul(book, device, dtype)
     if run is None:
-        raise UserError(f"no bench run with a {dtype} matmul on {device} in the results notebook: {BENCH_HINT}")
+        skipped = f" ({'; '.join(_skipped_runs(book))})" if book.skipped else ""
+        raise UserError(f"no bench run with a {dtype} matmul on {device} in the results notebook{skipped}: {BENCH_HINT}")
     label = _run_label(run)
     points = []
     matmul = _matmul_results(run, device, dtype)
@@ -298,7 +299,8 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
                 graph_kernel = Sourced(floor, "s", f"measured CUDA graph replay of {result.get('kernels')} tiny "
                                                    f"kernels, per kernel, {label}")
     return Ceilings(
-        device=device, dtype=dtype, gemm_points=tuple(points), notes=_run_conditions(run, matmul, device, label),
+        device=device, dtype=dtype, gemm_points=tuple(points),
+        notes=_run_conditions(run, matmul, device, label) + _skipped_runs(book),
         gemm_source=f"measured torch {dtype} matmul sweep ({sizes}), {label}",
         bandwidth_points=(bandwidth,),
         bandwidth_source=f"measured STREAM-like triad, median {bandwidth.bytes_per_s / 1e9:.3g} GB/s, {label}",
@@ -309,6 +311,14 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
         host_overlaps=device.startswith("cuda"), graph_kernel=graph_kernel,
         decode_matmul=tuple(skinny), decode_matmul_source=skinny_source,
     )
+
+
+def _skipped_runs(book: Notebook) -> tuple[str, ...]:
+    """The notebook's runs left out for a bad figure, said beside the figures taken from an older run."""
+    from tutor.bench.notebook import MAX_SKIPPED_NAMED
+
+    more = len(book.skipped) - MAX_SKIPPED_NAMED
+    return book.skipped[:MAX_SKIPPED_NAMED] + ((f"and {more} more run(s) with a bad figure",) if more > 0 else ())
 
 
 def waterfall(ceilings: Ceilings, *, gemm_flops: float, gemm_seconds: float, model_flops: float,

@@ -23,6 +23,9 @@ from typing import Any
 
 from tutor.bench.record import HEADLINE_STATISTIC, BenchRun, CaseResult, Headline, new_run_id
 from tutor.hardware.machine import Machine
+from tutor.safe_text import plain
+from tutor.untrusted import (NUMBER, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE, WHOLE, Kind, UntrustedDataError,
+                             check_fields, loads_json, non_finite_field)
 
 NOTEBOOK_FILE = "results.jsonl"
 NOTEBOOK_VERSION = 1
@@ -65,12 +68,11 @@ def _last_line_start(fd: int, size: int) -> int:
 def _parses(data: bytes) -> bool:
     """Whether a line is whole JSON. Valid JSON that is not a run is left in place (read_notebook
     counts it): only a line cut short by a torn write is moved aside."""
-    from tutor.storage import loads_json_bounded
-
     try:
-        loads_json_bounded(data)
-    except ValueError:  # JSONDecodeError, UnicodeDecodeError, too deep
-        return False
+        loads_json(data, what=NOTEBOOK_FILE, max_bytes=NOTEBOOK_LIMIT_BYTES, strings="keep", non_finite="keep",
+                   max_chars=NOTEBOOK_LIMIT_BYTES)
+    except UntrustedDataError as error:
+        return bool(error.where)  # whole JSON holding a value refused (a huge integer) is no torn write
     return True
 
 
@@ -162,6 +164,42 @@ class Notebook:
     corrupt_lines: int
     warning: str = ""  # "" when the file read cleanly (or does not exist yet)
     set_aside: tuple[Path, ...] = ()  # side files holding torn lines cut off before an append
+    skipped: tuple[str, ...] = ()
+    """One line per run left out for a figure that is no figure (which run, which field), as `warning`
+    says them: what a reader of the notebook's figures (time, fit) repeats so none is dropped silently."""
+
+
+# The figures a reader of the notebook uses (tutor.bench.record, ceilings, plots, the Bench screen, the
+# labs' compute estimates), by what each must be when present: a hand-edited line whose figure is text,
+# zero, negative or Infinity is left out with its run, never drawn or divided by. null is "not measured"
+# (a failed collective's busbw, a device without a datasheet peak).
+RESULT_FIGURES: dict[str, Kind] = {
+    **dict.fromkeys(("tflops_median", "tflops_best", "tflops_mean", "peak_tflops", "gbps_median", "gbps_best",
+                     "gbps", "peak_gbps", "busbw_gbps", "algbw_gbps", "time_median_s", "time_best_s",
+                     "graph_kernel_s", "eager_launch_s"), POSITIVE_NUMBER),
+    **dict.fromkeys(("spread", "percent_of_peak"), NUMBER),
+    **dict.fromkeys(("m", "n", "k", "ranks", "threads", "kernels"), POSITIVE_WHOLE),
+    **dict.fromkeys(("bytes", "array_bytes", "size_bytes", "iters"), WHOLE),
+    "sweep": OBJECTS,
+}
+
+
+def _bad_figure(record: dict[str, Any], what: str) -> str | None:
+    """Why a parsed run record may not be read (the field and what it holds), or None when every figure in
+    it is what it must be: finite everywhere, and each RESULT_FIGURES field of the right kind in every
+    result and every point of its sweep."""
+    where = non_finite_field(record)
+    if where is not None:
+        return f"{where} is not a finite number"
+    try:
+        for index, result in enumerate(record["results"]):
+            where = f"results[{index}]"
+            check_fields(result, RESULT_FIGURES, what=what, where=where)
+            for point, entry in enumerate(result.get("sweep") or ()):
+                check_fields(entry, RESULT_FIGURES, what=what, where=f"{where}.sweep[{point}]")
+    except UntrustedDataError as error:
+        return error.field_reason
+    return None
 
 
 def torn_side_files(target: Path) -> tuple[Path, ...]:
@@ -172,9 +210,14 @@ def torn_side_files(target: Path) -> tuple[Path, ...]:
         return ()
 
 
+MAX_SKIPPED_NAMED = 3
+"""Runs with a bad figure named one by one in the warning; the rest are counted."""
+
+
 def read_notebook(path: Path | None = None) -> Notebook:
-    """Every run that parses; lines that do not are counted in `corrupt_lines`."""
-    from tutor.storage import loads_json_bounded, read_regular_bytes
+    """Every run that parses and whose figures are figures (RESULT_FIGURES); lines that do not parse are
+    counted in `corrupt_lines`, runs with a bad figure are left out with one line each in `skipped`."""
+    from tutor.storage import read_regular_bytes
 
     target = path or notebook_path()
     aside = torn_side_files(target)
@@ -189,23 +232,41 @@ def read_notebook(path: Path | None = None) -> Notebook:
                         set_aside=aside)
     runs: list[Run] = []
     corrupt = 0
-    for line in text.splitlines():
+    skipped: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        what = f"{target.name} line {number}"
         try:
-            record = loads_json_bounded(line)
-        except ValueError:
-            corrupt += 1
+            # NaN and Infinity are kept here so the check below can name the run they are in.
+            record = loads_json(line, what=what, max_bytes=NOTEBOOK_LIMIT_BYTES, strings="clean",
+                                non_finite="keep", max_chars=NOTEBOOK_LIMIT_BYTES)
+        except UntrustedDataError as error:
+            if error.where:  # whole JSON with a value refused in it: a run, named by its line
+                skipped.append(f"skipped the run on {what}: {error.field_reason}")
+            else:
+                corrupt += 1
             continue
         if not _is_run_record(record):
             corrupt += 1
             continue
+        bad = _bad_figure(record, what)
+        if bad is not None:
+            date = record["header"].get("date")
+            run_id = record.get("run_id")
+            named = ", ".join(plain(str(part))[:40] for part in (run_id, date) if isinstance(part, str) and part)
+            skipped.append(f"skipped the run on {what}" + (f" ({named})" if named else "") + f": {bad}")
+            continue
         runs.append(Run(number=len(runs) + 1, header=record["header"], results=tuple(record["results"]),
                         run_id=str(record.get("run_id") or ""), stored_status=str(record.get("status") or "")))
     notes = [f"skipped {corrupt} corrupt line(s) in {target}"] if corrupt else []
+    notes += skipped[:MAX_SKIPPED_NAMED]
+    if len(skipped) > MAX_SKIPPED_NAMED:
+        notes.append(f"and {len(skipped) - MAX_SKIPPED_NAMED} more run(s) with a bad figure")
     if aside_note:
         notes.append(f"{aside_note} (in {target.parent})")
-    return Notebook(runs=tuple(runs), corrupt_lines=corrupt, warning="; ".join(notes), set_aside=aside)
+    return Notebook(runs=tuple(runs), corrupt_lines=corrupt, warning="; ".join(notes), set_aside=aside,
+                    skipped=tuple(skipped))
 
 
 def case_key(result: dict[str, Any]) -> tuple[str, ...] | None:
