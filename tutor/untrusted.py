@@ -204,8 +204,8 @@ def _checked_text(text: str, path: tuple[object, ...], rules: _Rules, is_key: bo
     if rules.strings != "keep" and not text.isprintable() and any(char in _CONTROL for char in text):
         if rules.strings == "clean":
             return _clean(text)
-        raise UntrustedDataError(rules.what, "holds a control character (such as \\u001b), which this file "
-                                             "may not", where or "a key")
+        raise UntrustedDataError(rules.what, "holds a control character (such as \\u001b), which is not "
+                                             "allowed here", where or "a key")
     return text
 
 
@@ -343,6 +343,8 @@ def shown_value(value: Any, limit: int = 40) -> str:
     """A value as JSON would write it ("abc" with quotes, 1e+400 as its text), cut for one line."""
     if isinstance(value, (_Huge, _NonFinite)):
         return "a huge number" if isinstance(value, _Huge) else value.text
+    if isinstance(value, int) and value.bit_length() > 3 * limit:  # never str() an int past CPython's limit
+        return f"an integer of about {int(value.bit_length() * math.log10(2)):,} digits"
     try:
         text = json.dumps(value, ensure_ascii=True, allow_nan=True)
     except (TypeError, ValueError):

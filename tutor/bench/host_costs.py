@@ -82,11 +82,11 @@ def cache_key(config: dict, device: str) -> str:
 
 
 def _read_cache() -> dict:
-    from tutor.storage import read_regular_bytes
+    from tutor.storage import read_checked_json
 
     try:
-        stored = json.loads(read_regular_bytes(cache_path(), CACHE_LIMIT_BYTES))
-    except (OSError, ValueError, RecursionError):
+        stored = read_checked_json(cache_path(), max_bytes=CACHE_LIMIT_BYTES, strings="keep")
+    except (OSError, ValueError):  # no cache, or one refused (tutor.untrusted): measured again
         return {}
     return stored if isinstance(stored, dict) and stored.get("format") == FORMAT else {}
 

@@ -11,7 +11,6 @@ import os
 import re
 import sys
 import threading
-import tomllib
 
 import click
 
@@ -19,6 +18,10 @@ from tutor.commands.safe_text import as_text, markup_safe, plain, without_contro
 from tutor.errors import UserError
 from tutor.formatting import format_quantity
 from tutor.commands.json_output import echo_json
+from tutor.untrusted import UntrustedDataError, loads_toml
+
+MAX_PARAM_BYTES = 1 << 16
+"""The longest KEY=VALUE value read as TOML: a list of sizes is a few hundred bytes."""
 
 
 def _params(pairs: tuple[str, ...], text_keys: frozenset[str] = frozenset()) -> dict:
@@ -29,11 +32,20 @@ def _params(pairs: tuple[str, ...], text_keys: frozenset[str] = frozenset()) -> 
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise UserError(f"parameters are KEY=VALUE, got {pair!r} (e.g. dtypes='[\"fp32\",\"bf16\"]' budget_s=3)")
+        name = key.strip()
         try:
-            parsed = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
-            parsed = value
-        params[key.strip()] = value.strip() if key.strip() in text_keys and not isinstance(parsed, str) else parsed
+            parsed = loads_toml(f"v = {value}", what="lab parameter", max_bytes=MAX_PARAM_BYTES)["v"]
+        except UntrustedDataError as error:
+            if name in text_keys:  # a text parameter keeps what was typed, whatever TOML makes of it
+                params[name] = value.strip()
+                continue
+            if error.reason.startswith("is not valid TOML"):
+                params[name] = value  # not a TOML value: the text as typed (a dtype name, a size like 1MiB)
+                continue
+            # A TOML value refused (a 5,000-digit integer, inf, a control character): said, never run.
+            field = name + error.where.removeprefix("v") if error.where else name
+            raise UserError(f"lab parameter {plain(field)} {error.reason}") from None
+        params[name] = value.strip() if name in text_keys and not isinstance(parsed, str) else parsed
     return params
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from tutor.errors import UserError
 from tutor.labs.probe import KINDS, Param, Probe
+from tutor.untrusted import shown_value
 
 
 def _range(param: Param, value: float, probe: str) -> None:
@@ -47,8 +48,11 @@ def check_value(param: Param, value: Any, probe: str) -> Any:
         _range(param, value, probe)
         return value
     if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise UserError(f"{probe}: {param.name} must be a number, got {value!r}")
+        # An int past float's range (10**400 from a script or a lesson) is no number a lab can use:
+        # math.isfinite would raise OverflowError converting it.
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (isinstance(value, int) and abs(value) > 2**1000) or not math.isfinite(value)):
+            raise UserError(f"{probe}: {param.name} must be a number, got {shown_value(value)}")
         _range(param, float(value), probe)
         return float(value)
     if kind == "bool":

@@ -12,7 +12,6 @@ stale or damaged cache, or one that cannot be written, means the files are parse
 
 from __future__ import annotations
 
-import json
 import zlib
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from tutor import __version__
 from tutor.lessons.catalog import LessonInfo, Track
 from tutor.safe_text import strings_without_controls
-from tutor.storage import cache_dir, read_regular_bytes, write_json_atomic
+from tutor.storage import cache_dir, read_checked_json, read_regular_bytes, write_json_atomic
 
 CACHE_FILE = "curriculum-index.json"
 FORMAT = 2
@@ -72,7 +71,7 @@ def read_index(root: Path, manifest: str, lesson_file: str,
     `lesson_file` and its `page_file`, whose completing blocks the index keeps), if the cache holds them
     and none of those files changed since; None otherwise."""
     try:
-        stored = json.loads(read_regular_bytes(cache_path(), CACHE_LIMIT_BYTES, follow_symlinks=False))
+        stored = read_checked_json(cache_path(), max_bytes=CACHE_LIMIT_BYTES, follow_symlinks=False, strings="keep")
         if stored.get("format") != FORMAT or stored.get("version") != __version__ or stored.get("root") != str(root):
             return None
         stored = strings_without_controls(stored)

@@ -20,6 +20,7 @@ from tutor.lessons.loader import CURRICULUM_FILE, LESSON_MD, LESSON_TOML, Curric
 from tutor.lessons.learner import BlockT
 from tutor.lessons.model import Block, Calc, Exercise, Lesson, Measure, Predict, Prose, Quiz
 from tutor.lessons.values import DeviceFigures
+from tutor.storage import TooDeepError, loads_toml_bounded
 
 ALLOWLIST_FILE = "lint-allow.toml"
 
@@ -357,8 +358,8 @@ def load_allowlist(root: Path) -> tuple[AllowEntry, ...]:
     if not path.is_file():
         return ()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
+        data = loads_toml_bounded(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, TooDeepError) as error:
         raise UserError(f"{root.name}/{ALLOWLIST_FILE}: not valid TOML: {error}") from None
     entries = []
     for index, entry in enumerate(data.get("allow", []), start=1):
