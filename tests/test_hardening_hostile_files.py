@@ -243,9 +243,14 @@ def test_fit_in_train_mode_times_its_suggestions_without_the_bad_run(data_dir: P
     _hand_edit_last_run(data_dir, _set((0, "sweep"), "fast"))
     code, out, err = run(["fit", "llama-3.2-1b", "--mode", "train", "--device", "cpu", "--json"])
     assert code == 0, err
-    sources = [s.get("step_source", "") for s in json.loads(out)["suggestions"]]
+    answer = json.loads(out)
+    sources = [s.get("step_source", "") for s in answer["suggestions"]]
     assert any("bench run 1 (2026-12-01T10:00:00Z)" in source for source in sources), sources
     assert not any("2026-12-02" in source for source in sources)
+    (said,) = [note for note in answer["notes"] if note.startswith("skipped the run on results.jsonl line 2")]
+    assert said.endswith('results[0].sweep must be a list of objects, got "fast"')
+    code, text, err = run(["fit", "llama-3.2-1b", "--mode", "train", "--device", "cpu"])
+    assert code == 0 and " ".join(text.split()).count("skipped the run on results.jsonl line 2") == 1
 
 
 def test_bench_history_and_its_plot_name_the_run_left_out(data_dir: Path) -> None:

@@ -337,9 +337,17 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
         traced = traced_fit(model.spec if arch is not None else None, request,
                             config=model.found.config if model.found is not None else None,
                             layers=arch.num_layers if arch is not None else None)
+    # A bench run left out for a bad figure is said once, not per suggestion timed on the run before it.
+    skipped: tuple[str, ...] = ()
+    if any(time.ceiling_notes for time in times):
+        from tutor.bench.notebook import SKIPPED  # the notebook was read already: no new import cost
+
+        skipped = tuple(dict.fromkeys(note for time in times for note in time.ceiling_notes
+                                      if note.startswith(SKIPPED + " ")))
     return FitAnswer(name=name, source=source, estimate=estimate, budget=budget, checkpoint=checkpoint,
                      largest_batch=largest_batch, largest_seq_len=largest_seq_len, suggestions=found,
-                     flag_notes=scheme_notes + tuple(ignored_flag_notes(inputs.given, request.mode, request.recipe)),
+                     flag_notes=scheme_notes + tuple(ignored_flag_notes(inputs.given, request.mode, request.recipe))
+                     + skipped,
                      traced=traced, suggestion_times=times)
 
 
@@ -364,6 +372,8 @@ class SuggestionTime:
     None for a training step."""
     graphs_seconds: float | None = None
     """The same decode step captured in a CUDA graph (what serving engines run), where the device has one."""
+    ceiling_notes: tuple[str, ...] = ()
+    """What the ceilings say beside their figures: a notebook run left out for a bad figure, named."""
 
     def cost_text(self) -> str:
         """', 83.8 ms per decode step (11.9 tokens/s; eager, bound by the host; CUDA graphs: 9.12 ms)', or ''
@@ -412,10 +422,11 @@ def suggestion_times(arch: Architecture, suggestions: tuple[fitting.Suggestion, 
                 graphs = next((e.seconds for e in point.engines if e.engine == GRAPHS), None)
                 out.append(SuggestionTime(point.seconds, kind, f"tensor-tutor time's model on {words}; "
                                           f"matmul: {ceilings.gemm_source}", point.tokens_per_second,
-                                          point.engines[0].bound, graphs))
+                                          point.engines[0].bound, graphs, ceiling_notes=ceilings.notes))
                 continue
             out.append(SuggestionTime(seconds, kind, f"tensor-tutor time's model on {words}; "
-                                                     f"matmul: {ceilings.gemm_source}", rate))
+                                                     f"matmul: {ceilings.gemm_source}", rate,
+                                      ceiling_notes=ceilings.notes))
         except UserError as error:
             out.append(SuggestionTime(None, kind, f"not timed: {error}"))
     return tuple(out)

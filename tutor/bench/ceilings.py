@@ -315,10 +315,10 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
 
 def _skipped_runs(book: Notebook) -> tuple[str, ...]:
     """The notebook's runs left out for a bad figure, said beside the figures taken from an older run."""
-    from tutor.bench.notebook import MAX_SKIPPED_NAMED
+    from tutor.bench.notebook import MAX_SKIPPED_NAMED, SKIPPED
 
     more = len(book.skipped) - MAX_SKIPPED_NAMED
-    return book.skipped[:MAX_SKIPPED_NAMED] + ((f"and {more} more run(s) with a bad figure",) if more > 0 else ())
+    return book.skipped[:MAX_SKIPPED_NAMED] + ((f"{SKIPPED} {more} more run(s) with a bad figure",) if more > 0 else ())
 
 
 def waterfall(ceilings: Ceilings, *, gemm_flops: float, gemm_seconds: float, model_flops: float,

@@ -212,6 +212,8 @@ def torn_side_files(target: Path) -> tuple[Path, ...]:
 
 MAX_SKIPPED_NAMED = 3
 """Runs with a bad figure named one by one in the warning; the rest are counted."""
+SKIPPED = "skipped"
+"""The first word of each line about a run left out (what fit picks out of the ceilings' notes)."""
 
 
 def read_notebook(path: Path | None = None) -> Notebook:
@@ -243,7 +245,7 @@ def read_notebook(path: Path | None = None) -> Notebook:
                                 non_finite="keep", max_chars=NOTEBOOK_LIMIT_BYTES)
         except UntrustedDataError as error:
             if error.where:  # whole JSON with a value refused in it: a run, named by its line
-                skipped.append(f"skipped the run on {what}: {error.field_reason}")
+                skipped.append(f"{SKIPPED} the run on {what}: {error.field_reason}")
             else:
                 corrupt += 1
             continue
@@ -255,14 +257,14 @@ def read_notebook(path: Path | None = None) -> Notebook:
             date = record["header"].get("date")
             run_id = record.get("run_id")
             named = ", ".join(plain(str(part))[:40] for part in (run_id, date) if isinstance(part, str) and part)
-            skipped.append(f"skipped the run on {what}" + (f" ({named})" if named else "") + f": {bad}")
+            skipped.append(f"{SKIPPED} the run on {what}" + (f" ({named})" if named else "") + f": {bad}")
             continue
         runs.append(Run(number=len(runs) + 1, header=record["header"], results=tuple(record["results"]),
                         run_id=str(record.get("run_id") or ""), stored_status=str(record.get("status") or "")))
     notes = [f"skipped {corrupt} corrupt line(s) in {target}"] if corrupt else []
     notes += skipped[:MAX_SKIPPED_NAMED]
     if len(skipped) > MAX_SKIPPED_NAMED:
-        notes.append(f"and {len(skipped) - MAX_SKIPPED_NAMED} more run(s) with a bad figure")
+        notes.append(f"{SKIPPED} {len(skipped) - MAX_SKIPPED_NAMED} more run(s) with a bad figure")
     if aside_note:
         notes.append(f"{aside_note} (in {target.parent})")
     return Notebook(runs=tuple(runs), corrupt_lines=corrupt, warning="; ".join(notes), set_aside=aside,
