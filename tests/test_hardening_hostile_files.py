@@ -205,10 +205,10 @@ HOSTILE_FIGURES = [
     ((0, "sweep"), "fast", 'results[0].sweep must be a list of objects, got "fast"'),
     ((0, "sweep", 1, "tflops_median"), "0.5", 'results[0].sweep[1].tflops_median must be a positive finite number, '
                                               'got "0.5"'),
-    ((0, "sweep", 2, "tflops_median"), float("inf"), "results[0].sweep[2].tflops_median is not a finite number"),
+    ((0, "sweep", 2, "tflops_median"), float("inf"), "results[0].sweep[2].tflops_median is Infinity, not a finite number"),
     ((2, "gbps_median"), 0, "results[2].gbps_median must be a positive finite number, got 0"),
     ((0, "sweep", 0, "m"), -256, "results[0].sweep[0].m must be a positive whole number, got -256"),
-    ((2, "sweep", 1, "gbps"), float("nan"), "results[2].sweep[1].gbps is not a finite number"),
+    ((2, "sweep", 1, "gbps"), float("nan"), "results[2].sweep[1].gbps is NaN, not a finite number"),
 ]
 
 

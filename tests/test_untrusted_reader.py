@@ -11,7 +11,7 @@ import pytest
 from tutor.errors import UserError
 from tutor.untrusted import (CPYTHON_INT_DIGITS, MAX_DIGITS, MAX_NESTING, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE,
                              TooDeepError, UntrustedDataError, check_fields, expect, loads_json, loads_toml,
-                             non_finite_field, shown_value)
+                             shown_value)
 
 
 def read(text: str | bytes, **rules) -> object:
@@ -35,13 +35,12 @@ def test_integers_up_to_the_digit_limit_are_read_exactly() -> None:
 
 
 @pytest.mark.parametrize("text, shown", [("NaN", "NaN"), ("Infinity", "Infinity"), ("-Infinity", "-Infinity"),
-                                         ("1e999", "1e999")])
-def test_numbers_that_are_not_finite_are_refused_or_kept_for_a_reader_that_checks_them(text: str, shown: str) -> None:
+                                         ("1e999", "inf"), ("-1e999", "-inf")])
+def test_numbers_that_are_not_finite_are_refused_or_kept_for_a_reader_that_cleans_them(text: str, shown: str) -> None:
     with pytest.raises(UntrustedDataError, match=rf"^config.json: x\[0\] is {shown}, not a finite number$"):
         read('{"x": [' + text + "]}")
     kept = read('{"x": [' + text + "]}", non_finite="keep")
-    assert not math.isfinite(kept["x"][0]) and non_finite_field(kept) == "x[0]"
-    assert non_finite_field({"x": [1.5, {"y": 2}]}) is None
+    assert not math.isfinite(kept["x"][0])
 
 
 @pytest.mark.parametrize("text", ['{"name": "a\\ud800b"}', '{"\\udfff": 1}', '[{"x": ["\\ud83d"]}]'])

@@ -363,11 +363,11 @@ def read_json(path: Path, default: T, limit: int = STATE_FILE_LIMIT_BYTES) -> tu
     except OSError as error:
         return copy.deepcopy(default), f"cannot read {path} ({error.strerror or error}); using defaults"
     try:
-        # Control characters, NaN and integers up to CPython's limit are kept: each store cleans its own
-        # fields, so one odd value costs that value, not the file. A lone surrogate is refused (the next
+        # Control characters, NaN, integers up to CPython's limit and text up to the file's size are kept:
+        # each store cleans its own fields, so one odd value costs that value, not the file. A lone surrogate is refused (the next
         # save could not encode it), and an integer past CPython's limit (it could never be printed).
         value = loads_json(text, what=path.name, max_bytes=limit, strings="keep", non_finite="keep",
-                           max_digits=CPYTHON_INT_DIGITS)
+                           max_digits=CPYTHON_INT_DIGITS, max_chars=limit)
     except UntrustedDataError as error:
         return copy.deepcopy(default), set_aside(path, _refusal(error))
     if default is not None and not isinstance(value, type(default)):

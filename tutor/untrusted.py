@@ -16,8 +16,8 @@ line naming the file and the field:
   octal and binary integers are not limited by CPython at all, so every parsed integer is bounded
   by its bit length as well;
 - finite numbers only: JSON's NaN and Infinity (which Python's json accepts, RFC 8259 section 6
-  does not) and TOML's inf and nan are refused, unless `non_finite="keep"` (a reader that checks
-  each figure itself, naming the field, as the results notebook does);
+  does not), a float that overflows to infinity (1e999) and TOML's inf and nan are refused, unless
+  `non_finite="keep"` (a reader that cleans each field itself, as progress.json's does);
 - strings without lone surrogates ("\\ud800" is valid JSON but no Unicode text: writing it back as
   UTF-8 raises UnicodeEncodeError), of at most `max_chars` characters, and without control
   characters: refused (`strings="refuse"`), shown as escapes (`"clean"`, for text only displayed) or
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -111,16 +112,6 @@ def _int_hook(max_digits: int) -> Callable[[str], object]:
     return parse_int
 
 
-def _float_hook(keep: bool) -> Callable[[str], object]:
-    def parse_float(text: str) -> object:
-        value = float(text)
-        if math.isfinite(value) or keep:
-            return value
-        return _NonFinite(text)
-
-    return parse_float
-
-
 def _constant_hook(keep: bool) -> Callable[[str], object]:
     def parse_constant(text: str) -> object:
         return float(text) if keep else _NonFinite(text)
@@ -138,38 +129,6 @@ def _field(path: tuple[object, ...]) -> str:
             key = part if isinstance(part, str) and part.isprintable() and len(part) <= 60 else repr(part)[:60]
             text += ("." if text else "") + key
     return text
-
-
-def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
-    """How deeply lists and dicts nest in `value` (a scalar is 0, [] is 1), without recursion; counting
-    stops past `limit`."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        if depth > limit:
-            return depth
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def non_finite_field(value: Any) -> str | None:
-    """The field of the first NaN or infinity in parsed data ("results[0].sweep[2].gbps"; "" for `value`
-    itself), None when every number in it is finite: for data read with non_finite="keep"."""
-    stack: list[tuple[Any, tuple[object, ...]]] = [(value, ())]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return _field(path)
-        if isinstance(item, dict):
-            stack.extend((child, (*path, key)) for key, child in reversed(item.items()))
-        elif isinstance(item, list):
-            stack.extend((child, (*path, index)) for index, child in reversed(list(enumerate(item))))
-    return None
 
 
 def _clean(text: str) -> str:
@@ -191,9 +150,16 @@ class _Rules:
     max_chars: int
     strings: StringPolicy
     keep_non_finite: bool
+    max_depth: int = MAX_NESTING
+
+    @property
+    def int_bound(self) -> int:
+        return 10**self.max_digits
 
 
-def _checked_text(text: str, path: tuple[object, ...], rules: _Rules, is_key: bool) -> str:
+def _text_needs_cleaning(text: str, path: tuple[object, ...], rules: _Rules, is_key: bool) -> bool:
+    """Check a string that is not plainly fine (long, or not printable); True when `strings="clean"` must
+    rewrite it."""
     where = _field(path) + (" (a key)" if is_key and path else "")
     if len(text) > rules.max_chars:
         raise UntrustedDataError(rules.what, f"is text of {len(text):,} characters, over the {rules.max_chars:,} "
@@ -201,52 +167,92 @@ def _checked_text(text: str, path: tuple[object, ...], rules: _Rules, is_key: bo
     if _has_lone_surrogate(text):
         raise UntrustedDataError(rules.what, "holds a lone surrogate escape (such as \\ud800), which is not "
                                              "Unicode text", where or "a key")
-    if rules.strings != "keep" and not text.isprintable() and any(char in _CONTROL for char in text):
+    if rules.strings != "keep" and any(char in _CONTROL for char in text):
         if rules.strings == "clean":
-            return _clean(text)
+            return True
         raise UntrustedDataError(rules.what, "holds a control character (such as \\u001b), which is not "
                                              "allowed here", where or "a key")
-    return text
+    return False
 
 
-def _checked(value: Any, path: tuple[object, ...], rules: _Rules) -> Any:
-    """`value` with every rule checked (recursion is bounded: the depth was checked first)."""
+def _scalar_needs_cleaning(value: Any, path: tuple[object, ...], rules: _Rules, bound: int) -> bool:
+    """Check one value that is no container, as _walk does inline for the common cases."""
     if isinstance(value, str):
-        return _checked_text(value, path, rules, is_key=False)
-    if isinstance(value, bool) or value is None:
-        return value
+        return _text_needs_cleaning(value, path, rules, is_key=False)
     if isinstance(value, _Huge):
         raise UntrustedDataError(rules.what, f"is an integer of {value.digits:,} digits, too large (at most "
                                              f"{rules.max_digits} digits)", _field(path))
-    if isinstance(value, int):
-        # TOML's 0x, 0o and 0b integers never meet CPython's digit limit: bounded by size instead,
-        # without ever converting a huge one to text.
-        if value.bit_length() > rules.max_digits * 3.33:
-            raise UntrustedDataError(rules.what, f"is an integer too large (over {rules.max_digits} digits)",
-                                     _field(path))
-        return value
     if isinstance(value, _NonFinite):
         raise UntrustedDataError(rules.what, f"is {value.text[:20]}, not a finite number", _field(path))
-    if isinstance(value, float):
-        if not (math.isfinite(value) or rules.keep_non_finite):
-            raise UntrustedDataError(rules.what, f"is {value!r}, not a finite number", _field(path))
-        return value
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int) and not -bound < value < bound:
+        # TOML's 0x, 0o and 0b integers never meet CPython's digit limit: bounded by size instead, and
+        # compared, never converted to text.
+        raise UntrustedDataError(rules.what, f"is an integer too large (over {rules.max_digits} digits)",
+                                 _field(path))
+    if isinstance(value, float) and not (math.isfinite(value) or rules.keep_non_finite):
+        raise UntrustedDataError(rules.what, f"is {value!r}, not a finite number", _field(path))
+    return False  # TOML's dates and times
+
+
+def _walk(value: Any, rules: _Rules) -> bool:
+    """Check every rule on parsed data, without recursion and without copying it; True when some string
+    must be cleaned. The common values (printable short text, finite floats, small ints) are checked
+    inline: a notebook of a thousand runs holds some million of them."""
+    bound = rules.int_bound
+    if not isinstance(value, (dict, list)):
+        return _scalar_needs_cleaning(value, (), rules, bound)
+    max_chars, keep_non_finite, isfinite = rules.max_chars, rules.keep_non_finite, math.isfinite
+    dirty = False
+    stack: list[tuple[Any, tuple[object, ...], int]] = [(value, (), 1)]
+    while stack:
+        container, path, depth = stack.pop()
+        if depth > rules.max_depth:
+            raise TooDeepError(rules.what, rules.max_depth)
+        is_dict = type(container) is dict
+        pairs: Any = container.items() if is_dict else enumerate(container)
+        for key, item in pairs:
+            if is_dict and not (key.isprintable() and len(key) <= max_chars):
+                dirty |= _text_needs_cleaning(key, (*path, key), rules, is_key=True)
+            kind = type(item)
+            if kind is str:
+                if item.isprintable() and len(item) <= max_chars:
+                    continue
+            elif kind is float:
+                if keep_non_finite or isfinite(item):
+                    continue
+            elif kind is int:
+                if -bound < item < bound:
+                    continue
+            elif kind is dict or kind is list:
+                stack.append((item, (*path, key), depth + 1))
+                continue
+            elif kind is bool or item is None:
+                continue
+            dirty |= _scalar_needs_cleaning(item, (*path, key), rules, bound)
+    return dirty
+
+
+def _cleaned(value: Any) -> Any:
+    """`value` with the control characters of its strings written as escapes (depth already bounded)."""
+    if isinstance(value, str):
+        return _clean(value) if not value.isprintable() else value
     if isinstance(value, list):
-        return [_checked(item, (*path, index), rules) for index, item in enumerate(value)]
+        return [_cleaned(item) for item in value]
     if isinstance(value, dict):
-        return {_checked_text(key, (*path, key), rules, is_key=True) if isinstance(key, str) else key:
-                _checked(item, (*path, key), rules) for key, item in value.items()}
-    return value  # TOML's dates and times
+        return {_cleaned(key): _cleaned(item) for key, item in value.items()}
+    return value
 
 
-def _bounded(parse: Callable[[], Any], rules: _Rules, max_depth: int) -> Any:
+def _bounded(parse: Callable[[], Any], rules: _Rules) -> Any:
     try:
         value = parse()
     except RecursionError:
-        raise TooDeepError(rules.what, max_depth) from None
-    if nesting_depth(value, max_depth) > max_depth:
-        raise TooDeepError(rules.what, max_depth)
-    return _checked(value, (), rules)
+        raise TooDeepError(rules.what, rules.max_depth) from None
+    if _walk(value, rules) and rules.strings == "clean":
+        return _cleaned(value)
+    return value
 
 
 def _decoded(data: str | bytes, what: str, max_bytes: int) -> str:
@@ -271,17 +277,20 @@ def loads_json(data: str | bytes, *, what: str, max_bytes: int, max_depth: int =
     text = _decoded(data, what, max_bytes)
     keep = non_finite == "keep"
     max_digits = _digit_limit(max_digits)
-    rules = _Rules(what, max_digits, max_chars, strings, keep)
+    rules = _Rules(what, max_digits, max_chars, strings, keep, max_depth)
+    # The integer hook costs a Python call per number: only text with a run of digits that long needs it
+    # (json's own int() would raise past CPython's limit, or make an integer too large to use).
+    long_digits = re.search(r"\d{%d}" % (max_digits + 1), text) is not None
 
     def parse() -> Any:
         try:
-            return json.loads(text, parse_int=_int_hook(max_digits), parse_float=_float_hook(keep),
+            return json.loads(text, parse_int=_int_hook(max_digits) if long_digits else None,
                               parse_constant=_constant_hook(keep))
         except json.JSONDecodeError as error:
             raise UntrustedDataError(what, f"is not valid JSON (line {error.lineno}, column {error.colno}: "
                                            f"{error.msg})") from None
 
-    return _bounded(parse, rules, max_depth)
+    return _bounded(parse, rules)
 
 
 def loads_toml(text: str, *, what: str, max_bytes: int = 1 << 20, max_depth: int = MAX_NESTING,
@@ -294,11 +303,11 @@ def loads_toml(text: str, *, what: str, max_bytes: int = 1 << 20, max_depth: int
     text = _decoded(text, what, max_bytes)
     keep = non_finite == "keep"
     max_digits = _digit_limit(max_digits)
-    rules = _Rules(what, max_digits, max_chars, strings, keep)
+    rules = _Rules(what, max_digits, max_chars, strings, keep, max_depth)
 
     def parse() -> Any:
         try:
-            return tomllib.loads(text, parse_float=_float_hook(keep))
+            return tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             raise UntrustedDataError(what, f"is not valid TOML ({error})", detail=str(error)) from None
         except ValueError as error:  # raised inside tomllib: an int past CPython's limit, a 31 February
@@ -308,7 +317,7 @@ def loads_toml(text: str, *, what: str, max_bytes: int = 1 << 20, max_depth: int
                 reason = f"is not valid TOML ({str(error)[:120]})"
             raise UntrustedDataError(what, reason, detail=reason.removeprefix("is ")) from None
 
-    value: dict[str, Any] = _bounded(parse, rules, max_depth)
+    value: dict[str, Any] = _bounded(parse, rules)
     return value
 
 
@@ -324,14 +333,15 @@ class Kind:
     test: Callable[[Any], bool]
 
 
-def _real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+_NUMBERS = (int, float)  # by exact type: a bool is no number here, and JSON makes no subclasses
+_INF = math.inf
 
-
-POSITIVE_WHOLE = Kind("a positive whole number", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0)
-WHOLE = Kind("a whole number, 0 or more", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
-POSITIVE_NUMBER = Kind("a positive finite number", lambda v: _real(v) and v > 0)
-NUMBER = Kind("a finite number, 0 or more", lambda v: _real(v) and v >= 0)
+# Tests by exact type and chained comparison (NaN compares false, so `0 < v < inf` is finite and positive):
+# the notebook checks some million fields with them.
+POSITIVE_WHOLE = Kind("a positive whole number", lambda v: type(v) is int and v > 0)
+WHOLE = Kind("a whole number, 0 or more", lambda v: type(v) is int and v >= 0)
+POSITIVE_NUMBER = Kind("a positive finite number", lambda v: type(v) in _NUMBERS and 0 < v < _INF)
+NUMBER = Kind("a finite number, 0 or more", lambda v: type(v) in _NUMBERS and 0 <= v < _INF)
 TEXT = Kind("text", lambda v: isinstance(v, str))
 FLAG = Kind("true or false", lambda v: isinstance(v, bool))
 OBJECT = Kind("an object", lambda v: isinstance(v, dict))
@@ -381,6 +391,7 @@ def check_fields(data: Mapping[str, Any], kinds: Mapping[str, Kind], *, what: st
                  allow_null: bool = True) -> None:
     """Each field of `kinds` present in `data` is of its kind (null allowed for a figure not measured,
     with `allow_null`); the first that is not raises UntrustedDataError."""
-    for key, kind in kinds.items():
-        if key in data and not (allow_null and data[key] is None) and not kind.test(data[key]):
-            raise bad_field(what, f"{where}.{key}" if where else key, kind, data[key])
+    for key, value in data.items():  # by the data's keys: a notebook checks some million fields
+        kind = kinds.get(key)
+        if kind is not None and not (allow_null and value is None) and not kind.test(value):
+            raise bad_field(what, f"{where}.{key}" if where else key, kind, value)

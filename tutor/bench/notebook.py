@@ -25,7 +25,7 @@ from tutor.bench.record import HEADLINE_STATISTIC, BenchRun, CaseResult, Headlin
 from tutor.hardware.machine import Machine
 from tutor.safe_text import plain
 from tutor.untrusted import (NUMBER, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE, WHOLE, Kind, UntrustedDataError,
-                             check_fields, loads_json, non_finite_field)
+                             check_fields, loads_json)
 
 NOTEBOOK_FILE = "results.jsonl"
 NOTEBOOK_VERSION = 1
@@ -188,9 +188,6 @@ def _bad_figure(record: dict[str, Any], what: str) -> str | None:
     """Why a parsed run record may not be read (the field and what it holds), or None when every figure in
     it is what it must be: finite everywhere, and each RESULT_FIGURES field of the right kind in every
     result and every point of its sweep."""
-    where = non_finite_field(record)
-    if where is not None:
-        return f"{where} is not a finite number"
     try:
         for index, result in enumerate(record["results"]):
             where = f"results[{index}]"
@@ -208,6 +205,21 @@ def torn_side_files(target: Path) -> tuple[Path, ...]:
         return tuple(sorted(target.parent.glob(f"{target.name}.{TORN_TAG}-*")))
     except OSError:
         return ()
+
+
+def _run_named(record: dict[str, Any] | str) -> str:
+    """" (run id, date)" of a run record (or of its line, parsed again leniently only to name it), or ""."""
+    if isinstance(record, str):
+        try:
+            record = json.loads(record)  # refused by the strict reader already: only its names are read here
+        except (ValueError, RecursionError):
+            return ""
+    if not isinstance(record, dict):
+        return ""
+    header = record.get("header")
+    parts = (record.get("run_id"), header.get("date") if isinstance(header, dict) else None)
+    named = ", ".join(plain(part)[:40] for part in parts if isinstance(part, str) and part)
+    return f" ({named})" if named else ""
 
 
 MAX_SKIPPED_NAMED = 3
@@ -240,12 +252,11 @@ def read_notebook(path: Path | None = None) -> Notebook:
             continue
         what = f"{target.name} line {number}"
         try:
-            # NaN and Infinity are kept here so the check below can name the run they are in.
             record = loads_json(line, what=what, max_bytes=NOTEBOOK_LIMIT_BYTES, strings="clean",
-                                non_finite="keep", max_chars=NOTEBOOK_LIMIT_BYTES)
+                                max_chars=NOTEBOOK_LIMIT_BYTES)
         except UntrustedDataError as error:
-            if error.where:  # whole JSON with a value refused in it: a run, named by its line
-                skipped.append(f"{SKIPPED} the run on {what}: {error.field_reason}")
+            if error.where:  # whole JSON with a value refused in it (Infinity, a huge integer): a run, named
+                skipped.append(f"{SKIPPED} the run on {what}{_run_named(line)}: {error.field_reason}")
             else:
                 corrupt += 1
             continue
@@ -254,10 +265,7 @@ def read_notebook(path: Path | None = None) -> Notebook:
             continue
         bad = _bad_figure(record, what)
         if bad is not None:
-            date = record["header"].get("date")
-            run_id = record.get("run_id")
-            named = ", ".join(plain(str(part))[:40] for part in (run_id, date) if isinstance(part, str) and part)
-            skipped.append(f"{SKIPPED} the run on {what}" + (f" ({named})" if named else "") + f": {bad}")
+            skipped.append(f"{SKIPPED} the run on {what}{_run_named(record)}: {bad}")
             continue
         runs.append(Run(number=len(runs) + 1, header=record["header"], results=tuple(record["results"]),
                         run_id=str(record.get("run_id") or ""), stored_status=str(record.get("status") or "")))
