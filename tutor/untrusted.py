@@ -11,10 +11,10 @@ line naming the file and the field:
   raises RecursionError, and later code that walks the value would too;
 - integers of at most `max_digits` decimal digits. CPython refuses to turn a string of more than
   4,300 digits into an int with a ValueError raised from inside json.loads and tomllib.loads
-  (Python docs, "Integer string conversion length limitation", CVE-2020-10735); here the integer
-  hook sees the digits first and a huge number is refused as "too large". TOML's hexadecimal,
-  octal and binary integers are not limited by CPython at all, so every parsed integer is bounded
-  by its bit length as well;
+  (Python docs, "Integer string conversion length limitation", CVE-2020-10735); here json's
+  `parse_int` hook sees the digits first (in text that holds so long a run of digits) and a huge
+  number is refused as "too large". TOML's hexadecimal, octal and binary integers are not limited
+  by CPython at all, so every parsed integer is compared with 10**max_digits as well;
 - finite numbers only: JSON's NaN and Infinity (which Python's json accepts, RFC 8259 section 6
   does not), a float that overflows to infinity (1e999) and TOML's inf and nan are refused, unless
   `non_finite="keep"` (a reader that cleans each field itself, as progress.json's does);
@@ -64,7 +64,7 @@ _CONTROL = frozenset(chr(code) for code in (*range(0x00, 0x09), *range(0x0B, 0x2
 class UntrustedDataError(UserError):
     """What a file or value holds that tensor-tutor will not read. `what` names the file (or the
     option), `where` the field ("results[0].sweep[2].tflops_median", "" for the whole), `reason` why;
-    the message is the one line to show: "config.json: hidden_size: an integer of 5,001 digits ..."."""
+    the message is the one line to show: "config.json: hidden_size is an integer of 5,001 digits, ..."."""
 
     def __init__(self, what: str, reason: str, where: str = "", detail: str = "") -> None:
         self.what, self.reason, self.where = what, reason, where
