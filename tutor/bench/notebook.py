@@ -24,8 +24,8 @@ from typing import Any
 from tutor.bench.record import HEADLINE_STATISTIC, BenchRun, CaseResult, Headline, new_run_id
 from tutor.hardware.machine import Machine
 from tutor.safe_text import plain
-from tutor.untrusted import (NUMBER, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE, WHOLE, Kind, UntrustedDataError,
-                             check_fields, loads_json)
+from tutor.untrusted import (CPYTHON_INT_DIGITS, NUMBER, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE, WHOLE, Kind,
+                             UntrustedDataError, check_fields, loads_json)
 
 NOTEBOOK_FILE = "results.jsonl"
 NOTEBOOK_VERSION = 1
@@ -210,9 +210,10 @@ def torn_side_files(target: Path) -> tuple[Path, ...]:
 def _run_named(record: dict[str, Any] | str) -> str:
     """" (run id, date)" of a run record (or of its line, parsed again leniently only to name it), or ""."""
     if isinstance(record, str):
-        try:
-            record = json.loads(record)  # refused by the strict reader already: only its names are read here
-        except (ValueError, RecursionError):
+        try:  # refused by the strict reader already: read again leniently, only for its names
+            record = loads_json(record, what=NOTEBOOK_FILE, max_bytes=NOTEBOOK_LIMIT_BYTES, strings="clean",
+                                non_finite="keep", max_digits=CPYTHON_INT_DIGITS, max_chars=NOTEBOOK_LIMIT_BYTES)
+        except UntrustedDataError:
             return ""
     if not isinstance(record, dict):
         return ""
