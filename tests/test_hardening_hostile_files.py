@@ -347,3 +347,36 @@ def test_the_bench_screen_shows_the_good_runs_and_names_the_one_left_out(data_di
             assert 'results[0].sweep must be a list of objects, got "fast"' in note
 
     scenario()
+
+
+# ---- the caches -------------------------------------------------------------------------------------
+
+
+def test_a_curriculum_index_cache_with_a_lone_surrogate_or_infinity_is_parsed_again(data_dir: Path) -> None:
+    code, first, err = run(["lessons"])  # writes the cache
+    assert code == 0, err
+    cache = data_dir / "cache" / "curriculum-index.json"
+    stored = json.loads(cache.read_text())
+    title = stored["lessons"][0]["title"]
+    stored["lessons"][0]["title"] = "Evil \ud800 title"  # json.dumps writes it as the escape "\ud800"
+    stored["lessons"][1]["minutes"] = float("inf")
+    cache.write_text(json.dumps(stored))
+    code, out, err = run(["lessons", "--json"])
+    assert code == 0, err
+    out.encode("utf-8")  # printable: a terminal would raise UnicodeEncodeError on a lone surrogate
+    lessons = json.loads(out)["lessons"]
+    assert lessons[0]["title"] == title and all(isinstance(lesson["minutes"], int) for lesson in lessons)
+
+
+def test_a_host_costs_cache_with_a_lone_surrogate_is_only_a_miss(data_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from tutor.bench import host_costs
+
+    monkeypatch.setattr(host_costs, "cache_key", lambda config, device: "family")
+    host_costs.cache_path().parent.mkdir(parents=True)
+    rows = [["decode", "layer code", 1, 1e-4], ["decode", "model code", 1, 0.0]]
+    for source in ("measured here", "measured \ud800 here"):
+        host_costs.cache_path().write_text(json.dumps(
+            {"format": host_costs.FORMAT, "entries": {"family": {"rows": rows, "source": source}}}))
+        found = host_costs.host_costs_for({"model_type": "llama"}, "cpu")  # measuring is off in tests
+        assert (found is not None) == (source == "measured here")
