@@ -340,8 +340,9 @@ def read_json(path: Path, default: T, limit: int = STATE_FILE_LIMIT_BYTES) -> tu
     """The JSON value stored at `path`, or a copy of `default` and a warning.
 
     A missing file is not a problem (default, None). Invalid JSON, JSON nested deeper than
-    MAX_NESTING, a file over `limit` bytes, or JSON of another type than `default` (a list where an
-    object belongs), is set aside (see set_aside). An unreadable file (permissions, a folder, FIFO
+    MAX_NESTING, an integer past CPython's 4,300 digits, a lone surrogate (no later save could encode
+    it), a file over `limit` bytes, or JSON of another type than `default` (a list where an object
+    belongs), is set aside (see set_aside); tutor.untrusted.loads_json reads it. An unreadable file (permissions, a folder, FIFO
     or device in its place) is left where it is, and never opened in a way that could block.
     """
     path = Path(path)
