@@ -9,13 +9,15 @@ transformers can build is answered here, in two steps:
    construction. The Architecture's sizes (hidden, heads, KV heads, ...) are read from the
    transformers config object, so every spelling its attribute_map knows is read.
 2. Activations (`calibrated_for`): for the request's setup (mode, precision, attention, recompute),
-   the model is built with 2 and with 3 decoder layers on fake tensors and one step is traced
+   the model is built at two small depths on fake tensors (2 and 3 decoder layers; for a model that
+   mixes kinds of layers, one and two repeats of its pattern of kinds, every per-layer list of the
+   config rebuilt for that depth by tutor.bench.layer_count) and one step is traced
    (tutor.bench.memory_trace's StorageTracker, the tracker of `fit --trace`; forward and backward,
    the optimizer is fit's formula) at two to four small shapes, as many as the basis terms the setup
    can hold (FIT_SHAPES: a constant, b·s, and b for a prefill's last logits, b·s² for eager scores,
    dropout or a sliding-window mask). Each quantity, per region of the step (tutor.theory.calibrated),
-   is fitted as head + layers x per-layer terms, then checked against one more shape with 3 layers
-   that the fit never saw. Prompts longer than a sliding window are calibrated apart, beyond it.
+   is fitted as head + layers x per-layer terms, then checked against one more shape at the deeper
+   depth that the fit never saw. Prompts longer than a sliding window are calibrated apart, beyond it.
    The coefficients go to tutor.theory, which answers at any shape as fast as its formulas do.
 
 Both are cached in the data dir (calibrations/<hash>.json), keyed by a hash of the config and the
@@ -58,7 +60,7 @@ from tutor.theory.models import (
 if TYPE_CHECKING:
     from tutor.model_files import ModelConfig
 
-CALIBRATION_FORMAT = 2
+CALIBRATION_FORMAT = 3  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns
 CACHE_FOLDER = "calibrations"
 TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds transformers)"
 # (batch, seq_len) traced for the fit, by the basis terms it needs (as many shapes as terms): the
@@ -73,6 +75,11 @@ FIT_SHAPES: dict[tuple[str, ...], tuple[tuple[int, int], ...]] = {
 CHECK_SHAPE = (2, 128)                                        # never fitted: the check
 FIT_LAYERS = (2, 3)   # with one layer the top layer is the bottom one: two regions would be one
 CHECK_LAYERS = 3
+# FIT_LAYERS is for a model whose layers are all of one kind. A model that mixes kinds (sliding and
+# full attention, linear and full attention, dense and MoE layers) is traced at depths that are whole
+# repeats of its pattern of kinds (tutor.bench.layer_count: Gemma-3's 5 sliding and 1 full layer, at 6
+# and 12 layers): the per-layer terms are then the model's own mix, and each depth has every kind
+# (a hybrid model of 2 linear-attention layers alone does not run).
 PROFILE = "calibrated-trace"
 
 
@@ -150,7 +157,7 @@ def measured_architecture(config: dict, name: str = "") -> Architecture:
     _require_transformers(model_type)
     entry = _read_cache(config)
     if "architecture" not in entry:
-        entry = {"architecture": _measure(config), "setups": {}}
+        entry = {"architecture": _measure(config), "setups": {}, "traced_layers": list(traced_depths(config))}
         _write_cache(config, entry)
     return _architecture_from_entry(entry, config, name)
 
@@ -164,9 +171,10 @@ def _architecture_from_entry(entry: dict, config: dict, name: str) -> Architectu
     setups = tuple(_setup_from_json(key, value) for key, value in entry.get("setups", {}).items())
     calibration = Calibration(model_class=measured["model_class"], versions=versions(), setups=setups,
                               config_json=json.dumps(config, sort_keys=True, default=str), window=shortest_window(config))
+    low, high = entry.get("traced_layers", FIT_LAYERS)
     note = (f"model_type {fields['model_type']!r} has no hand profile: parameters counted on "
             f"{measured['model_class']} built on the meta device (exact); activations and the peak from "
-            f"traces of the real model with 2 and 3 layers at small shapes, fitted in b·s and b·s² "
+            f"traces of the real model with {low} and {high} layers at small shapes, fitted in b·s and b·s² "
             f"(calibrated-trace, {versions()})")
     return Architecture(name=name or fields["model_type"], measured=MeasuredParams(**measured), calibration=calibration,
                         profile=PROFILE, profile_note=note, **fields)
@@ -361,24 +369,24 @@ def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attenti
     return replace(arch, calibration=calibration)
 
 
+def traced_depths(config: dict) -> tuple[int, int]:
+    """The two layer counts the calibration traces: FIT_LAYERS for layers all of one kind, else whole
+    repeats of the config's pattern of layer kinds (tutor.bench.layer_count.layer_plan)."""
+    from tutor.bench.layer_count import class_view
+
+    _, plan = class_view(config)
+    if plan is None or plan.pattern_layers == 1:
+        return FIT_LAYERS
+    low = max(FIT_LAYERS[0], plan.pattern_layers)
+    return low, low + plan.pattern_layers
+
+
 def layer_config(config: dict, layers: int) -> dict:
-    """`config` with `layers` decoder layers: the layer count under each spelling it uses, per-layer
-    lists cut to that length, layer-index lists kept to indices below it."""
-    original = next((config[n] for n in SPELLINGS["num_hidden_layers"] + ("decoder_layers",)
-                     if isinstance(config.get(n), int)), None)
-    out = copy.deepcopy(config)
-    names = [n for n in SPELLINGS["num_hidden_layers"] + ("decoder_layers",) if n in config] or ["num_hidden_layers"]
-    for name in names:
-        out[name] = layers
-    for key, value in config.items():
-        if not isinstance(value, list) or not value or key in names:
-            continue
-        if original and len(value) == original:
-            out[key] = value[:layers]
-        elif key.endswith(("_layers", "layer_idx", "layers_idx")) and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                            for v in value):
-            out[key] = [v for v in value if v < layers]
-    return out
+    """`config` with `layers` decoder layers, every per-layer list, index list and pattern rebuilt for that
+    count by repeating the model's own pattern of layer kinds (tutor.bench.layer_count.config_at_depth)."""
+    from tutor.bench.layer_count import config_at_depth
+
+    return config_at_depth(config, layers)
 
 
 def _timeline_quantities(tracker, element_bytes: int, layers: int) -> dict[str, float]:
@@ -546,8 +554,13 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
         try:
             with tracker, torch.no_grad():
                 tracker.set_phase("prefill")
-                cache = DynamicCache(config=model.config)
-                out = model(input_ids=ids, **{cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
+                cache: object
+                if _default_cache(model):
+                    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+                    out = model(input_ids=ids, **{cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
+                else:  # as generate() leaves it: the model makes its own cache (MiniMax's MiniMaxCache)
+                    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                    cache = getattr(out, "past_key_values", None)
                 tracker.set_phase("head")
                 logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
             tracker.mark(cache_tensors(cache), "kv_cache")
@@ -556,6 +569,45 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
             for handle in handles:
                 handle.remove()
         return _region_quantities(tracker)
+
+
+# What a trace on fake tensors (torch's FakeTensorMode: shapes and dtypes, no values) cannot run, by the
+# exception torch raises or the words of its message: the reason a refusal gives.
+FAKE_TENSOR_LIMITS = (
+    (("DataDependentOutputException", "_local_scalar_dense"),
+     "its code reads a tensor's value on the host (aten._local_scalar_dense: .item(), or a Python branch on a "
+     "tensor), and fake tensors have no values"),
+    (("DynamicOutputShapeException", "aten.nonzero"),
+     "its code makes a tensor whose size depends on the values (aten.nonzero: tokens gathered per expert), "
+     "which fake tensors cannot size"),
+    (("Couldn't swap",),
+     "its parameters cannot be cast to the traced dtype on fake tensors (torch's Module._apply could not swap "
+     "one)"),
+    (("devices must match", 'device "meta"'),
+     "its code mixes fake tensors with ones it makes on another device, which torch refuses"),
+)
+
+
+def fake_tensor_limit(exc: BaseException) -> str | None:
+    """The reason, in words, when `exc` is a limit of tracing on fake tensors (FAKE_TENSOR_LIMITS), else None."""
+    text = f"{type(exc).__name__}: {exc}"
+    return next((reason for signs, reason in FAKE_TENSOR_LIMITS if any(sign in text for sign in signs)), None)
+
+
+def _refusal(config: dict, reason: str) -> str:
+    """One line: which architecture fit cannot calibrate, and why."""
+    model_type = config.get("model_type")
+    classes = config.get("architectures")
+    named = f" ({shown(classes[0])})" if isinstance(classes, list) and classes and isinstance(classes[0], str) else ""
+    return (f"fit cannot calibrate model_type {shown(model_type)!r}{named}: it has no hand profile, and tracing its "
+            f"transformers model on fake tensors failed: {reason}")
+
+
+def _default_cache(model) -> bool:
+    """Whether generate() gives this model a DynamicCache (GenerationMixin._supports_default_dynamic_cache,
+    transformers/generation/utils.py): MiniMax, RWKV, xLSTM, XLNet and Reformer keep a cache of their own."""
+    supports = getattr(model, "_supports_default_dynamic_cache", None)
+    return bool(supports()) if callable(supports) else True
 
 
 def basis_terms(config: dict, mode: str, attention: str, beyond_window: int = 0) -> tuple[str, ...]:
@@ -603,10 +655,11 @@ def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) 
 SQUARE_REFIT_ERROR = 0.05
 
 
-def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape) -> tuple[list, float]:
-    """Every traced quantity fitted over `terms` from the FIT_LAYERS traces at `fit_shapes`, and the
-    largest relative error at `check_shape` (CHECK_LAYERS layers; quantities above 1 KiB)."""
-    low, high = FIT_LAYERS
+def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape,
+               depths: tuple[int, int] = FIT_LAYERS) -> tuple[list, float]:
+    """Every traced quantity fitted over `terms` from the traces at the two `depths` (layer counts) at
+    `fit_shapes`, and the largest relative error at `check_shape` (the deeper one; quantities above 1 KiB)."""
+    low, high = depths
     names = sorted(measured[low][fit_shapes[0]])
     quantities = []
     worst = 0.0
@@ -619,8 +672,8 @@ def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape) 
         head = tuple(float(f"{a - low * p:.6g}") for a, p in zip(one, per_layer))
         fitted = Fitted(head, per_layer)
         quantities.append((name, fitted))
-        truth = measured[CHECK_LAYERS][check_shape].get(name, 0)
-        predicted = fitted.at(layers=CHECK_LAYERS, batch=check_shape[0], seq_len=check_shape[1])
+        truth = measured[high][check_shape].get(name, 0)
+        predicted = fitted.at(layers=high, batch=check_shape[0], seq_len=check_shape[1])
         if not name.startswith(GRADIENTS_PREFIX) and max(truth, predicted) > 1024:
             worst = max(worst, abs(predicted - truth) / max(truth, 1))
     return quantities, worst
@@ -628,7 +681,7 @@ def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape) 
 
 def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str,
               beyond_window: int = 0, window: int = 0) -> CalibratedSetup:
-    """Trace the setup at its FIT_SHAPES with FIT_LAYERS layers, fit every quantity, check at CHECK_SHAPE;
+    """Trace the setup at its FIT_SHAPES at two depths (traced_depths), fit every quantity, check at CHECK_SHAPE;
     a check off by more than SQUARE_REFIT_ERROR without s x s terms traces one more shape and refits with them."""
     import torch  # noqa: F401 - imported before FakeTensorMode, as torch requires
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -638,17 +691,19 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     dtype = {"fp32": "fp32", "amp": "fp32", "bf16": "bf16"}[precision]
     setup = TraceSetup(mode=mode, dtype=dtype, autocast=precision == "amp", recompute=recompute == "full",
                        attention=attention, optimizer="adamw", foreach=None, fake=True)
-    measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {layers: {} for layers in FIT_LAYERS}
+    depths = traced_depths(config)
+    check_layers = depths[1]
+    measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {layers: {} for layers in depths}
 
     def trace(wanted: dict[int, tuple[tuple[int, int], ...]]) -> None:
         for layers, shapes in wanted.items():
             shapes = tuple(shape for shape in dict.fromkeys(shapes) if shape not in measured[layers])
             if not shapes:
                 continue
-            small = layer_config(config, layers)
-            traced_attention, _ = attention_to_run(small, attention)
-            run = replace(setup, attention=traced_attention)
             try:
+                small = layer_config(config, layers)
+                traced_attention, _ = attention_to_run(small, attention)
+                run = replace(setup, attention=traced_attention)
                 with FakeTensorMode():
                     model = build_model(small, run)
                     model.train(mode == "train")
@@ -658,17 +713,20 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                             enable_recompute(model)
                     for shape in shapes:
                         measured[layers][shape] = _measure_shape(model, None, run, *shape, layers)
-            except UserError:
-                raise
+            except UserError as error:
+                limit = fake_tensor_limit(error)
+                if limit is None:
+                    raise
+                raise UserError(_refusal(config, limit)) from None
             except Exception as exc:  # noqa: BLE001 - the model's own code on the user's config may raise anything
-                raise UserError(f"calibrating {config.get('model_type')!r} failed in its transformers code: "
-                                f"{_one_line(exc)}") from None
+                raise UserError(_refusal(config, fake_tensor_limit(exc) or f"its transformers code failed: "
+                                                                           f"{_one_line(exc)}")) from None
 
     def traced_fit(terms: tuple[str, ...]):
         fit_shapes, check_shape = traced_lengths(FIT_SHAPES[terms], CHECK_SHAPE, window=window,
                                                  beyond_window=beyond_window)
-        trace({layers: fit_shapes + ((check_shape,) if layers == CHECK_LAYERS else ()) for layers in FIT_LAYERS})
-        return fit_shapes, check_shape, *_fit_setup(measured, terms, fit_shapes, check_shape)
+        trace({layers: fit_shapes + ((check_shape,) if layers == check_layers else ()) for layers in depths})
+        return fit_shapes, check_shape, *_fit_setup(measured, terms, fit_shapes, check_shape, depths)
 
     terms = basis_terms(config, mode, attention, beyond_window)
     with _quiet():
@@ -677,6 +735,6 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
             square = traced_fit(terms + ("b*s^2",))
             if square[3] < worst:
                 fit_shapes, check_shape, quantities, worst = square
-    return CalibratedSetup(key=key, quantities=tuple(quantities), check=(CHECK_LAYERS, *check_shape),
+    return CalibratedSetup(key=key, quantities=tuple(quantities), check=(check_layers, *check_shape),
                            check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
-                           fitted_shapes=tuple((layers, *shape) for layers in FIT_LAYERS for shape in fit_shapes))
+                           fitted_shapes=tuple((layers, *shape) for layers in depths for shape in fit_shapes))

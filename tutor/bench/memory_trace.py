@@ -363,6 +363,17 @@ def _one_line(exc: BaseException) -> str:
     return text[:200] + ("..." if len(text) > 200 else "")
 
 
+def _config_rejections() -> tuple[type[BaseException], ...]:
+    """What a configuration class raises for fields it rejects: Python's errors, and (transformers 5's
+    classes are huggingface_hub strict dataclasses) StrictDataclassError, which is none of them."""
+    rejections: tuple[type[BaseException], ...] = (ValueError, KeyError, TypeError, AttributeError)
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older huggingface_hub: its validators raise the errors above
+        return rejections
+    return rejections + (StrictDataclassError,)
+
+
 def build_config(config: dict, attention: str):
     """The transformers config object for a config.json dict, or UserError (one line) if it cannot be built."""
     _, transformers = import_trace_dependencies()
@@ -372,7 +383,7 @@ def build_config(config: dict, attention: str):
     fields = {k: v for k, v in config.items() if k != "model_type"}
     try:
         hf_config = transformers.AutoConfig.for_model(model_type, **fields)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # what PretrainedConfig raises for what it rejects
+    except _config_rejections() as exc:  # what PretrainedConfig raises for what it rejects
         raise UserError(f"transformers {transformers.__version__} cannot build model_type {model_type!r}: "
                         f"{_one_line(exc)}") from None
     hf_config._attn_implementation = attention
