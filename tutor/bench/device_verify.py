@@ -233,10 +233,9 @@ def measure_model(config: dict, request: FitRequest, device: str) -> dict:
 
 
 def _with_layers(config: dict, layers: int) -> dict:
-    """The config with `layers` decoder layers, its per-layer lists cut to match (transformers checks them)."""
-    out = dict(config)
-    out["num_hidden_layers"] = layers
-    for key, value in config.items():
-        if isinstance(value, list) and len(value) == config.get("num_hidden_layers"):
-            out[key] = value[:layers]
-    return out
+    """The config with `layers` decoder layers, its per-layer lists rebuilt to match (transformers checks them)
+    by repeating the model's own pattern of layer kinds (tutor.bench.layer_count.with_layers): fewer layers of
+    Gemma-2 still alternate sliding and full attention."""
+    from tutor.bench.layer_count import with_layers
+
+    return with_layers(config, layers)
