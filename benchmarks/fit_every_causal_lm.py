@@ -1,11 +1,11 @@
 """Does `tensor-tutor fit <config.json>` answer every decoder-only causal LM the installed transformers builds?
 
 For each model type of transformers' causal-LM mapping (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) a small
-config is made from the configuration class's own defaults (`small_config`: one repeat of its pattern
-of layer kinds, at least 2 layers, a 256-token vocabulary, at most 8 experts), written as config.json
-and given to the command line itself (`tensor-tutor fit config.json --device cpu --seq 64 --json`,
-through tutor.cli.main, in this process). Types without a hand profile are answered by the calibrated
-trace (tutor.bench.arch_calibration), so every one of them is traced here.
+config is made from the configuration class's own defaults (`small_config`: its leading layers and two
+repeats of its pattern of layer kinds, at least 2 layers, a 256-token vocabulary, at most 8 experts),
+written as config.json and given to the command line itself (`tensor-tutor fit config.json --device cpu
+--seq 64 --json`, through tutor.cli.main, in this process). Types without a hand profile are answered by
+the calibrated trace (tutor.bench.arch_calibration), so every one of them is traced here.
 
 Each type ends as one of: "answered" (exit 0 and a JSON answer), "refused" (exit 2 and its one line
 on stderr), "crashed" (anything else: a traceback is a bug of fit), or "skipped" (SKIPPED: not a
@@ -91,8 +91,6 @@ KNOWN_REFUSED: dict[str, str] = {
     "inkling2_loop_text": "cannot be cast to the traced dtype on fake tensors",
     # num_hidden_layers counts the slots of layer stacks run in cycles (num_layers_per_stack x cycles), not modules.
     "hrm_text": "list index out of range",
-    # Its shared transformer block is tied across the hybrid layers: a traced depth with one of them is refused.
-    "zamba": "tie_weights_keys",
 }
 
 
@@ -104,8 +102,9 @@ def causal_lm_types() -> list[str]:
 
 def small_config(model_type: str) -> dict:
     """The config.json of a small `model_type` model, as transformers writes it (to_dict): the class's own
-    defaults (with OVERRIDES) at one repeat of its pattern of layer kinds (at least 2 layers; every kind is
-    in it: tutor.bench.layer_count), a VOCAB-token vocabulary and at most EXPERTS experts.
+    defaults (with OVERRIDES) at its leading layers and two repeats of its pattern of layer kinds (at
+    least 2 layers; every kind is in it, and the pattern reads the same from it: tutor.bench.layer_count),
+    a VOCAB-token vocabulary and at most EXPERTS experts.
 
     The widths stay the class's defaults: fit's calibration traces on fake tensors, which cost the same at
     any width, and the defaults are sizes the class's code accepts (a smaller hidden size alone breaks
@@ -116,7 +115,7 @@ def small_config(model_type: str) -> dict:
 
     written, plan = class_view(AutoConfig.for_model(model_type, **OVERRIDES.get(model_type, {})).to_dict())
     if plan is not None:
-        written = with_layers(written, max(2, plan.pattern_layers), plan)
+        written = with_layers(written, max(2, len(plan.lead) + 2 * plan.pattern_layers), plan)
     found = layer_section(written)
     section = found[0] if found is not None else written
     if isinstance(section.get("vocab_size"), int):

@@ -1,7 +1,7 @@
 """`tensor-tutor fit <config.json>` answers every decoder-only causal LM of the installed transformers.
 
 Every model type of transformers' causal-LM mapping gets a small config made from its configuration
-class's own defaults (benchmarks/fit_every_causal_lm.py: one repeat of its pattern of layer kinds, a
+class's own defaults (benchmarks/fit_every_causal_lm.py: two repeats of its pattern of layer kinds, a
 256-token vocabulary, at most 8 experts) and is asked of the command line as a user asks it. Types
 without a hand profile are calibrated by traces on fake tensors (tutor.bench.arch_calibration): this is
 the sweep that finds the families the calibration cannot build or trace. The benchmark's SKIPPED names

@@ -68,6 +68,17 @@ def test_layer_index_lists_keep_their_kind() -> None:
     assert with_layers(config, 10)["mlp_only_layers"] == [1, 5, 9]
 
 
+def test_leading_layers_of_their_own_are_kept_once_before_the_repeats() -> None:
+    # Kimi-Linear: a dense first layer, then 3 linear-attention MoE layers and a full-attention one, repeated.
+    config = written("kimi_linear")
+    plan = layer_plan(config)
+    assert plan is not None and plan.lead == (0,) and plan.pattern_layers == 4
+    nine = built(with_layers(config, 9))
+    assert nine.mlp_layer_types == ["dense"] + ["sparse"] * 8
+    assert nine.layer_types[1:] == config["layer_types"][1:5] * 2
+    assert arch_calibration.traced_depths(config) == (5, 9)
+
+
 def test_a_pattern_the_class_derives_without_writing_it() -> None:
     # Jamba writes attn_layer_period and attn_layer_offset; its layers_block_type is a property.
     _, plan = class_view(written("jamba"))

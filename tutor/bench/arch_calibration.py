@@ -375,9 +375,9 @@ def traced_depths(config: dict) -> tuple[int, int]:
     from tutor.bench.layer_count import class_view
 
     _, plan = class_view(config)
-    if plan is None or plan.pattern_layers == 1:
+    if plan is None or (plan.pattern_layers == 1 and not plan.lead):
         return FIT_LAYERS
-    low = max(FIT_LAYERS[0], plan.pattern_layers)
+    low = max(FIT_LAYERS[0], len(plan.lead) + plan.pattern_layers)
     return low, low + plan.pattern_layers
 
 

@@ -40,6 +40,8 @@ LAYER_COUNT_NAMES = SPELLINGS["num_hidden_layers"] + ("decoder_layers",)
 # A repeating pattern longer than this is not looked for (a trace of twice as many layers would be the
 # cost); sequences that do not repeat sooner are reduced to their proportions in this many layers.
 MAX_PATTERN = 8
+# Leading layers of their own before a repeating pattern (dense layers before the MoE ones) kept as they are.
+MAX_LEAD = 3
 # Counts of layers that are no count of a kind of layer: a window length in layers (qwen2's layers
 # with full attention before the sliding ones are listed in its layer_types, which this rewrites).
 NOT_A_KIND_COUNT = ("max_window_layers",)
@@ -49,11 +51,13 @@ LEADING_LAYER_COUNTS = ("first_k_dense_replace",)
 
 @dataclass(frozen=True)
 class LayerPlan:
-    """How a config's layers repeat: at any depth, layer i copies the original layer pattern[i % len(pattern)]."""
+    """How a config's layers repeat: at any depth, the lead layers first, then layer i copies the original layer
+    pattern[(i - len(lead)) % len(pattern)]."""
 
     layers: int                       # the config's own layer count
     pattern: tuple[int, ...]          # original layer indices, one per position of the repeating unit
     periodic: bool                    # the sequence of kinds repeats this unit exactly (else: its proportions)
+    lead: tuple[int, ...] = ()        # leading layers before the repeats start (Kimi-Linear's dense first layer)
 
     @property
     def pattern_layers(self) -> int:
@@ -61,7 +65,9 @@ class LayerPlan:
 
     def source_layer(self, index: int) -> int:
         """The original layer whose entries layer `index` of a rebuilt config takes."""
-        return self.pattern[index % len(self.pattern)]
+        if index < len(self.lead):
+            return self.lead[index]
+        return self.pattern[(index - len(self.lead)) % len(self.pattern)]
 
 
 def layer_section(config: dict) -> tuple[dict, str] | None:
@@ -235,6 +241,12 @@ def layer_plan(config: dict, derived: dict[str, list] | None = None) -> LayerPla
     period = _period(kinds)
     if period <= MAX_PATTERN:
         return LayerPlan(layers=layers, pattern=tuple(range(period)), periodic=True)
+    for lead in range(1, MAX_LEAD + 1):
+        # A few leading layers of their own, then repeats (at least two seen): the lead is kept once at any depth.
+        period = _period(kinds[lead:])
+        if period <= MAX_PATTERN and len(kinds) - lead >= 2 * period:
+            return LayerPlan(layers=layers, pattern=tuple(range(lead, lead + period)), periodic=True,
+                             lead=tuple(range(lead)))
     return LayerPlan(layers=layers, pattern=_proportional(kinds), periodic=False)
 
 
