@@ -26,7 +26,6 @@ torch and transformers versions (read from package metadata: a cached answer imp
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import replace
@@ -595,12 +594,11 @@ def fake_tensor_limit(exc: BaseException) -> str | None:
 
 
 def _refusal(config: dict, reason: str) -> str:
-    """One line: which architecture fit cannot calibrate, and why."""
+    """One line: which architecture fit cannot calibrate (it has no hand profile), and why."""
     model_type = config.get("model_type")
     classes = config.get("architectures")
     named = f" ({shown(classes[0])})" if isinstance(classes, list) and classes and isinstance(classes[0], str) else ""
-    return (f"fit cannot calibrate model_type {shown(model_type)!r}{named}: it has no hand profile, and tracing its "
-            f"transformers model on fake tensors failed: {reason}")
+    return f"fit cannot calibrate model_type {shown(model_type)!r}{named}, which has no hand profile: {reason}"
 
 
 def _default_cache(model) -> bool:
@@ -717,10 +715,11 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                 limit = fake_tensor_limit(error)
                 if limit is None:
                     raise
-                raise UserError(_refusal(config, limit)) from None
+                raise UserError(_refusal(config, f"it cannot be traced on fake tensors: {limit}")) from None
             except Exception as exc:  # noqa: BLE001 - the model's own code on the user's config may raise anything
-                raise UserError(_refusal(config, fake_tensor_limit(exc) or f"its transformers code failed: "
-                                                                           f"{_one_line(exc)}")) from None
+                limit = fake_tensor_limit(exc)
+                raise UserError(_refusal(config, f"it cannot be traced on fake tensors: {limit}" if limit else
+                                         f"its transformers code failed in the trace: {_one_line(exc)}")) from None
 
     def traced_fit(terms: tuple[str, ...]):
         fit_shapes, check_shape = traced_lengths(FIT_SHAPES[terms], CHECK_SHAPE, window=window,
