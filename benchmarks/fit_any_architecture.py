@@ -4,8 +4,8 @@ For each model type (the 19 of issue 18 that fit used to refuse, and the hand-pr
 config in the type's own keys, with 4 decoder layers and a vocabulary that keeps the loss head a
 minority of the activations, is built by transformers (random weights, CPU) and run the way a user
 runs it (benchmarks/fit_vs_transformers.py: two training steps, the second measured; or a prefill as
-generate() runs it), each storage tracked by tutor.bench.memory_trace. Beside it: fit's answer for the
-matching request, from the architecture `tensor-tutor fit` resolves (tutor.bench.arch_calibration:
+generate() runs it), each storage tracked by tutor.trace.memory_trace. Beside it: fit's answer for the
+matching request, from the architecture `tensor-tutor fit` resolves (tutor.trace.arch_calibration:
 the hand profile, or the real class counted on the meta device plus traces at small shapes fitted in
 b·s and b·s²). The measured shape (default 2 x 256 tokens, 4 layers) is never one the calibration
 traced (2 and 3 layers, up to 2 x 128 tokens).
@@ -113,7 +113,7 @@ def build(model_type: str, run):
 def compare(model_type: str, run_name: str, batch: int, seq_len: int) -> tuple[base.RunResult, dict]:
     import torch
 
-    from tutor.bench.arch_calibration import calibrated_for, measured_architecture
+    from tutor.trace.arch_calibration import calibrated_for, measured_architecture
     from tutor.theory import fit as fitting
     from tutor.theory.models import architecture_from_config, count_parameters
 
@@ -160,7 +160,7 @@ def sweep() -> list[dict]:
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from tutor.bench.arch_calibration import resolve_any_model
+    from tutor.trace.arch_calibration import resolve_any_model
     from tutor.errors import UserError
     from tutor.theory.models import count_parameters
 

@@ -5,7 +5,7 @@ config is made from the configuration class's own defaults (`small_config`: its 
 repeats of its pattern of layer kinds, at least 2 layers, a 256-token vocabulary, at most 8 experts),
 written as config.json and given to the command line itself (`tensor-tutor fit config.json --device cpu
 --seq 64 --json`, through tutor.cli.main, in this process). Types without a hand profile are answered by
-the calibrated trace (tutor.bench.arch_calibration), so every one of them is traced here.
+the calibrated trace (tutor.trace.arch_calibration), so every one of them is traced here.
 
 Each type ends as one of: "answered" (exit 0 and a JSON answer), "refused" (exit 2 and its one line
 on stderr), "crashed" (anything else: a traceback is a bug of fit), or "skipped" (SKIPPED: not a
@@ -103,7 +103,7 @@ def causal_lm_types() -> list[str]:
 def small_config(model_type: str) -> dict:
     """The config.json of a small `model_type` model, as transformers writes it (to_dict): the class's own
     defaults (with OVERRIDES) at its leading layers and two repeats of its pattern of layer kinds (at
-    least 2 layers; every kind is in it, and the pattern reads the same from it: tutor.bench.layer_count),
+    least 2 layers; every kind is in it, and the pattern reads the same from it: tutor.trace.layer_count),
     a VOCAB-token vocabulary and at most EXPERTS experts.
 
     The widths stay the class's defaults: fit's calibration traces on fake tensors, which cost the same at
@@ -111,7 +111,7 @@ def small_config(model_type: str) -> dict:
     families whose head sizes are set apart: CodeGen's rotary_dim, the MLA ranks of DeepSeek-V2)."""
     from transformers import AutoConfig
 
-    from tutor.bench.layer_count import class_view, layer_section, with_layers
+    from tutor.trace.layer_count import class_view, layer_section, with_layers
 
     written, plan = class_view(AutoConfig.for_model(model_type, **OVERRIDES.get(model_type, {})).to_dict())
     if plan is not None:

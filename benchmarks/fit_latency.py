@@ -74,7 +74,7 @@ SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_at
 
 # What any calibrated first call imports (FakeTensorMode imports torch._dynamo on its first
 # dispatch; transformers' masking_utils at import): no first call can be faster.
-IMPORT_FLOOR = ("from tutor.bench.transformers_import import install; install(); import torch, torch._dynamo, "
+IMPORT_FLOOR = ("from tutor.trace.transformers_import import install; install(); import torch, torch._dynamo, "
                 "transformers.models.granite.modeling_granite")
 
 

@@ -19,7 +19,7 @@ optimizer states exist):
 
     loss = model(input_ids=ids, labels=ids).loss; loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
 
-How bytes are counted: by tutor.bench.memory_trace, the tracker `fit --trace` uses (this script
+How bytes are counted: by tutor.trace.memory_trace, the tracker `fit --trace` uses (this script
 builds the models, runs them and sets them beside the theory; the measuring is that module's
 `training_step`, `measure_training_step` and `measure_prefill`). A TorchDispatchMode sees every
 tensor every aten op returns (forward, backward and optimizer step); each distinct storage is
@@ -118,7 +118,7 @@ INFERENCE_CATEGORIES = ("parameters", "weights", "kv_cache", "activations", "pea
 
 
 # ---------------------------------------------------------------------------------------------
-# What was measured (by tutor.bench.memory_trace), in fit's category names.
+# What was measured (by tutor.trace.memory_trace), in fit's category names.
 
 # memory_trace's categories as fit names them (fit calls the optimizer states "optimizer").
 FIT_NAMES = {"optimizer_states": "optimizer"}
@@ -192,7 +192,7 @@ def measure_training(model, run: RunConfig, batch: int = BATCH, seq_len: int = S
     """Two training steps of a user's loop; the second is measured by memory_trace's tracker."""
     import torch
 
-    from tutor.bench.memory_trace import measure_training_step, token_ids, training_step
+    from tutor.trace.memory_trace import measure_training_step, token_ids, training_step
 
     started = time.perf_counter()
     model.train()
@@ -209,7 +209,7 @@ def measure_training(model, run: RunConfig, batch: int = BATCH, seq_len: int = S
 
 def measure_inference(model, batch: int = BATCH, seq_len: int = SEQ_LEN) -> Measurement:
     """One prefill of the prompt, as generate() runs it, measured by memory_trace's tracker."""
-    from tutor.bench.memory_trace import measure_prefill, token_ids
+    from tutor.trace.memory_trace import measure_prefill, token_ids
 
     started = time.perf_counter()
     measured = measure_prefill(model, token_ids(model.config.vocab_size, batch, seq_len, seed=1))
@@ -438,7 +438,7 @@ def cross_check(model_type: str = "llama", run_name: str = "bf16") -> str:
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from tutor.bench.memory_trace import token_ids
+    from tutor.trace.memory_trace import token_ids
 
     torch.set_num_threads(1)
     run = CONFIGS[run_name]

@@ -4,7 +4,7 @@
 
 - memory-timeline.svg: one bf16 training step of the small Llama of benchmarks/fit_vs_transformers.py
   (random weights, CPU, transformers' own code), measured storage by storage at every decoder layer's
-  boundary (tutor.bench.memory_trace.measure_training_timeline), drawn over the timeline fit predicts
+  boundary (tutor.trace.memory_trace.measure_training_timeline), drawn over the timeline fit predicts
   for it (tutor.theory.fit_timeline.training_timeline);
 - prefill-timeline.svg: the same model's prefill (generate()'s call), measured
   (measure_prefill_timeline) over fit's prefill_timeline;
@@ -33,7 +33,7 @@ def memory_timelines(out: Path) -> list[Path]:
     import torch
 
     from benchmarks.fit_vs_transformers import BATCH, CONFIGS, SEQ_LEN, architecture_for, build_model, fit_request
-    from tutor.bench.memory_trace import measure_prefill_timeline, measure_training_timeline, token_ids, training_step
+    from tutor.trace.memory_trace import measure_prefill_timeline, measure_training_timeline, token_ids, training_step
     from tutor.plots import save_svg, timeline_chart
     from tutor.theory.fit_timeline import prefill_timeline, training_timeline
 

@@ -5,9 +5,9 @@
 
 What a user does: one `tensor-tutor bench --quick` on this machine, then `tensor-tutor time MODEL --device cpu`.
 Here, for each architecture (a preset, or `hf:MODEL_TYPE` for transformers' default config of a family with no
-preset), its config scaled down (tutor.bench.step_verify.SIZES) is written as a config.json and:
+preset), its config scaled down (tutor.trace.step_verify.SIZES) is written as a config.json and:
   - predicted: `time_report` for it on this machine's CPU, from the bench run and the family's host costs
-    (tutor.bench.host_costs, measured on first use), eager engine;
+    (tutor.trace.host_costs, measured on first use), eager engine;
   - measured: the real transformers model (random weights, fp32, SDPA where the family has it) running the loop
     `generate` runs: a prefill of `seq` tokens (logits of the last position), then decode steps of one token per
     sequence with its DynamicCache, at each batch.
@@ -55,7 +55,7 @@ def family_config(name: str) -> dict:
 def measure(torch, config: dict, *, seq: int, batches: list[int], device: str = "cpu") -> dict:
     """The real loop: prefill seconds at batch 1, decode seconds per step at each batch (medians; CPU: this
     thread's CPU time, CUDA: the wall clock after the queue drains)."""
-    from tutor.bench.step_verify import build_as_run, host_clock
+    from tutor.trace.step_verify import build_as_run, host_clock
 
     cuda = device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -118,7 +118,7 @@ def predict(path: Path, *, seq: int, batches: list[int], device: str = "cpu") ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None, help=f"default: {DEFAULT_MODELS} (CUDA: {GPU_MODELS})")
-    parser.add_argument("--size", default=None, help="a size of tutor.bench.step_verify.SIZES, or gpu "
+    parser.add_argument("--size", default=None, help="a size of tutor.trace.step_verify.SIZES, or gpu "
                                                      "(default: medium on the CPU, gpu on CUDA)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N")
     parser.add_argument("--budget", type=float, default=None, help="start no new model after this many seconds")
@@ -149,7 +149,7 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     if not cuda:
         torch.set_num_threads(1)
-    from tutor.bench.step_verify import SIZES, sized_config
+    from tutor.trace.step_verify import SIZES, sized_config
 
     layers, hidden, heads, seq, _batch, vocab = GPU_SIZE if size == "gpu" else SIZES[size]
     report: dict = {"device": args.device, "size": size, "models": []}

@@ -3,7 +3,7 @@
     python benchmarks/time_vs_transformers.py [--models llama-3.2-1b,gpt2,qwen3-0.6b] [--sizes small,medium,large]
                                               [--recipe fp32|lora]
 
-For each preset and size: the architecture scaled down (tutor.bench.step_verify.SIZES), the ceilings
+For each preset and size: the architecture scaled down (tutor.trace.step_verify.SIZES), the ceilings
 measured at its own shapes in the same process, then training steps, a prefill and decode steps, in
 rounds (ceilings, steps, three times). Prints measured / predicted for the step and each phase
 (forward, backward, optimizer), the prefill and the decode tokens per second. Goals: step
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per run")
     args = parser.parse_args()
 
-    from tutor.bench.step_verify import run_verification
+    from tutor.trace.step_verify import run_verification
     from tutor.model_files import read_model_config
 
     print(f"{'model':<14} {'size':<7} {'step':>6} {'fwd':>6} {'bwd':>6} {'opt':>6} {'prefill':>8} {'decode t/s':>10} "

@@ -1,6 +1,6 @@
 """The hf activation profile against real transformers modules run on a CPU, one test per cause of a
 difference found. Saved tensors are counted as autograd packs them (each unique non-parameter storage once);
-steps and prefills are measured by tutor.bench.memory_trace, the tracker of `fit --trace` and of
+steps and prefills are measured by tutor.trace.memory_trace, the tracker of `fit --trace` and of
 benchmarks/fit_vs_transformers.py (every live storage, from the op that made it to its free)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 
-from tutor.bench.memory_trace import (  # noqa: E402
+from tutor.trace.memory_trace import (  # noqa: E402
     TraceSetup,
     attention_to_run,
     build_model,
@@ -261,7 +261,7 @@ def test_total_is_the_peak_plus_overhead() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Whole steps and prefills at the sizes of benchmarks/fit_vs_transformers.py (hidden 128, vocab 1024),
-# the real transformers model run on the CPU, measured by tutor.bench.memory_trace as that benchmark does.
+# the real transformers model run on the CPU, measured by tutor.trace.memory_trace as that benchmark does.
 
 _BENCHMARK_SIZE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, vocab_size=1024, max_position_embeddings=512)

@@ -18,7 +18,7 @@ import torch  # noqa: F401  (a hard dependency)
 
 transformers = pytest.importorskip("transformers")
 
-from tutor.bench import arch_calibration  # noqa: E402
+from tutor.trace import arch_calibration  # noqa: E402
 
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, pad_token_id=0, bos_token_id=1,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.cli_runner import run
-from tutor.bench.device_verify import _with_layers, gpu_index, layers_that_fit
+from tutor.trace.device_verify import _with_layers, gpu_index, layers_that_fit
 from tutor.bench.notebook import append_run
 from tutor.errors import UserError
 from tutor.model_files import read_model_config, resolve_model
@@ -43,7 +43,7 @@ def _bench_run(data_dir) -> None:
 
 
 def _tiny_llama() -> dict:
-    from tutor.bench.step_verify import sized_config
+    from tutor.trace.step_verify import sized_config
 
     return sized_config(read_model_config("llama-3.2-1b").config, layers=2, hidden=64, heads=2, seq=32, vocab=256)
 

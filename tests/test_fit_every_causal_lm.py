@@ -3,7 +3,7 @@
 Every model type of transformers' causal-LM mapping gets a small config made from its configuration
 class's own defaults (benchmarks/fit_every_causal_lm.py: two repeats of its pattern of layer kinds, a
 256-token vocabulary, at most 8 experts) and is asked of the command line as a user asks it. Types
-without a hand profile are calibrated by traces on fake tensors (tutor.bench.arch_calibration): this is
+without a hand profile are calibrated by traces on fake tensors (tutor.trace.arch_calibration): this is
 the sweep that finds the families the calibration cannot build or trace. The benchmark's SKIPPED names
 the types that are not decoder-only language models fit can be asked about here, each with its reason;
 KNOWN_REFUSED the ones fit still refuses, whose refusal must be one line naming the type and the reason.

@@ -1,7 +1,7 @@
 """fit --impl hf at more than one shape: each fix of the shape sweep checked against a real
 transformers model run on the CPU at two shapes (so a term with the wrong power of s fails).
 
-Measured through tutor.bench.memory_trace (real tensors, `fake=False`); `_measured_peak` is the only
+Measured through tutor.trace.memory_trace (real tensors, `fake=False`); `_measured_peak` is the only
 place that touches the measuring code.
 """
 
@@ -37,8 +37,8 @@ def one_thread():
 
 
 def _measured_peak(config: dict, **setup) -> tuple[int, str]:
-    """(bytes, phase) of the peak of one real training step on the CPU (tutor.bench.memory_trace)."""
-    from tutor.bench.memory_trace import TraceSetup, trace_step
+    """(bytes, phase) of the peak of one real training step on the CPU (tutor.trace.memory_trace)."""
+    from tutor.trace.memory_trace import TraceSetup, trace_step
 
     trace = trace_step(config, TraceSetup(mode="train", fake=False, **setup))
     peak = trace.peak

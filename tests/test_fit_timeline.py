@@ -1,6 +1,6 @@
 """The memory timeline of one training step (tutor.theory.fit_timeline) and `fit --timeline`: its
 maximum is the estimate's peak, and it matches a real transformers step, tracked storage by storage
-(tutor.bench.memory_trace.measure_training_timeline, the method of benchmarks/fit_vs_transformers.py), within 10% at every
+(tutor.trace.memory_trace.measure_training_timeline, the method of benchmarks/fit_vs_transformers.py), within 10% at every
 layer boundary and at the peak."""
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ def test_predicted_timeline_matches_a_real_step(model_type):
     import torch
 
     from benchmarks.fit_vs_transformers import BATCH, CONFIGS, SEQ_LEN, architecture_for, build_model, fit_request
-    from tutor.bench.memory_trace import token_ids, training_step
-    from tutor.bench.memory_trace import measure_training_timeline
+    from tutor.trace.memory_trace import token_ids, training_step
+    from tutor.trace.memory_trace import measure_training_timeline
 
     run_config = CONFIGS["bf16"]
     hf_config, model = build_model(model_type, run_config)
@@ -184,7 +184,7 @@ def test_fit_prefill_timeline_json_and_picture():
 def test_predicted_prefill_timeline_matches_a_real_prefill(model_type):
     pytest.importorskip("transformers")
     from benchmarks.fit_vs_transformers import BATCH, CONFIGS, SEQ_LEN, architecture_for, build_model, fit_request
-    from tutor.bench.memory_trace import measure_prefill_timeline, token_ids
+    from tutor.trace.memory_trace import measure_prefill_timeline, token_ids
 
     run_config = CONFIGS["inference"]
     hf_config, model = build_model(model_type, run_config)

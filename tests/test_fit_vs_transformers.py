@@ -1,7 +1,7 @@
 """fit against real transformers code: benchmarks/fit_vs_transformers.py, run as a user runs it.
 
 The benchmark builds a dense Llama and a Mixtral MoE from small configs (random weights, CPU), runs
-bf16 training with AdamW and a bf16 prefill, measures each with tutor.bench.memory_trace (the
+bf16 training with AdamW and a bf16 prefill, measures each with tutor.trace.memory_trace (the
 tracker `fit --trace` uses) and sets it beside fit: every category fit reports (parameters, weights,
 gradients, optimizer states, activations, KV cache, the peak) must be within 10% of what the tensors
 really held. The script runs in a subprocess (`--json`), so its own code is what is checked; the

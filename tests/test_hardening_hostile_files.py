@@ -370,7 +370,7 @@ def test_a_curriculum_index_cache_with_a_lone_surrogate_or_infinity_is_parsed_ag
 
 def test_a_host_costs_cache_with_a_lone_surrogate_is_only_a_miss(data_dir: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from tutor.bench import host_costs
+    from tutor.trace import host_costs
 
     monkeypatch.setattr(host_costs, "cache_key", lambda config, device: "family")
     host_costs.cache_path().parent.mkdir(parents=True)

@@ -60,7 +60,7 @@ def test_ctrl_c_inside_the_step_time_lab_exits_130_without_an_abort() -> None:
     env.pop("TTY_COMPATIBLE", None)
     # No grace: the signal always finds the worker inside torch, the case that aborted.
     # The signal goes in once the lab's worker says it is timing a backward pass.
-    code = ("import sys, tutor.commands.lab as lab, tutor.bench.step_verify as verify\n"
+    code = ("import sys, tutor.commands.lab as lab, tutor.trace.step_verify as verify\n"
             "lab.CANCEL_GRACE_S = 0.0\n"
             "timed = verify.backward_seconds\n"
             "def announced(*args, **kwargs):\n"

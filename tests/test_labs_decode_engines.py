@@ -87,7 +87,7 @@ def test_the_static_step_a_graph_captures_decodes_as_eager_does() -> None:
     import torch
     from transformers import LlamaForCausalLM
 
-    from tutor.bench.decode_loops import StaticDecoder, eager_decoder
+    from tutor.trace.decode_loops import StaticDecoder, eager_decoder
     from tutor.labs.decode_engines import llama_config
 
     torch.manual_seed(0)

@@ -40,7 +40,7 @@ def test_grouped_query_attention_shrinks_the_measured_cache() -> None:
 def test_the_cache_goes_in_under_the_keyword_this_transformers_reads() -> None:
     # transformers 5.17's forward has only past_key_values (a `cache=` lands in **kwargs, unused, and
     # the lab's cache stays empty); 5.25's has cache.
-    from tutor.bench.memory_trace import cache_argument
+    from tutor.trace.memory_trace import cache_argument
 
     class Old:
         def forward(self, input_ids, past_key_values=None, use_cache=None, **kwargs): ...

@@ -1,5 +1,5 @@
-"""A config rebuilt at another layer count (tutor.bench.layer_count) keeps its per-layer lists valid and its
-mix of layer kinds, and the calibration traces every kind (tutor.bench.arch_calibration)."""
+"""A config rebuilt at another layer count (tutor.trace.layer_count) keeps its per-layer lists valid and its
+mix of layer kinds, and the calibration traces every kind (tutor.trace.arch_calibration)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from tutor.bench import arch_calibration  # noqa: E402
-from tutor.bench.layer_count import class_view, config_at_depth, layer_plan, with_layers  # noqa: E402
+from tutor.trace import arch_calibration  # noqa: E402
+from tutor.trace.layer_count import class_view, config_at_depth, layer_plan, with_layers  # noqa: E402
 from tutor.errors import UserError  # noqa: E402
 
 

@@ -20,7 +20,7 @@ import torch
 from click.testing import CliRunner  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-from tutor.bench.memory_trace import (  # noqa: E402
+from tutor.trace.memory_trace import (  # noqa: E402
     CATEGORIES,
     TraceSetup,
     build_config,

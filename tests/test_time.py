@@ -425,7 +425,7 @@ def test_the_time_to_train_lab_reproduces_the_llama_405b_gpu_hours_from_public_f
 @pytest.mark.slow
 def test_verify_runs_a_tiny_real_model_and_compares_per_phase() -> None:
     pytest.importorskip("transformers")
-    from tutor.bench.step_verify import run_verification
+    from tutor.trace.step_verify import run_verification
     from tutor.model_files import read_model_config
 
     result = run_verification(read_model_config("llama-3.2-1b").config, "tiny")
@@ -466,7 +466,7 @@ def test_verify_joins_the_json_and_runs_even_without_a_bench_run(tmp_path, monke
 @pytest.mark.slow
 def test_verify_runs_a_tiny_lora_model_with_frozen_base_and_adapters_only() -> None:
     pytest.importorskip("transformers")
-    from tutor.bench.step_verify import run_verification
+    from tutor.trace.step_verify import run_verification
     from tutor.model_files import read_model_config
 
     result = run_verification(read_model_config("llama-3.2-1b").config, "tiny", recipe="lora")
@@ -480,7 +480,7 @@ def test_verify_runs_a_tiny_lora_model_with_frozen_base_and_adapters_only() -> N
 
 def test_decode_kv_append_rotates_both_ends_over_the_steps_reuse_distance() -> None:
     torch = pytest.importorskip("torch")
-    from tutor.bench.step_verify import REUSE_LIMIT_BYTES, kv_append_call, rotation_copies
+    from tutor.trace.step_verify import REUSE_LIMIT_BYTES, kv_append_call, rotation_copies
 
     per_call = 2 * 2 * 4 * 2 * 2 * 16 * 8  # keys and values, read and written, of a 2 x 2 x 16 x 8 fp32 cache
     assert rotation_copies(per_call * 10, per_call) == 10
@@ -497,7 +497,7 @@ def test_decode_kv_append_rotates_both_ends_over_the_steps_reuse_distance() -> N
 
 def test_optimizer_probe_steps_the_trained_tensors_own_shapes_with_fresh_gradients_and_zero_grad(monkeypatch) -> None:
     torch = pytest.importorskip("torch")
-    import tutor.bench.step_verify as step_verify
+    import tutor.trace.step_verify as step_verify
 
     calls: list[tuple[str, tuple]] = []
 
@@ -529,7 +529,7 @@ def test_optimizer_probe_steps_the_trained_tensors_own_shapes_with_fresh_gradien
 
 def test_measuring_an_optimizer_step_needs_the_trained_tensors_shapes() -> None:
     pytest.importorskip("torch")
-    from tutor.bench.step_verify import measure_ceilings, verify_setup
+    from tutor.trace.step_verify import measure_ceilings, verify_setup
     from tutor.model_files import read_model_config
 
     setup = verify_setup(read_model_config("llama-3.2-1b").config, "tiny")
@@ -541,7 +541,7 @@ def test_measuring_an_optimizer_step_needs_the_trained_tensors_shapes() -> None:
 
 def test_a_training_forwards_outputs_are_held_over_the_reuse_distance_and_inference_holds_none() -> None:
     torch = pytest.importorskip("torch")
-    from tutor.bench.step_verify import evict_caches, held_outputs
+    from tutor.trace.step_verify import evict_caches, held_outputs
 
     assert held_outputs(torch, 0, 4096) is None
     held = held_outputs(torch, 10 * 400, 400)
@@ -559,7 +559,7 @@ def test_a_training_forwards_outputs_are_held_over_the_reuse_distance_and_infere
 
 def test_a_backward_probe_forgets_its_leaves_gradients_so_none_is_accumulated() -> None:
     torch = pytest.importorskip("torch")
-    from tutor.bench.step_verify import drop_gradients
+    from tutor.trace.step_verify import drop_gradients
 
     x = torch.ones(4, requires_grad=True)
     for _ in range(2):
@@ -572,7 +572,7 @@ def test_a_backward_probe_forgets_its_leaves_gradients_so_none_is_accumulated() 
 
 def test_a_backward_is_timed_by_itself_on_a_fresh_forward_each_repeat() -> None:
     torch = pytest.importorskip("torch")
-    from tutor.bench.step_verify import backward_seconds
+    from tutor.trace.step_verify import backward_seconds
 
     x = torch.ones(4, requires_grad=True)
     forwards = []

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from tests.cli_runner import run
-from tutor.bench import host_costs
+from tutor.trace import host_costs
 from tutor.bench.ceilings import measured_ceilings
 from tutor.bench.notebook import append_run, read_notebook
 from tutor.model_files import read_model_config, resolve_model

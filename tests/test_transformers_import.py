@@ -1,4 +1,4 @@
-"""The cached table of transformers' lazy module (tutor.bench.transformers_import)."""
+"""The cached table of transformers' lazy module (tutor.trace.transformers_import)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 from transformers.utils import import_utils  # noqa: E402
 
-from tutor.bench import transformers_import  # noqa: E402
+from tutor.trace import transformers_import  # noqa: E402
 
 from tests.subprocess_env import pythonpath  # noqa: E402
 
@@ -59,7 +59,7 @@ def test_a_malformed_cache_falls_back_to_the_scan(data_dir) -> None:
 
 
 def test_a_fresh_process_with_the_cache_imports_transformers_as_before(data_dir) -> None:
-    script = ("from tutor.bench.transformers_import import install; install()\n"
+    script = ("from tutor.trace.transformers_import import install; install()\n"
               "import transformers, transformers.models.llama.modeling_llama as m\n"
               "from transformers.utils import import_utils as u\n"
               "print(hasattr(u.define_import_structure, '__wrapped__'), m.LlamaForCausalLM.__name__,"

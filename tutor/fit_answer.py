@@ -224,7 +224,7 @@ def fit_model(model: str | None, params: str | int | None) -> FitModel:
     if not model:
         raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json, a model folder, or --params 7B")
     from tutor.adapter_files import adapter_folder, read_adapter
-    from tutor.bench.arch_calibration import architecture_of  # a hand profile, or the real model class
+    from tutor.trace.arch_calibration import architecture_of  # a hand profile, or the real model class
     from tutor.model_files import read_model_config
 
     folder = adapter_folder(model)
@@ -306,7 +306,7 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
     settings, checkpoint, scheme_notes = model_request_settings(model, inputs, budget)
     request = fitting.FitRequest(**settings)
     if arch is not None and arch.calibration is not None:  # no hand profile: traces calibrate this setup
-        from tutor.bench.arch_calibration import calibrated_for
+        from tutor.trace.arch_calibration import calibrated_for
 
         arch = calibrated_for(arch, request)
     if arch is not None:

@@ -2,7 +2,7 @@
 
 The fit request becomes the setup a user would run with transformers on one device (the recipe's
 dtype and autocast, the attention implementation, full recompute as gradient checkpointing); one
-training step or prefill runs on fake tensors under tutor.bench.memory_trace, and the traced
+training step or prefill runs on fake tensors under tutor.trace.memory_trace, and the traced
 categories and peak are compared with the formula's (tutor.commands.fit_trace shows them). Needs the optional extra tensor-tutor[trace];
 torch and transformers are imported only when --trace is given.
 """
@@ -16,7 +16,7 @@ from tutor.errors import UserError
 from tutor.theory.fit import Attention, Mode, Recipe, Recompute
 
 if TYPE_CHECKING:  # at run time memory_trace is imported only when --trace is given
-    from tutor.bench.memory_trace import MemoryTrace, TraceSetup
+    from tutor.trace.memory_trace import MemoryTrace, TraceSetup
 
 TRAIN_RECIPES = {Recipe.FP32: ("fp32", False), Recipe.BF16: ("bf16", False), Recipe.HF_AMP: ("fp32", True)}
 INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
@@ -53,7 +53,7 @@ def load_model_config(model: str | None) -> dict:
 def trace_setup(request) -> tuple[TraceSetup, tuple[str, ...]]:
     """The transformers setup that runs `request` on one device, and notes on what differs; UserError
     (one line) for what --trace cannot run."""
-    from tutor.bench.memory_trace import OPTIMIZERS, TraceSetup
+    from tutor.trace.memory_trace import OPTIMIZERS, TraceSetup
 
     layout = {"dp": request.dp, "tp": request.tp, "pp": request.pp, "ep": request.ep, "zero": request.zero}
     parallel = [f"{name} {value}" for name, value in layout.items() if value != (0 if name == "zero" else 1)]
@@ -110,7 +110,7 @@ def check_traceable_layers(layers: int) -> None:
 def traced_fit(model_arg: str | None, request, config: dict | None = None, layers: int | None = None) -> TracedFit:
     """Trace one step of `model_arg` (a preset, config.json or folder) as `request` describes it; `config`
     is its config.json when already read, `layers` its decoder layers when known (checked first)."""
-    from tutor.bench.memory_trace import trace_step
+    from tutor.trace.memory_trace import trace_step
 
     if layers is not None:
         check_traceable_layers(layers)

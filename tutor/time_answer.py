@@ -188,12 +188,12 @@ def inference_answer(arch, request: fitting.FitRequest, ceilings: Ceilings, batc
 
 def with_host_costs(ceilings: Ceilings, config: dict | None, on_measure=None) -> Ceilings:
     """The ceilings with the host's costs for this model's family: measured on this machine's device (cpu or
-    cuda:N, cached; tutor.bench.host_costs); for a card by name, the assumed host (tutor.bench.ceilings) times
+    cuda:N, cached; tutor.trace.host_costs); for a card by name, the assumed host (tutor.bench.ceilings) times
     this family's code over Llama's, both measured on this machine's CPU where it can. Unchanged without a
     config, or where nothing can be measured (the answer then says the host's code is not counted). `on_measure`
     hears a sentence before a measurement starts."""
     from tutor.bench.ceilings import reference_host_costs
-    from tutor.bench.host_costs import REFERENCE_MODEL, host_costs_for, per_layer_decode
+    from tutor.trace.host_costs import REFERENCE_MODEL, host_costs_for, per_layer_decode
 
     if config is None:
         return ceilings
@@ -284,10 +284,10 @@ def time_report(arch, request: fitting.FitRequest, device: str | None, *, name: 
 
 def device_verification(config: dict, request: fitting.FitRequest, device: str, *, name: str, source: str) -> dict:
     """`time --verify --device N`: `time --device N`'s own answer (this machine's bench run on that device, the
-    family's host costs) for the model tutor.bench.device_verify builds there, beside that model's real step,
+    family's host costs) for the model tutor.trace.device_verify builds there, beside that model's real step,
     prefill and decode per engine."""
     from tutor.bench.ceilings import compute_dtype
-    from tutor.bench.device_verify import MEMORY_SHARE, measure_model, verification_config, weights_dtype
+    from tutor.trace.device_verify import MEMORY_SHARE, measure_model, verification_config, weights_dtype
     from tutor.theory.models import architecture_from_config
 
     scaled = verification_config(config, request, device)

@@ -35,13 +35,13 @@ from tutor.time_answer import (  # noqa: F401
 
 
 def verify_model(model: str, size: str, recipe: str = "fp32") -> dict:
-    """--verify: MODEL's architecture scaled down, predicted from ceilings measured now, then run (tutor.bench.step_verify)."""
+    """--verify: MODEL's architecture scaled down, predicted from ceilings measured now, then run (tutor.trace.step_verify)."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
         raise UserError("--verify runs the real model: it needs torch and transformers (pip install -e '.[trace]')") from None
-    from tutor.bench.step_verify import run_verification
+    from tutor.trace.step_verify import run_verification
     from tutor.model_files import read_model_config
 
     return run_verification(read_model_config(model).config, size, recipe=recipe)
@@ -83,7 +83,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     found = fit_model(model, None)
     arch, name, source = found.arch, found.name, found.source
     assert arch is not None  # a model (not a bare count) resolves to an architecture
-    from tutor.bench.device_verify import gpu_index
+    from tutor.trace.device_verify import gpu_index
 
     gpu = gpu_index(device) if verify else None
     if verify and device is None:  # this machine's device, as `time` answers for it: cuda:0 where there is one
@@ -118,7 +118,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
     request = apply_devices(request, devices)
     check_time_request(arch, request)
     if gpu is not None:
-        from tutor.bench.device_verify import check_device
+        from tutor.trace.device_verify import check_device
 
         check_device(gpu, device)  # before anything is read or measured: no such device is one line
     try:

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from tutor.bench.decode_loops import GRAPH_WARMUPS, StaticDecoder, capture_cuda_graph, eager_decoder
+from tutor.trace.decode_loops import GRAPH_WARMUPS, StaticDecoder, capture_cuda_graph, eager_decoder
 from tutor.formatting import format_duration, format_percent
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
 from tutor.labs.inference import DTYPE_BYTES, keeping_torch_threads, tiny_llama_params

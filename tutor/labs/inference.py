@@ -106,7 +106,7 @@ def _kv_cache(params: dict, progress: ProgressFn, cancel: threading.Event) -> Pr
         return ProbeResult("kv-cache", (Measurement("KV cache bytes per token", None, "B", note=note),), {}, note,
                            False, "cpu")
     from tutor.bench.matmul import torch_dtype
-    from tutor.bench.memory_trace import cache_argument
+    from tutor.trace.memory_trace import cache_argument
     from tutor.theory.kv_cache import kv_cache_bytes_per_token
 
     heads, kv_heads, hidden = params["heads"], params["kv_heads"], params["hidden"]

@@ -73,7 +73,7 @@ def new_cache(config):
 
 def forward(model, ids, cache, *, last_only: bool = False):
     """The model's logits for `ids`, appending them to `cache`."""
-    from tutor.bench.memory_trace import cache_argument
+    from tutor.trace.memory_trace import cache_argument
 
     kwargs = {cache_argument(model): cache, "use_cache": True}
     if last_only:  # only the last position's logits, as generate asks

@@ -1,6 +1,6 @@
 """step-time: predict a real model's training step, prefill and decode from this machine's ceilings, then run it.
 
-The lab behind `tensor-tutor time --verify` (tutor.bench.step_verify): a preset's architecture
+The lab behind `tensor-tutor time --verify` (tutor.trace.step_verify): a preset's architecture
 scaled down, its ceilings (matmul at its own GEMM shapes, its memory-bound ops, the framework's
 per-layer cost) measured just before in the same process, the step predicted operation by operation
 (tutor.theory.step_operations / step_time), then real steps timed. Rows: measured beside predicted.
@@ -28,7 +28,7 @@ def _step_time(params: dict, progress: ProgressFn, cancel: threading.Event) -> P
     if cancel.is_set():
         return ProbeResult("step-time", (), {}, "cancelled", True, "cpu")
     progress(0.0, "loading torch and transformers")
-    from tutor.bench.step_verify import run_verification
+    from tutor.trace.step_verify import run_verification
     from tutor.model_files import read_model_config
 
     progress(0.1, f"measuring the ceilings and the steps of {params['model']} ({params['size']})")

@@ -1,9 +1,9 @@
 """Activation profiles calibrated from traces, for architectures without hand-written formulas.
 
 A model type this package has no hand profile for (tutor.theory.models.SUPPORTED_MODEL_TYPES lists
-those it has) is answered from its real transformers model class: tutor.bench.arch_calibration
+those it has) is answered from its real transformers model class: tutor.trace.arch_calibration
 counts its parameters on the meta device and traces one step of it (FakeTensorMode and the storage
-tracker of `fit --trace`, tutor.bench.memory_trace) at a few small shapes with two and with three
+tracker of `fit --trace`, tutor.trace.memory_trace) at a few small shapes with two and with three
 decoder layers. Each traced quantity is fitted as
 
     q(L, b, s) = head(b, s) + L x per_layer(b, s),   with   f(b, s) = c0 + c1·b + c2·b·s + c3·b·s²

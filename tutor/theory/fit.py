@@ -856,7 +856,7 @@ def _training_peak(arch: Architecture, request: FitRequest, stage, components: l
     # End of backward: the layers' and the loss head's tensors are freed; the embedding's (token ids)
     # go last, with the embedding backward. A tied embedding is used twice, so autograd holds the
     # lm_head's weight gradient until the embedding's arrives, then adds them: three V x h
-    # gradients alive at once before the sum becomes .grad (measured with tutor.bench.memory_trace).
+    # gradients alive at once before the sum becomes .grad (measured with tutor.trace.memory_trace).
     remaining = timeline.stored - timeline.layers_part - timeline.head + _tied_gradient_bytes(arch, request, stage)
     # Autocast's 16-bit weight copies are saved for backward and freed by it: gone by its end.
     masters = weights - _autocast_copy_bytes(request, resident)

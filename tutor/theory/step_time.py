@@ -138,7 +138,7 @@ class Ceilings:
     devices_per_node: int = 8
     notes: tuple[str, ...] = field(default=())
     # Rates measured for one operation of the step itself ("phase:name" -> bytes/s, launches included):
-    # the memory-bound kernels' own ceilings at their own shapes (tutor.bench.step_verify).
+    # the memory-bound kernels' own ceilings at their own shapes (tutor.trace.step_verify).
     named_bandwidth: tuple[tuple[str, float], ...] = ()
     # Seconds per call of a framework operation ("phase:name"), measured at near-zero work.
     named_seconds: tuple[tuple[str, float], ...] = ()

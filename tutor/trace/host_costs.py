@@ -7,7 +7,7 @@ transformers against a 3.4 ms bandwidth floor, measured by this project); on a C
 kernels' own time. How much it costs depends on the family's code (a mixture-of-experts layer runs
 one expert's code per expert its tokens touch) and on this host, so it is measured, per family and
 device, the way `time --verify` measures it: the same family at width 64 with 1 and 3 layers, per
-layer the difference (tutor.bench.step_verify.framework_seconds), for a prefill and for decode steps
+layer the difference (tutor.trace.step_verify.framework_seconds), for a prefill and for decode steps
 at batch 1 and 8.
 
 A measurement takes a few seconds (torch and transformers load); it is kept in the user cache folder
@@ -73,7 +73,7 @@ def cache_key(config: dict, device: str) -> str:
     answer costs no torch start-up). PackageNotFoundError where either is not installed."""
     from importlib.metadata import version
 
-    from tutor.bench.step_verify import FRAMEWORK_SHAPE, sized_config
+    from tutor.trace.step_verify import FRAMEWORK_SHAPE, sized_config
 
     family = sized_config(config, layers=1, **FRAMEWORK_SHAPE)
     text = json.dumps([FORMAT, family, device, _cpu_name(), version("torch"), version("transformers")],
@@ -122,7 +122,7 @@ def measure_host_costs(config: dict, device: str = "cpu") -> HostCosts:
     import torch
     import transformers
 
-    from tutor.bench.step_verify import framework_seconds
+    from tutor.trace.step_verify import framework_seconds
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     threads = torch.get_num_threads()

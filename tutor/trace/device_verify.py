@@ -12,7 +12,7 @@ model). Timed with CUDA events (the wall clock after the queue drains where even
 - a prefill of the request's sequence (batch 1; logits of the last position), the median of PREFILLS;
 - decode after that prompt, at batch 1 and 8: eager (transformers' forward with a DynamicCache, the loop
   `generate` runs) and, where transformers' StaticCache can be captured, the same step replayed from a CUDA
-  graph (tutor.bench.decode_loops), the median of DECODE_STEPS each.
+  graph (tutor.trace.decode_loops), the median of DECODE_STEPS each.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _train(torch, model, ids, recipe: str, timer: _Timer) -> dict[str, float]:
 
 
 def _inference(torch, model, hf, vocab: int, seq: int, device: str, timer: _Timer) -> dict:
-    from tutor.bench.decode_loops import StaticDecoder, capture_cuda_graph, eager_decoder
+    from tutor.trace.decode_loops import StaticDecoder, capture_cuda_graph, eager_decoder
 
     model.eval()
     out: dict = {"decode": {}}
@@ -210,7 +210,7 @@ def measure_model(config: dict, request: FitRequest, device: str) -> dict:
     from transformers.utils import logging as hf_logging
 
     from tutor.bench.matmul import torch_dtype
-    from tutor.bench.step_verify import build_as_run
+    from tutor.trace.step_verify import build_as_run
 
     hf_logging.set_verbosity_error()
     dtype = torch_dtype(weights_dtype(request))
@@ -234,8 +234,8 @@ def measure_model(config: dict, request: FitRequest, device: str) -> dict:
 
 def _with_layers(config: dict, layers: int) -> dict:
     """The config with `layers` decoder layers, its per-layer lists rebuilt to match (transformers checks them)
-    by repeating the model's own pattern of layer kinds (tutor.bench.layer_count.with_layers): fewer layers of
+    by repeating the model's own pattern of layer kinds (tutor.trace.layer_count.with_layers): fewer layers of
     Gemma-2 still alternate sliding and full attention."""
-    from tutor.bench.layer_count import with_layers
+    from tutor.trace.layer_count import with_layers
 
     return with_layers(config, layers)

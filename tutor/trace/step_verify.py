@@ -490,10 +490,10 @@ def build_as_run(torch, config: dict, dtype, device: str = "cpu"):
     """(model, its transformers config): `config`'s causal LM as transformers builds it from the config (random
     weights), in `dtype`, initialised on `device` (billions of parameters take minutes on the host), with the
     attention transformers runs the family with: SDPA where its class has it, else eager (Gemma 2 in transformers
-    5; tutor.bench.memory_trace.attention_to_run). The attention is `hf._attn_implementation`."""
+    5; tutor.trace.memory_trace.attention_to_run). The attention is `hf._attn_implementation`."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tutor.bench.memory_trace import attention_to_run
+    from tutor.trace.memory_trace import attention_to_run
 
     attention, _ = attention_to_run(config, "sdpa")
     hf = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})

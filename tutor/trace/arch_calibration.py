@@ -11,8 +11,8 @@ transformers can build is answered here, in two steps:
 2. Activations (`calibrated_for`): for the request's setup (mode, precision, attention, recompute),
    the model is built at two small depths on fake tensors (2 and 3 decoder layers; for a model that
    mixes kinds of layers, one and two repeats of its pattern of kinds, every per-layer list of the
-   config rebuilt for that depth by tutor.bench.layer_count) and one step is traced
-   (tutor.bench.memory_trace's StorageTracker, the tracker of `fit --trace`; forward and backward,
+   config rebuilt for that depth by tutor.trace.layer_count) and one step is traced
+   (tutor.trace.memory_trace's StorageTracker, the tracker of `fit --trace`; forward and backward,
    the optimizer is fit's formula) at two to four small shapes, as many as the basis terms the setup
    can hold (FIT_SHAPES: a constant, b·s, and b for a prefill's last logits, b·s² for eager scores,
    dropout or a sliding-window mask). Each quantity, per region of the step (tutor.theory.calibrated),
@@ -76,7 +76,7 @@ FIT_LAYERS = (2, 3)   # with one layer the top layer is the bottom one: two regi
 CHECK_LAYERS = 3
 # FIT_LAYERS is for a model whose layers are all of one kind. A model that mixes kinds (sliding and
 # full attention, linear and full attention, dense and MoE layers) is traced at depths that are whole
-# repeats of its pattern of kinds (tutor.bench.layer_count: Gemma-3's 5 sliding and 1 full layer, at 6
+# repeats of its pattern of kinds (tutor.trace.layer_count: Gemma-3's 5 sliding and 1 full layer, at 6
 # and 12 layers): the per-layer terms are then the model's own mix, and each depth has every kind
 # (a hybrid model of 2 linear-attention layers alone does not run).
 PROFILE = "calibrated-trace"
@@ -115,7 +115,7 @@ def _require_transformers(model_type: object) -> None:
     if not versions():
         raise UserError(f"model_type {shown(model_type)!r} has no hand profile; counting and tracing its real "
                         f"transformers model needs the [trace] extra: {TRACE_EXTRA}")
-    from tutor.bench.transformers_import import install
+    from tutor.trace.transformers_import import install
 
     install()
 
@@ -239,7 +239,7 @@ def _decoder_layers(model, num_layers: int | None = None):
 
 def _measure(config: dict) -> dict:
     """Build the model on the meta device and count its parameters; the Architecture's fields."""
-    from tutor.bench.memory_trace import TraceSetup, _quiet, build_config, build_model
+    from tutor.trace.memory_trace import TraceSetup, _quiet, build_config, build_model
 
     import torch
 
@@ -370,8 +370,8 @@ def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attenti
 
 def traced_depths(config: dict) -> tuple[int, int]:
     """The two layer counts the calibration traces: FIT_LAYERS for layers all of one kind, else whole
-    repeats of the config's pattern of layer kinds (tutor.bench.layer_count.layer_plan)."""
-    from tutor.bench.layer_count import class_view
+    repeats of the config's pattern of layer kinds (tutor.trace.layer_count.layer_plan)."""
+    from tutor.trace.layer_count import class_view
 
     _, plan = class_view(config)
     if plan is None or (plan.pattern_layers == 1 and not plan.lead):
@@ -382,8 +382,8 @@ def traced_depths(config: dict) -> tuple[int, int]:
 
 def layer_config(config: dict, layers: int) -> dict:
     """`config` with `layers` decoder layers, every per-layer list, index list and pattern rebuilt for that
-    count by repeating the model's own pattern of layer kinds (tutor.bench.layer_count.config_at_depth)."""
-    from tutor.bench.layer_count import config_at_depth
+    count by repeating the model's own pattern of layer kinds (tutor.trace.layer_count.config_at_depth)."""
+    from tutor.trace.layer_count import config_at_depth
 
     return config_at_depth(config, layers)
 
@@ -519,7 +519,7 @@ def _forward_backward(model, ids, labels, tracker) -> None:
 def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: int) -> dict[str, float]:
     import torch
 
-    from tutor.bench.memory_trace import (
+    from tutor.trace.memory_trace import (
         _fake_tensor_workarounds,
         cache_tensors,
         register_model_states,
@@ -684,7 +684,7 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     import torch  # noqa: F401 - imported before FakeTensorMode, as torch requires
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from tutor.bench.memory_trace import TraceSetup, _one_line, _quiet, attention_to_run, build_model, enable_recompute
+    from tutor.trace.memory_trace import TraceSetup, _one_line, _quiet, attention_to_run, build_model, enable_recompute
 
     dtype = {"fp32": "fp32", "amp": "fp32", "bf16": "bf16"}[precision]
     setup = TraceSetup(mode=mode, dtype=dtype, autocast=precision == "amp", recompute=recompute == "full",

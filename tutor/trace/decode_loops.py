@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from tutor.bench.memory_trace import cache_argument
+from tutor.trace.memory_trace import cache_argument
 
 GRAPH_WARMUPS = 3  # eager steps on a side stream before capture, as torch.cuda.graphs asks
 

@@ -346,7 +346,7 @@ def _torch():
 
 def import_trace_dependencies() -> tuple[Any, Any]:
     """(torch, transformers), or UserError naming the extra to install."""
-    from tutor.bench.transformers_import import install
+    from tutor.trace.transformers_import import install
 
     install()  # transformers' scan of its model folders, read from the data dir
     try:

@@ -24,7 +24,7 @@ which spells out what the class derives from its pattern fields: Gemma-3's `laye
    the layer each position repeats; counts of layers of a kind are scaled to N.
 
 So `pattern_layers` consecutive layers have the model's own mix of kinds, which is what a fit of
-per-layer terms from traces at two depths that far apart needs (tutor.bench.arch_calibration).
+per-layer terms from traces at two depths that far apart needs (tutor.trace.arch_calibration).
 """
 
 from __future__ import annotations
@@ -334,7 +334,7 @@ def class_view(config: dict) -> tuple[dict, LayerPlan | None]:
     """(`config` as its transformers class writes it, the plan of its layers read with what the class
     derives): the class's own reading, so a config.json that gives only a pattern field
     (sliding_window_pattern) has its per-layer list spelled out. UserError if transformers cannot build it."""
-    from tutor.bench.memory_trace import _quiet, build_config
+    from tutor.trace.memory_trace import _quiet, build_config
 
     with _quiet():
         hf_config = build_config(config, "eager")
