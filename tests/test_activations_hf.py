@@ -13,9 +13,9 @@ import pytest
 import torch
 transformers = pytest.importorskip("transformers")
 
-from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
+from torch.multiprocessing.reductions import StorageWeakRef
 
-from tutor.trace.memory_trace import (  # noqa: E402
+from tutor.trace.memory_trace import (
     TraceSetup,
     attention_to_run,
     build_model,
@@ -25,13 +25,13 @@ from tutor.trace.memory_trace import (  # noqa: E402
     token_ids,
     training_step,
 )
-from tutor.theory import fit as fitting  # noqa: E402
-from tutor.theory.activations import (  # noqa: E402
+from tutor.theory import fit as fitting
+from tutor.theory.activations import (
     hf_attention_backend,
     hf_layer_activation_terms,
     hf_layer_shape,
 )
-from tutor.theory.models import architecture_from_config, count_parameters  # noqa: E402
+from tutor.theory.models import architecture_from_config, count_parameters
 
 H, HEADS, KV_HEADS, FFN, VOCAB, BATCH = 64, 4, 2, 128, 512, 2
 

@@ -18,7 +18,7 @@ import torch  # noqa: F401  (a hard dependency)
 
 transformers = pytest.importorskip("transformers")
 
-from tutor.trace import arch_calibration  # noqa: E402
+from tutor.trace import arch_calibration
 
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, pad_token_id=0, bos_token_id=1,
@@ -111,11 +111,9 @@ def test_fitted_quantities_evaluate_head_plus_layers() -> None:
 
 
 def _real_step(model_type: str, keys: dict, run_name: str, batch: int, seq_len: int):
-    import sys
-    from pathlib import Path
+    from tests.benchmark_scripts import load
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import fit_vs_transformers as base
+    base = load("fit_vs_transformers")
 
     run = base.CONFIGS[run_name]
     hf_config = transformers.AutoConfig.for_model(model_type, **keys)
@@ -181,13 +179,9 @@ def test_fit_json_says_which_path_answered(tmp_path) -> None:
 
 
 def _benchmark():
-    import sys
-    from pathlib import Path
+    from tests.benchmark_scripts import load
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import fit_any_architecture
-
-    return fit_any_architecture
+    return load("fit_any_architecture")
 
 
 @pytest.mark.slow

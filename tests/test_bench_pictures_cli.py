@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from cli_runner import run  # noqa: E402
-from plot_data import HEADER, RESULTS, collective_results  # noqa: E402
-from tutor.bench.notebook import append_run  # noqa: E402
+from tests.cli_runner import run
+from tests.plot_data import HEADER, RESULTS, collective_results
+from tutor.bench.notebook import append_run
 
 
 @pytest.fixture

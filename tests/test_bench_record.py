@@ -7,27 +7,25 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import fake_services, slow_bench, sync  # noqa: E402
+from tests.ui_fakes import fake_services, slow_bench, sync
 
-from textual.widgets import OptionList, ProgressBar, Static  # noqa: E402
+from textual.widgets import OptionList, ProgressBar, Static
 
-from tutor.bench.notebook import (append_run, compare_runs_at_same_sizes, read_notebook,  # noqa: E402
+from tutor.bench.notebook import (append_run, compare_runs_at_same_sizes, read_notebook,
                                   run_headlines)
-from tutor.bench.record import CANCELLED, COMPLETE, CaseResult, run_record  # noqa: E402
-from tutor.commands.bench import bench  # noqa: E402
-from tutor.formatting import format_quantity  # noqa: E402
-from tutor import export  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.worker.jobs import bench_rows  # noqa: E402
+from tutor.bench.record import CANCELLED, COMPLETE, CaseResult, run_record
+from tutor.commands.bench import bench
+from tutor.formatting import format_quantity
+from tutor import export
+from tutor.ui.app import TutorApp
+from tutor.worker.jobs import bench_rows
 
 
 def matmul(size: int, median: float, best: float, *, backend: str = "torch/mkl", headline: bool = True,

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from plot_data import LEVELS, RESULTS  # noqa: E402
-from tutor.bench.cache_sweep import (  # noqa: E402
+from tests.plot_data import LEVELS, RESULTS
+from tutor.bench.cache_sweep import (
     bandwidth_steps, cache_levels, cache_plateaus, cache_sweep, sweep_array_bytes)
 
 CACHES = [("L1", 32768), ("L2", 1048576), ("L3", 33554432)]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli_runner import run
+from tests.cli_runner import run
 
 
 def assert_one_line_error(argv: list[str], fragment: str = "") -> str:

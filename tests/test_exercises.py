@@ -14,8 +14,7 @@ from tutor.labs.exercise_checks import CHECKS, check_bf16_rounding, check_expert
 from tutor.lessons.loader import load_curriculum
 from tutor.lessons.model import Exercise
 
-sys.path.insert(0, str(Path(__file__).parent))
-from cli_runner import run  # noqa: E402
+from tests.cli_runner import run
 
 LESSONS = Path(__file__).parent.parent / "lessons"
 
@@ -488,7 +487,7 @@ def test_a_goal_on_days_is_checked_without_torch() -> None:
     import os
     import subprocess
 
-    from subprocess_env import pythonpath
+    from tests.subprocess_env import pythonpath
 
     code = ("import sys\nfrom pathlib import Path\nfrom tutor.lessons.loader import load_curriculum\n"
             "from tutor.lessons.goals import check_goal\nfrom tutor.lessons.model import Calc\n"

@@ -6,9 +6,9 @@ import json
 import re
 
 import pytest
-from cli_runner import run
+from tests.cli_runner import run
 from click.testing import CliRunner
-from ui_fakes import fake_machine
+from tests.ui_fakes import fake_machine
 
 from tutor.commands.group import cli
 from tutor.fit_answer import FitAnswer, FitInputs, answer_fit, change_flags

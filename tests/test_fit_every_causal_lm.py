@@ -19,10 +19,11 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import fit_every_causal_lm as sweep  # noqa: E402
+from tests.benchmark_scripts import load
 
-from tutor.cli import main  # noqa: E402
+sweep = load("fit_every_causal_lm")
+
+from tutor.cli import main
 
 TYPES = sweep.causal_lm_types()
 

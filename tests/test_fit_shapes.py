@@ -12,8 +12,8 @@ import pytest
 import torch
 pytest.importorskip("transformers")
 
-from tutor.theory import fit as fitting  # noqa: E402
-from tutor.theory.models import architecture_from_config  # noqa: E402
+from tutor.theory import fit as fitting
+from tutor.theory.models import architecture_from_config
 
 _COMMON = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=1024, max_position_embeddings=1024)

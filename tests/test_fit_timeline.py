@@ -6,18 +6,15 @@ layer boundary and at the peak."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cli_runner import run  # noqa: E402
-from tutor.model_files import resolve_model  # noqa: E402
-from tutor.theory import fit as fitting  # noqa: E402
-from tutor.theory.fit_timeline import prefill_timeline, training_timeline  # noqa: E402
+from tests.cli_runner import run
+from tutor.model_files import resolve_model
+from tutor.theory import fit as fitting
+from tutor.theory.fit_timeline import prefill_timeline, training_timeline
 
 TOLERANCE = 0.10
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_runner import run as run_cli
+from tests.cli_runner import run as run_cli
 from tutor.errors import UserError
 from tutor.labs import checkpoint
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli_runner import run
+from tests.cli_runner import run
 from tutor.bench.notebook import append_run, read_notebook
 from tutor.lessons.progress import ProgressStore
 from tutor.settings import Settings, load_settings, save_settings
@@ -151,7 +151,6 @@ def test_a_progress_file_that_could_crash_the_start_or_a_save_is_set_aside_in_on
                                           ('{"theme": "nord\\udc80"}', "lone surrogate")])
 def test_a_settings_file_that_could_crash_the_start_or_a_save_is_set_aside_in_one_line(
         data_dir: Path, content: str, why: str) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
     from tutor.ui.services import default_services
     from tutor.worker.client import WorkerClient
 
@@ -322,9 +321,8 @@ def test_any_bytes_given_as_config_json_are_an_answer_or_one_line_with_exit_code
 
 
 def test_the_bench_screen_shows_the_good_runs_and_names_the_one_left_out(data_dir: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
     from textual.widgets import OptionList
-    from ui_fakes import fake_services, sync, until
+    from tests.ui_fakes import fake_services, sync, until
 
     from tutor.ui.app import TutorApp
 

@@ -67,8 +67,7 @@ def test_settings_that_cannot_be_saved_return_one_line(tmp_path: Path) -> None:
 
 
 def test_app_shows_warnings_from_after_start_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from ui_fakes import FakeSettings, fake_services, until
+    from tests.ui_fakes import FakeSettings, fake_services, until
 
     import tutor.ui.app as app_module
 

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from cli_runner import run
+from tests.cli_runner import run
 from tutor.commands import serve
 
 def assert_one_line_error(argv: list[str], fragment: str) -> None:

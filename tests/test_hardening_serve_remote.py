@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from cli_runner import run
+from tests.cli_runner import run
 from tutor.commands import serve
 
 from tests.test_hardening_serve import free_port

@@ -223,7 +223,7 @@ def test_as_root_another_users_data_folder_is_refused(data: Path) -> None:
 
 
 def test_data_reset_deletes_a_link_not_its_target(data: Path, outside: Path) -> None:
-    from cli_runner import run
+    from tests.cli_runner import run
 
     (data / "settings.json").symlink_to(outside)
     code, out, _ = run(["data", "reset", "settings", "--yes"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_runner import run
+from tests.cli_runner import run
 from tutor.commands.safe_text import as_text, markup_safe, plain
 
 HOSTILE = "evil[/bold] [link=http://x]a[/link] \x1b[31mred my-model[v2]"

@@ -10,18 +10,17 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_nvml import (  # noqa: E402
+from tests.fake_nvml import (
     GPU_IS_LOST, NO_PERMISSION, R535_SYMBOLS, FakeNvml, FakeProcess, a100_with_migs, h100, rtx_4090,
 )
 
-from tutor.errors import UserError  # noqa: E402
-from tutor.hardware import nvidia  # noqa: E402
-from tutor.hardware.cpu import detect_cpu  # noqa: E402
-from tutor.hardware.machine import Machine, cuda_devices, gpu_for_cuda_index  # noqa: E402
-from tutor.hardware.memory_budget import device_budget  # noqa: E402
-from tutor.hardware.specs import SPECS_BY_KEY  # noqa: E402
+from tutor.errors import UserError
+from tutor.hardware import nvidia
+from tutor.hardware.cpu import detect_cpu
+from tutor.hardware.machine import Machine, cuda_devices, gpu_for_cuda_index
+from tutor.hardware.memory_budget import device_budget
+from tutor.hardware.specs import SPECS_BY_KEY
 
 GiB = 2**30
 CPU = detect_cpu()

@@ -4,16 +4,14 @@ hide behind it. Runs on the C-level fake of tests/fake_nvml.py behind the real n
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_nvml import FakeNvml, h100, rtx_4090  # noqa: E402
+from tests.fake_nvml import FakeNvml, h100, rtx_4090
 
-from tutor.hardware import nvidia  # noqa: E402
+from tutor.hardware import nvidia
 
 GiB = 2**30
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_runner import run
+from tests.cli_runner import run
 from tutor.commands.lab import ProgressLine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_runner import run
+from tests.cli_runner import run
 from tutor.errors import UserError
 from tutor.labs.registry import LABS, lab_entry, load_lab
 

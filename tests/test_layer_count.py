@@ -7,9 +7,9 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from tutor.trace import arch_calibration  # noqa: E402
-from tutor.trace.layer_count import class_view, config_at_depth, layer_plan, with_layers  # noqa: E402
-from tutor.errors import UserError  # noqa: E402
+from tutor.trace import arch_calibration
+from tutor.trace.layer_count import class_view, config_at_depth, layer_plan, with_layers
+from tutor.errors import UserError
 
 
 def written(model_type: str, **keys) -> dict:

@@ -635,15 +635,15 @@ def test_engine_and_lessons_command_import_neither_torch_nor_textual() -> None:
 
 # ---- units and powers, shuffles, draws, goals, seen vs solved, `lessons show` ---------------
 
-from tutor.lessons.goals import check_goal, goal_text  # noqa: E402
-from tutor.lessons.grading import quiz_unit  # noqa: E402
-from tutor.lessons.learner import (  # noqa: E402
+from tutor.lessons.goals import check_goal, goal_text
+from tutor.lessons.grading import quiz_unit
+from tutor.lessons.learner import (
     draw_combinations,
     learner_view,
     personalise,
     render_block,
 )
-from tutor.lessons.progress import lesson_complete  # noqa: E402
+from tutor.lessons.progress import lesson_complete
 
 
 def _quiz(body: str) -> Quiz:

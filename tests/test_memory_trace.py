@@ -17,10 +17,10 @@ import pytest
 transformers = pytest.importorskip("transformers")
 import torch
 
-from click.testing import CliRunner  # noqa: E402
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from click.testing import CliRunner
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tutor.trace.memory_trace import (  # noqa: E402
+from tutor.trace.memory_trace import (
     CATEGORIES,
     TraceSetup,
     build_config,
@@ -29,9 +29,9 @@ from tutor.trace.memory_trace import (  # noqa: E402
     storage_tracker_class,
     trace_step,
 )
-from tutor.cli import main  # noqa: E402
-from tutor.commands.fit import fit  # noqa: E402
-from tutor.errors import UserError  # noqa: E402
+from tutor.cli import main
+from tutor.commands.fit import fit
+from tutor.errors import UserError
 
 LLAMA = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=256, max_position_embeddings=512)

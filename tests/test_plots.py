@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from plot_data import H100_HEADER, HEADER, RESULTS, collective_results  # noqa: E402
-from tutor.errors import UserError  # noqa: E402
-from tutor.formatting import axis_unit  # noqa: E402
-from tutor.plots import (  # noqa: E402
+from tests.plot_data import H100_HEADER, HEADER, RESULTS, collective_results
+from tutor.errors import UserError
+from tutor.formatting import axis_unit
+from tutor.plots import (
     Lane, Lanes, LanesPicture, Span, bandwidth_sweep_chart, bench_charts, caches_from_machine_json, chart_rows,
     chart_text, collective_sweep_chart, lanes_rows, matmul_sweep_chart, print_chart, save_svg, timeline_chart)
 

@@ -12,11 +12,11 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from transformers.utils import import_utils  # noqa: E402
+from transformers.utils import import_utils
 
-from tutor.trace import transformers_import  # noqa: E402
+from tutor.trace import transformers_import
 
-from tests.subprocess_env import pythonpath  # noqa: E402
+from tests.subprocess_env import pythonpath
 
 MODELS = Path(transformers.__file__).parent / "models"
 

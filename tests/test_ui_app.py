@@ -10,24 +10,23 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import FakeProgress, fake_services, slow_bench, until  # noqa: E402
+from tests.ui_fakes import FakeProgress, fake_services, slow_bench, until
 
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.screens.bench import BenchScreen  # noqa: E402
-from tutor.ui.screens.fit import FitScreen  # noqa: E402
-from tutor.ui.screens.help import HelpScreen  # noqa: E402
-from tutor.ui.screens.home import HomeScreen  # noqa: E402
-from tutor.ui.screens.lesson import LessonScreen  # noqa: E402
-from tutor.ui.widgets.bits import BitsBlock  # noqa: E402
-from tutor.ui.widgets.calc import CalcBlock  # noqa: E402
-from tutor.ui.widgets.live_pane import LivePane, Trace  # noqa: E402
-from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
-from tutor.ui.widgets.quiz import QuizBlock, attempts_before_reveal  # noqa: E402
-from textual.command import CommandList  # noqa: E402
-from textual.widgets import RadioButton, Static  # noqa: E402
+from tutor.ui.app import TutorApp
+from tutor.ui.screens.bench import BenchScreen
+from tutor.ui.screens.fit import FitScreen
+from tutor.ui.screens.help import HelpScreen
+from tutor.ui.screens.home import HomeScreen
+from tutor.ui.screens.lesson import LessonScreen
+from tutor.ui.widgets.bits import BitsBlock
+from tutor.ui.widgets.calc import CalcBlock
+from tutor.ui.widgets.live_pane import LivePane, Trace
+from tutor.ui.widgets.measure import MeasureBlock
+from tutor.ui.widgets.predict import PredictBlock
+from tutor.ui.widgets.quiz import QuizBlock, attempts_before_reveal
+from textual.command import CommandList
+from textual.widgets import RadioButton, Static
 
 WIDE, SMALL = (120, 40), (80, 24)
 
@@ -333,7 +332,7 @@ def test_predict_rejects_a_guess_that_is_not_a_number_without_measuring():
 
 def test_a_broken_probe_is_one_line_in_its_block():
     async def scenario():
-        from ui_fakes import LESSONS, TRACKS, FakeCurriculum, Info, Lesson, Measure, Track
+        from tests.ui_fakes import LESSONS, TRACKS, FakeCurriculum, Info, Lesson, Measure, Track
 
         lesson = Lesson(Info("x/broken", "Broken", "x", 1, (), ""), (Measure("broken", {}, ""),))
         curriculum = FakeCurriculum(LESSONS + (lesson,), TRACKS + (Track("x", "X", "", ("x/broken",)),))
@@ -461,7 +460,7 @@ def test_palette_offers_bench_fit_and_theme():
 def test_theme_is_applied_and_saved():
     async def scenario():
         saved = []
-        from ui_fakes import FakeSettings
+        from tests.ui_fakes import FakeSettings
 
         services = fake_services(settings=FakeSettings(theme="nord"), save_settings=saved.append)
         app = TutorApp(services)
@@ -639,7 +638,7 @@ def test_opening_the_app_imports_no_torch():
     """Start-up stays well under a second: torch loads only when a measurement needs it."""
     import subprocess
 
-    code = ("import sys; sys.path.insert(0, 'tests'); from ui_fakes import fake_services; "
+    code = ("import sys; from tests.ui_fakes import fake_services; "
             "from tutor.ui.app import TutorApp; import tutor.ui.screens.lesson, tutor.ui.screens.bench, "
             "tutor.ui.screens.fit; TutorApp(fake_services()); "
             "print(sorted(m for m in ('torch', 'numpy', 'textual_serve') if m in sys.modules))")
@@ -664,7 +663,7 @@ def test_going_to_a_lesson_from_help_closes_the_help():
 # ---- quiz texts rendered, unreadable answers not counted, calculator goals ------------------
 
 def _exercise_services():
-    from ui_fakes import TRACKS, FakeCurriculum
+    from tests.ui_fakes import TRACKS, FakeCurriculum
 
     from tutor.lessons import expected_answer, grade
     from tutor.lessons.directives import parse_blocks

@@ -6,28 +6,26 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import FakeProbe, fake_machine, fake_services, sync  # noqa: E402
+from tests.ui_fakes import FakeProbe, fake_machine, fake_services, sync
 
-from textual.app import App  # noqa: E402
-from textual.widgets import Input, OptionList, Static  # noqa: E402
+from textual.app import App
+from textual.widgets import Input, OptionList, Static
 
-from tutor.bench.notebook import append_run, read_notebook  # noqa: E402
-from tutor.errors import UserError  # noqa: E402
-from tutor.lessons.calc_fields import CALC_FIELDS, memory_text, parse_length, parse_memory_size  # noqa: E402
-from tutor.lessons.model import Calc  # noqa: E402
-from tutor.theory import fit as fitting  # noqa: E402
-from tutor import export  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.commands import export_current  # noqa: E402
-from tutor.ui.screens.bench import BenchScreen  # noqa: E402
-from tutor.ui.widgets.calc import CalcBlock, change_in_fields, coerce, shown  # noqa: E402
+from tutor.bench.notebook import append_run, read_notebook
+from tutor.errors import UserError
+from tutor.lessons.calc_fields import CALC_FIELDS, memory_text, parse_length, parse_memory_size
+from tutor.lessons.model import Calc
+from tutor.theory import fit as fitting
+from tutor import export
+from tutor.ui.app import TutorApp
+from tutor.ui.commands import export_current
+from tutor.ui.screens.bench import BenchScreen
+from tutor.ui.widgets.calc import CalcBlock, change_in_fields, coerce, shown
 
 
 # ---- a notebook of three runs: fp32 measured at two sizes, one run cancelled ---------------------
@@ -306,7 +304,7 @@ def test_a_bench_run_exports_as_bench_json_and_its_cases(notebook):
 
 
 def test_the_fit_export_is_the_fit_commands_json(data_dir):
-    from cli_runner import run
+    from tests.cli_runner import run
 
     code, out, err = run(["fit", "llama-3.1-70b", "--mode", "train", "--device", "h100", "--seq", "8192", "--json"])
     assert code == 0, err

@@ -6,23 +6,21 @@ Regenerate after an intended change of the look: pytest tests/test_ui_bench_fit_
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from textual.app import App  # noqa: E402
-from textual.widgets import Input  # noqa: E402
-from ui_fakes import fake_services  # noqa: E402
+from textual.app import App
+from textual.widgets import Input
+from tests.ui_fakes import fake_services
 
-from test_ui_bench_fit import write_notebook  # noqa: E402
-from tutor.lessons.model import Calc  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.calc import CalcBlock  # noqa: E402
+from tests.test_ui_bench_fit import write_notebook
+from tutor.lessons.model import Calc
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.calc import CalcBlock
 
 SMALL, WIDE = (80, 24), (120, 40)
 
@@ -47,9 +45,9 @@ def test_bench_history(snap_compare, size):
 
 
 async def fit_70b_training_on_h100(pilot) -> None:
-    from test_ui_bench_fit import fit_screen
+    from tests.test_ui_bench_fit import fit_screen
 
-    from ui_fakes import until
+    from tests.ui_fakes import until
 
     await fit_screen(pilot, model="llama-3.1-70b", mode="train", device="h100", seq="8k")
     # The time and the timeline under the memory arrive from a thread: their length sets the scrollbar.

@@ -11,22 +11,20 @@ and the Markdown headings of lessons and help.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import fake_services, sync  # noqa: E402
+from tests.ui_fakes import fake_services, sync
 
-from rich.color import Color as RichColor  # noqa: E402
-from textual.color import Color  # noqa: E402
-from textual.filter import dim_color  # noqa: E402
-from textual.widget import Widget  # noqa: E402
+from rich.color import Color as RichColor
+from textual.color import Color
+from textual.filter import dim_color
+from textual.widget import Widget
 
-from tutor.ui import palette  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
+from tutor.ui import palette
+from tutor.ui.app import TutorApp
 
 THEMES = ("textual-dark", "textual-light")
 """The dark and the light theme the app offers (Textual's own; the default is the dark one)."""
@@ -96,7 +94,7 @@ async def screen_failures(app: TutorApp) -> list[str]:
 
 @pytest.fixture
 def bench_run(tmp_path, monkeypatch):
-    from plot_data import HEADER, RESULTS
+    from tests.plot_data import HEADER, RESULTS
 
     from tutor.bench.notebook import append_run
 

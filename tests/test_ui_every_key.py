@@ -17,22 +17,21 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from plot_data import HEADER, RESULTS  # noqa: E402
-from ui_fakes import fake_services, sync  # noqa: E402
+from tests.plot_data import HEADER, RESULTS
+from tests.ui_fakes import fake_services, sync
 
-from textual import events  # noqa: E402
-from textual.message import Message  # noqa: E402
-from textual.screen import ModalScreen  # noqa: E402
-from textual.widget import Widget  # noqa: E402
-from textual.widgets import Input, Select, Static  # noqa: E402
+from textual import events
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widget import Widget
+from textual.widgets import Input, Select, Static
 
-from tutor.bench.notebook import append_run  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.screens.bench import BenchScreen  # noqa: E402
-from tutor.ui.screens.fit import FitScreen  # noqa: E402
-from tutor.ui.widgets.plot import ChartPlot, ChartView  # noqa: E402
+from tutor.bench.notebook import append_run
+from tutor.ui.app import TutorApp
+from tutor.ui.screens.bench import BenchScreen
+from tutor.ui.screens.fit import FitScreen
+from tutor.ui.widgets.plot import ChartPlot, ChartView
 
 WIDE, SMALL = (120, 40), (80, 24)
 LEAVING = {"escape", "h", "f1", "ctrl+p", "ctrl+q", "ctrl+c", "super+c", "tab", "shift+tab", "n", "p",

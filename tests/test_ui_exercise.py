@@ -4,22 +4,20 @@ fix passes with the explanation, and the lesson records it as solved."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("textual")
 
-from test_ui_lessons import real_services, text_of  # noqa: E402
-from ui_fakes import until  # noqa: E402
-from textual.widgets import TextArea  # noqa: E402
+from tests.test_ui_lessons import real_services, text_of
+from tests.ui_fakes import until
+from textual.widgets import TextArea
 
-from tutor.labs.exercise import EXERCISE  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.exercise import ExerciseBlock  # noqa: E402
+from tutor.labs.exercise import EXERCISE
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.exercise import ExerciseBlock
 
 LESSON = "parallelism/pipeline-parallel"
 

@@ -12,25 +12,23 @@ import html
 import io
 import json
 import re
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import fake_machine, fake_services, sync, until  # noqa: E402
+from tests.ui_fakes import fake_machine, fake_services, sync, until
 
-from textual.widgets import Static  # noqa: E402
+from textual.widgets import Static
 
-from test_ui_bench_fit import fit_screen, probe_result, text_of, write_notebook  # noqa: E402
+from tests.test_ui_bench_fit import fit_screen, probe_result, text_of, write_notebook
 
-import tutor  # noqa: E402
-from tutor import export  # noqa: E402
-from tutor.bench.notebook import read_notebook  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.commands import export_current  # noqa: E402
+import tutor
+from tutor import export
+from tutor.bench.notebook import read_notebook
+from tutor.ui.app import TutorApp
+from tutor.ui.commands import export_current
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
@@ -165,7 +163,7 @@ async def test_ctrl_s_saves_pictures_that_say_what_they_show(data_dir):
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 @sync
 async def test_chart_legends_sit_outside_the_plotted_data(size, data_dir):
-    from plot_data import HEADER, RESULTS
+    from tests.plot_data import HEADER, RESULTS
 
     from tutor.bench.notebook import append_run
     from tutor.ui.widgets.plot import ChartPlot, ChartView
@@ -197,7 +195,7 @@ async def test_chart_legends_sit_outside_the_plotted_data(size, data_dir):
 
 
 def test_chart_axes_carry_their_units():
-    from plot_data import HEADER, RESULTS
+    from tests.plot_data import HEADER, RESULTS
 
     from tutor.plots import bench_charts
 
@@ -211,7 +209,7 @@ def test_chart_axes_carry_their_units():
 
 @sync
 async def test_the_chart_axes_are_labelled_with_units_in_the_app(data_dir):
-    from plot_data import HEADER, RESULTS
+    from tests.plot_data import HEADER, RESULTS
 
     from tutor.bench.notebook import append_run
     from tutor.ui.widgets.plot import ChartPlot, ChartView

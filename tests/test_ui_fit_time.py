@@ -7,26 +7,24 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import fake_services, sync, until  # noqa: E402
+from tests.ui_fakes import fake_services, sync, until
 
-from tests.cli_runner import run  # noqa: E402
-from test_ui_bench_fit import fit_screen, text_of  # noqa: E402
-from tutor import export  # noqa: E402
-from tutor.errors import UserError  # noqa: E402
-from tutor.formatting import format_bytes, format_duration, format_percent, format_rate  # noqa: E402
-from tutor.plots import Chart, Mark, Point, Series, chart_json, timeline_chart  # noqa: E402
-from tutor.theory import fit as fitting  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.calc import fit_advice  # noqa: E402
+from tests.cli_runner import run
+from tests.test_ui_bench_fit import fit_screen, text_of
+from tutor import export
+from tutor.errors import UserError
+from tutor.formatting import format_bytes, format_duration, format_percent, format_rate
+from tutor.plots import Chart, Mark, Point, Series, chart_json, timeline_chart
+from tutor.theory import fit as fitting
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.calc import fit_advice
 
 
 def time_json(argv: list[str]) -> dict:
@@ -236,7 +234,7 @@ async def test_ctrl_s_on_the_fit_screen_saves_the_timeline_and_says_where(tmp_pa
 
 @sync
 async def test_ctrl_s_on_the_bench_screen_saves_the_runs_sweeps(tmp_path, monkeypatch):
-    from plot_data import HEADER, RESULTS
+    from tests.plot_data import HEADER, RESULTS
 
     from tutor.bench.notebook import append_run
 

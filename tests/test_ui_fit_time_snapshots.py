@@ -7,20 +7,18 @@ Regenerate after an intended change of the look: pytest tests/test_ui_fit_time_s
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from textual.containers import VerticalScroll  # noqa: E402
-from textual.widgets import Input  # noqa: E402
-from ui_fakes import fake_services, until  # noqa: E402
+from textual.containers import VerticalScroll
+from textual.widgets import Input
+from tests.ui_fakes import fake_services, until
 
-from tutor.ui.app import TutorApp  # noqa: E402
+from tutor.ui.app import TutorApp
 
 SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["small", "wide"])
 
@@ -33,7 +31,7 @@ def no_cursor_blink(monkeypatch):
 def shown_at(part: str, **values):
     """Open the Fit screen with `values`, wait for its time, and scroll `part` (#fit-time, #timeline) to the top."""
     async def run_before(pilot) -> None:
-        from test_ui_bench_fit import fit_screen
+        from tests.test_ui_bench_fit import fit_screen
 
         await fit_screen(pilot, **values)
         screen = pilot.app.screen

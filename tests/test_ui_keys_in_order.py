@@ -6,22 +6,20 @@ burst to the driver at once, as a terminal does when the loop was busy or tmux s
 
 from __future__ import annotations
 
-import sys
 import unicodedata
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from textual import events  # noqa: E402
-from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key  # noqa: E402
-from textual.widgets import Input  # noqa: E402
-from ui_fakes import sync  # noqa: E402
+from textual import events
+from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
+from textual.widgets import Input
+from tests.ui_fakes import sync
 
-from test_ui_learner import WIDE, services  # noqa: E402
-from tutor.ui.app import TutorApp, handles_keys_itself  # noqa: E402
-from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
-from tutor.ui.widgets.quiz import QuizBlock  # noqa: E402
+from tests.test_ui_learner import WIDE, services
+from tutor.ui.app import TutorApp, handles_keys_itself
+from tutor.ui.widgets.measure import MeasureBlock
+from tutor.ui.widgets.predict import PredictBlock
+from tutor.ui.widgets.quiz import QuizBlock
 
 BURSTS = (
     (("5", "0", "backspace", "backspace", *"0.368"), "0.368"),

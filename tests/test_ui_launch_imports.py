@@ -11,15 +11,14 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import fake_machine, fake_services, until  # noqa: E402
-from subprocess_env import pythonpath  # noqa: E402
+from tests.ui_fakes import fake_machine, fake_services, until
+from tests.subprocess_env import pythonpath
 
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.machine_detection import MachineDetection  # noqa: E402
-from tutor.ui.screens.home import DETECTING  # noqa: E402
-from tutor.ui.widgets.device_header import DeviceHeader, device_label  # noqa: E402
+from tutor.ui.app import TutorApp
+from tutor.ui.machine_detection import MachineDetection
+from tutor.ui.screens.home import DETECTING
+from tutor.ui.widgets.device_header import DeviceHeader, device_label
 
 ROOT = Path(__file__).resolve().parents[1]
 

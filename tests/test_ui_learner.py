@@ -7,25 +7,23 @@ measurement and the live pane run."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from rich.console import Console  # noqa: E402
-from textual.widgets import Button, Input, RadioButton, Static  # noqa: E402
-from ui_fakes import LESSONS, TRACKS, FakeCurriculum, FakeProbe, fake_services, sync  # noqa: E402
+from rich.console import Console
+from textual.widgets import Button, Input, RadioButton, Static
+from tests.ui_fakes import LESSONS, TRACKS, FakeCurriculum, FakeProbe, fake_services, sync
 
-from tutor.labs import ProbeResult  # noqa: E402
-from tutor.lessons.model import Lesson, Measure, Predict, Prose, Quiz, Track  # noqa: E402
-from tutor.lessons.model import LessonInfo as Info  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.block import fully_visible  # noqa: E402
-from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
-from tutor.ui.widgets.quiz import QuizBlock  # noqa: E402
+from tutor.labs import ProbeResult
+from tutor.lessons.model import Lesson, Measure, Predict, Prose, Quiz, Track
+from tutor.lessons.model import LessonInfo as Info
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.block import fully_visible
+from tutor.ui.widgets.measure import MeasureBlock
+from tutor.ui.widgets.predict import PredictBlock
+from tutor.ui.widgets.quiz import QuizBlock
 
 SMALL, WIDE = (80, 24), (120, 40)
 SIZES = pytest.mark.parametrize("size", [SMALL, WIDE], ids=["small", "wide"])
@@ -173,7 +171,7 @@ def test_the_pipeline_calculator_shows_the_bubble():
     from tutor.formatting import format_percent
     from tutor.theory.parallel import pipeline_bubble_fraction
     from tutor.ui.widgets.calc import calc_renderable
-    from ui_fakes import fake_machine
+    from tests.ui_fakes import fake_machine
 
     values = {"model": "llama-3.1-70b", "mode": "train", "pp": 4, "microbatches": 8, "tp": 1, "dp": 1, "seq": 4096}
     shown = plain(calc_renderable("parallel", values, fake_machine()), 110)
@@ -392,7 +390,7 @@ async def test_bursts_of_edits_land_exactly_while_a_measurement_and_the_live_pan
 @SIZES
 @sync
 async def test_the_first_lesson_of_the_course_opens_on_run_at_80x24_and_120x40(size, tmp_path):
-    from test_ui_lessons import real_services
+    from tests.test_ui_lessons import real_services
 
     services = real_services(tmp_path)
     first = services.curriculum.lessons[0].id

@@ -9,26 +9,24 @@ Regenerate after an intended change of the look: pytest tests/test_ui_learner_sn
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from textual.app import App  # noqa: E402
-from textual.containers import VerticalScroll  # noqa: E402
-from textual.widgets import Input, RadioButton  # noqa: E402
-from ui_fakes import fake_services  # noqa: E402
+from textual.app import App
+from textual.containers import VerticalScroll
+from textual.widgets import Input, RadioButton
+from tests.ui_fakes import fake_services
 
-from test_ui_learner import services  # noqa: E402
-from tutor.lessons.model import Calc  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.calc import CalcBlock  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
-from tutor.ui.widgets.quiz import QuizBlock  # noqa: E402
+from tests.test_ui_learner import services
+from tutor.lessons.model import Calc
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.calc import CalcBlock
+from tutor.ui.widgets.predict import PredictBlock
+from tutor.ui.widgets.quiz import QuizBlock
 
 SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["small", "wide"])
 

@@ -4,31 +4,29 @@ keep every row, a header that keeps its place, results kept per lesson, labelled
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from rich.console import Console  # noqa: E402
-from rich.text import Text  # noqa: E402
-from textual.widgets import Button, OptionList, ProgressBar, Static  # noqa: E402
-from ui_fakes import LESSONS, TRACKS, FakeCurriculum, FakeProbe, fake_machine, fake_services, sync, until  # noqa: E402
+from rich.console import Console
+from rich.text import Text
+from textual.widgets import Button, OptionList, ProgressBar, Static
+from tests.ui_fakes import LESSONS, TRACKS, FakeCurriculum, FakeProbe, fake_machine, fake_services, sync, until
 
-from tutor.hardware.sampler import Sample  # noqa: E402
-from tutor.labs import Measurement, ProbeResult  # noqa: E402
-from tutor.lessons.model import Lesson, Measure, Prose  # noqa: E402
-from tutor.lessons.model import LessonInfo as Info  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets import measure  # noqa: E402
-from tutor.ui.widgets.bits import EncodingView, encodings  # noqa: E402
-from tutor.ui.widgets.charts import Comparison, ComparisonBars, comparison_lines, gauge_text, rendered_height  # noqa: E402
-from tutor.ui.widgets.device_header import device_label, header_line  # noqa: E402
-from tutor.ui.widgets.live_pane import Trace, host_series, spark_rows  # noqa: E402
-from tutor.ui.widgets.measure import MeasureBlock, age_text  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
+from tutor.hardware.sampler import Sample
+from tutor.labs import Measurement, ProbeResult
+from tutor.lessons.model import Lesson, Measure, Prose
+from tutor.lessons.model import LessonInfo as Info
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets import measure
+from tutor.ui.widgets.bits import EncodingView, encodings
+from tutor.ui.widgets.charts import Comparison, ComparisonBars, comparison_lines, gauge_text, rendered_height
+from tutor.ui.widgets.device_header import device_label, header_line
+from tutor.ui.widgets.live_pane import Trace, host_series, spark_rows
+from tutor.ui.widgets.measure import MeasureBlock, age_text
+from tutor.ui.widgets.predict import PredictBlock
 
 SMALL, WIDE = (80, 24), (120, 40)
 GiB = 2**30

@@ -5,29 +5,27 @@ predict block runs (fake probes under the real probe names), and the lesson ends
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import real_services, text_of, until, walk_lessons  # noqa: E402
+from tests.ui_fakes import real_services, text_of, until, walk_lessons
 
 lessons = pytest.importorskip("tutor.lessons")
 labs = pytest.importorskip("tutor.labs")
 
-from textual.widgets import RadioButton, Static  # noqa: E402
+from textual.widgets import RadioButton, Static
 
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.screens.lesson import LessonScreen  # noqa: E402
-from tutor.ui.services import Services  # noqa: E402
-from tutor.ui.widgets.bits import BitsBlock  # noqa: E402
-from tutor.ui.widgets.calc import CalcBlock  # noqa: E402
-from tutor.ui.widgets.exercise import ExerciseBlock  # noqa: E402
-from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
-from tutor.ui.widgets.quiz import QuizBlock  # noqa: E402
+from tutor.ui.app import TutorApp
+from tutor.ui.screens.lesson import LessonScreen
+from tutor.ui.services import Services
+from tutor.ui.widgets.bits import BitsBlock
+from tutor.ui.widgets.calc import CalcBlock
+from tutor.ui.widgets.exercise import ExerciseBlock
+from tutor.ui.widgets.measure import MeasureBlock
+from tutor.ui.widgets.predict import PredictBlock
+from tutor.ui.widgets.quiz import QuizBlock
 
 
 async def answer(quiz: QuizBlock, services: Services, pilot) -> None:

@@ -3,25 +3,23 @@ graded as 0.8 GB/s (it was read as 800 GB/s, "9.9e+02x too high"), and the block
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("textual")
 
-from ui_fakes import FakeCurriculum, FakeProbe, fake_services, sync, text_of, until  # noqa: E402
+from tests.ui_fakes import FakeCurriculum, FakeProbe, fake_services, sync, text_of, until
 
-from tutor.labs import Measurement, ProbeResult  # noqa: E402
-from tutor.lessons import expected_answer, grade  # noqa: E402
-from tutor.lessons.model import Lesson, LessonInfo, Predict, Prose, Quiz, Track  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
-from tutor.ui.widgets.quiz import QuizBlock  # noqa: E402
+from tutor.labs import Measurement, ProbeResult
+from tutor.lessons import expected_answer, grade
+from tutor.lessons.model import Lesson, LessonInfo, Predict, Prose, Quiz, Track
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.predict import PredictBlock
+from tutor.ui.widgets.quiz import QuizBlock
 
 LESSON = "memory/bandwidth"
 

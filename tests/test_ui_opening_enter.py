@@ -4,15 +4,13 @@ early Enter must press Run, not only move the focus to it."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import fake_services, sync, until  # noqa: E402
+from tests.ui_fakes import fake_services, sync, until
 
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.measure import MeasureBlock
 
 
 @sync

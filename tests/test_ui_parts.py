@@ -3,31 +3,29 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import NO_DRIVER, Measurement, fake_machine  # noqa: E402
+from tests.ui_fakes import NO_DRIVER, Measurement, fake_machine
 
-from tutor.errors import UserError  # noqa: E402
-from tutor.theory import fit as fitting  # noqa: E402
-from tutor.theory import formats  # noqa: E402
-from tutor.theory.units import GiB  # noqa: E402
-from tutor.ui.screens.help import GLOBAL_HELP, help_for  # noqa: E402
-from tutor.worker.jobs import BenchRow, bench_rows  # noqa: E402
-from tutor.ui.widgets.bits import check_text, encodings, flags, float_formats, torch_agrees  # noqa: E402
-from tutor.calculators import build_request, machine_capacity  # noqa: E402
-from tutor.ui.widgets.calc import calc_renderable, coerce  # noqa: E402
-from tutor.ui.widgets.charts import Comparison, bar_text, comparison_lines, gauge_text  # noqa: E402
-from tutor.ui.widgets.device_header import device_title  # noqa: E402
-from tutor.ui.widgets.live_pane import BARS, host_series, peak_lines, spark_text  # noqa: E402
-from tutor.ui.widgets.measure import format_value, percent_cell  # noqa: E402
-from tutor.ui.widgets.predict import parse_guess, verdict  # noqa: E402
+from tutor.errors import UserError
+from tutor.theory import fit as fitting
+from tutor.theory import formats
+from tutor.theory.units import GiB
+from tutor.ui.screens.help import GLOBAL_HELP, help_for
+from tutor.worker.jobs import BenchRow, bench_rows
+from tutor.ui.widgets.bits import check_text, encodings, flags, float_formats, torch_agrees
+from tutor.calculators import build_request, machine_capacity
+from tutor.ui.widgets.calc import calc_renderable, coerce
+from tutor.ui.widgets.charts import Comparison, bar_text, comparison_lines, gauge_text
+from tutor.ui.widgets.device_header import device_title
+from tutor.ui.widgets.live_pane import BARS, host_series, peak_lines, spark_text
+from tutor.ui.widgets.measure import format_value, percent_cell
+from tutor.ui.widgets.predict import parse_guess, verdict
 
 
 # ---- charts --------------------------------------------------------------------------------------

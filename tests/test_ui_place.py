@@ -4,19 +4,17 @@ done per lesson and track on Home, and a measurement's result brought into view 
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import FakeProbe, real_services, text_of, until  # noqa: E402
+from tests.ui_fakes import FakeProbe, real_services, text_of, until
 
-from tutor.labs import Measurement, ProbeResult  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.block import fully_visible  # noqa: E402
+from tutor.labs import Measurement, ProbeResult
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.block import fully_visible
 
 SMALL, WIDE = (80, 24), (120, 40)
 
@@ -137,7 +135,7 @@ def saved_answers() -> dict[str, dict]:
     choice quiz answered right (its index in this learner's order of choices), the number quiz wrong."""
     from tutor.lessons import expected_answer, load_curriculum
     from tutor.lessons.learner import learner_view
-    from ui_fakes import fake_machine
+    from tests.ui_fakes import fake_machine
 
     choice = learner_view(load_curriculum().lesson(PIPELINE).block("prefetch-step-time"), learner_id=LEARNER,
                           lesson_id=PIPELINE, device=fake_machine())

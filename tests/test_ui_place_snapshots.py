@@ -8,19 +8,17 @@ Regenerate after an intended change of the look: pytest tests/test_ui_place_snap
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from textual.widgets import Input  # noqa: E402
-from ui_fakes import LESSONS, FakeProgress, fake_machine, fake_services  # noqa: E402
+from textual.widgets import Input
+from tests.ui_fakes import LESSONS, FakeProgress, fake_machine, fake_services
 
-from tutor.ui.app import TutorApp  # noqa: E402
+from tutor.ui.app import TutorApp
 
 SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["small", "wide"])
 

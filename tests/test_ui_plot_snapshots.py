@@ -9,25 +9,23 @@ Regenerate after an intended change of the look: pytest tests/test_ui_plot_snaps
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from textual.app import App  # noqa: E402
-from textual.containers import VerticalScroll  # noqa: E402
-from textual.widgets import Input, Static  # noqa: E402
-from plot_data import HEADER, RESULTS, collective_results, ddp_result, moe_result, pipeline_result  # noqa: E402
-from ui_fakes import fake_services  # noqa: E402
+from textual.app import App
+from textual.containers import VerticalScroll
+from textual.widgets import Input, Static
+from tests.plot_data import HEADER, RESULTS, collective_results, ddp_result, moe_result, pipeline_result
+from tests.ui_fakes import fake_services
 
-from tutor.bench.notebook import append_run  # noqa: E402
-from tutor.plots import bench_charts  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.plot import ChartView  # noqa: E402
+from tutor.bench.notebook import append_run
+from tutor.plots import bench_charts
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.plot import ChartView
 
 SMALL, WIDE = (80, 24), (120, 40)
 SIZES = pytest.mark.parametrize("size", [SMALL, WIDE], ids=["small", "wide"])

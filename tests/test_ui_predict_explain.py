@@ -4,19 +4,17 @@ the block's explanation, with their guess and the measured value above it."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("textual")
 
-from ui_fakes import real_services, text_of, until, walk_lessons  # noqa: E402
+from tests.ui_fakes import real_services, text_of, until, walk_lessons
 
-from tutor.lessons.model import Predict  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
+from tutor.lessons.model import Predict
+from tutor.ui.widgets.predict import PredictBlock
 
 pytestmark = pytest.mark.slow
 

@@ -6,21 +6,19 @@ ProbeRunner.PROGRESS_TEXT_INTERVAL_S apart however often the probe reports."""
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from textual.widgets import ProgressBar, Static  # noqa: E402
-from ui_fakes import FakeProbe, sync, until  # noqa: E402
+from textual.widgets import ProgressBar, Static
+from tests.ui_fakes import FakeProbe, sync, until
 
-from test_ui_learner import SMALL, WIDE, services  # noqa: E402
-from tutor.labs import Measurement, ProbeResult  # noqa: E402
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.ui.widgets.measure import MeasureBlock, ProbeRunner  # noqa: E402
-from tutor.ui.widgets.static_text import show_text  # noqa: E402
+from tests.test_ui_learner import SMALL, WIDE, services
+from tutor.labs import Measurement, ProbeResult
+from tutor.ui.app import TutorApp
+from tutor.ui.widgets.measure import MeasureBlock, ProbeRunner
+from tutor.ui.widgets.static_text import show_text
 
 
 class SilentProbe(FakeProbe):

@@ -16,23 +16,22 @@ import pytest
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
-sys.path.insert(0, str(TESTS))
 
-from test_worker import pid_alive, wait_until  # noqa: E402
-from ui_fakes import fake_services, sync, until  # noqa: E402
-from subprocess_env import pythonpath  # noqa: E402
+from tests.test_worker import pid_alive, wait_until
+from tests.ui_fakes import fake_services, sync, until
+from tests.subprocess_env import pythonpath
 
-from tutor.ui.app import TutorApp  # noqa: E402
-from tutor.worker.client import WorkerClient  # noqa: E402
-from tutor.worker.proxies import worker_probes  # noqa: E402
+from tutor.ui.app import TutorApp
+from tutor.worker.client import WorkerClient
+from tutor.worker.proxies import worker_probes
 
 
 @pytest.mark.slow
 @sync
 async def test_ctrl_q_during_a_run_kills_the_measurement_process_before_the_app_closes():
-    from worker_probes import PROBES
+    from tests.worker_probes import PROBES
 
-    client = WorkerClient(probes_module="worker_probes", warm=False, env={"PYTHONPATH": pythonpath(TESTS)})
+    client = WorkerClient(probes_module="tests.worker_probes", warm=False, env={"PYTHONPATH": pythonpath(TESTS.parent)})
     probes = worker_probes(client, PROBES)
     app = TutorApp(dataclasses.replace(fake_services(), worker=client))
     seen_at_exit: list[tuple[str, int | None]] = []

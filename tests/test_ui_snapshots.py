@@ -7,20 +7,18 @@ and review tests/__snapshots__/ (or --snapshot-report report.html) before commit
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import fake_services  # noqa: E402
+from tests.ui_fakes import fake_services
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from textual.widgets import Input  # noqa: E402
+from textual.widgets import Input
 
-from tutor.ui.app import TutorApp  # noqa: E402
+from tutor.ui.app import TutorApp
 
 SMALL, WIDE = (80, 24), (120, 40)
 
@@ -103,7 +101,7 @@ def test_bench_result_wide(snap_compare, monkeypatch, tmp_path):
     monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))  # no saved runs: the screen shows this run only
 
     async def run_bench(pilot):
-        from ui_fakes import until
+        from tests.ui_fakes import until
 
         await pilot.press("b", "r")
         await until(pilot, lambda: pilot.app.screen.query("PeakGauge") and not pilot.app.screen.running,
@@ -114,7 +112,7 @@ def test_bench_result_wide(snap_compare, monkeypatch, tmp_path):
 
 def test_fit_small(snap_compare):
     async def open_fit(pilot):
-        from ui_fakes import until
+        from tests.ui_fakes import until
 
         await pilot.press("f")
         # The time and the timeline under the memory arrive from a thread: their length sets the scrollbar.

@@ -7,24 +7,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from rich.text import Text  # noqa: E402
-from textual.widgets import Static  # noqa: E402
-from ui_fakes import FakeProbe, fake_services, sync, until  # noqa: E402
+from rich.text import Text
+from textual.widgets import Static
+from tests.ui_fakes import FakeProbe, fake_services, sync, until
 
-from tutor.lessons.progress import ProgressStore  # noqa: E402
-from tutor.settings import load_settings, save_settings  # noqa: E402
-from tutor.ui import app as app_module  # noqa: E402
-from tutor.ui.app import HELD_FULL_COLLECTIONS, TutorApp  # noqa: E402
-from tutor.ui.widgets.device_header import DeviceHeader, header_line  # noqa: E402
-from tutor.ui.widgets.measure import MeasureBlock  # noqa: E402
-from tutor.ui.widgets.predict import PredictBlock  # noqa: E402
-from tutor.worker.client import WorkerState  # noqa: E402
+from tutor.lessons.progress import ProgressStore
+from tutor.settings import load_settings, save_settings
+from tutor.ui import app as app_module
+from tutor.ui.app import HELD_FULL_COLLECTIONS, TutorApp
+from tutor.ui.widgets.device_header import DeviceHeader, header_line
+from tutor.ui.widgets.measure import MeasureBlock
+from tutor.ui.widgets.predict import PredictBlock
+from tutor.worker.client import WorkerState
 
 SMALL, WIDE = (80, 24), (120, 40)
 

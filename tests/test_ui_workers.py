@@ -33,13 +33,12 @@ def test_a_measurement_thread_runs_at_a_lower_priority_than_the_interface() -> N
 # ---- the app and its measurement process ---------------------------------------------------------
 
 TESTS = Path(__file__).parent
-sys.path.insert(0, str(TESTS))
 
-from subprocess_env import pythonpath  # noqa: E402
+from tests.subprocess_env import pythonpath
 
 
 def test_the_fakes_satisfy_the_services_protocols():
-    from ui_fakes import FakeCurriculum, FakeProbe, FakeProgress, FakeSampler, fake_services
+    from tests.ui_fakes import FakeCurriculum, FakeProbe, FakeProgress, FakeSampler, fake_services
 
     from tutor.hardware.machine import Machine
     from tutor.settings import Settings
@@ -54,8 +53,8 @@ def test_the_fakes_satisfy_the_services_protocols():
 
 @pytest.mark.slow
 def test_the_app_starts_its_worker_shows_a_crash_as_a_state_and_stops_it_on_exit():
-    from ui_fakes import fake_services, until
-    from worker_probes import PROBES
+    from tests.ui_fakes import fake_services, until
+    from tests.worker_probes import PROBES
 
     from tutor.errors import UserError
     from tutor.ui.app import TutorApp
@@ -63,7 +62,7 @@ def test_the_app_starts_its_worker_shows_a_crash_as_a_state_and_stops_it_on_exit
     from tutor.worker.proxies import worker_probes
 
     async def scenario() -> tuple[str, int | None]:
-        worker = WorkerClient(probes_module="worker_probes", warm=False, env={"PYTHONPATH": pythonpath(TESTS)})
+        worker = WorkerClient(probes_module="tests.worker_probes", warm=False, env={"PYTHONPATH": pythonpath(TESTS.parent)})
         services = fake_services(worker=worker, probes=worker_probes(worker, PROBES))
         app = TutorApp(services)
         async with app.run_test(size=(120, 40)) as pilot:

@@ -43,7 +43,7 @@ def wait_until(predicate, timeout_s: float = 60.0) -> bool:
 @pytest.fixture
 def client():
 
-    worker = WorkerClient(probes_module="worker_probes", warm=False, env={"PYTHONPATH": pythonpath(TESTS)})
+    worker = WorkerClient(probes_module="tests.worker_probes", warm=False, env={"PYTHONPATH": pythonpath(TESTS.parent)})
     states: list[WorkerState] = []
     worker.subscribe(states.append)
     worker.states = states  # type: ignore[attr-defined]
@@ -53,14 +53,13 @@ def client():
 
 @pytest.fixture
 def probes(client):
-    from worker_probes import PROBES
+    from tests.worker_probes import PROBES
 
     return worker_probes(client, PROBES)
 
 
-sys.path.insert(0, str(TESTS))
 
-from subprocess_env import pythonpath  # noqa: E402
+from tests.subprocess_env import pythonpath
 
 
 @pytest.mark.slow
@@ -78,7 +77,7 @@ def test_a_probe_runs_in_the_worker_and_its_progress_and_result_come_back(client
 
 
 def test_the_proxy_keeps_the_probes_description():
-    from worker_probes import PROBES
+    from tests.worker_probes import PROBES
 
     proxy = worker_probe(WorkerClient(), PROBES["quick"])
     assert (proxy.name, proxy.title, proxy.default_params) == ("quick", "test probe quick", {"value": 1.5})
@@ -168,11 +167,10 @@ def test_the_worker_and_its_children_die_with_the_app(tmp_path):
     """The app killed with SIGKILL (no clean-up runs): the parent-death signal ends the worker."""
     script = textwrap.dedent(f"""
         import sys, threading, time
-        sys.path.insert(0, {str(TESTS)!r})
         from tutor.worker.client import WorkerClient
         from tutor.worker.proxies import worker_probes
-        from worker_probes import PROBES
-        client = WorkerClient(probes_module="worker_probes", warm=False, env={{"PYTHONPATH": {pythonpath(TESTS)!r}}})
+        from tests.worker_probes import PROBES
+        client = WorkerClient(probes_module="tests.worker_probes", warm=False, env={{"PYTHONPATH": {pythonpath(TESTS.parent)!r}}})
         probes = worker_probes(client, PROBES)
         def progress(fraction, text):
             if text.startswith("child "):
@@ -205,12 +203,12 @@ def test_stop_ends_the_worker_and_later_jobs_fail_clearly(client, probes):
 
 @pytest.mark.slow
 def test_the_worker_runs_niced_and_under_the_memory_limit_it_is_given():
-    from worker_probes import PROBES
+    from tests.worker_probes import PROBES
 
     from tutor.worker.__main__ import MEASUREMENT_NICENESS
 
-    limited = WorkerClient(probes_module="worker_probes", warm=False,
-                           env={"PYTHONPATH": pythonpath(TESTS), "TENSOR_TUTOR_WORKER_MEMORY_LIMIT": "3GiB"})
+    limited = WorkerClient(probes_module="tests.worker_probes", warm=False,
+                           env={"PYTHONPATH": pythonpath(TESTS.parent), "TENSOR_TUTOR_WORKER_MEMORY_LIMIT": "3GiB"})
     try:
         result = worker_probe(limited, PROBES["limits"]).run({}, lambda *a: None, threading.Event())
     finally:
@@ -223,9 +221,9 @@ def test_the_worker_runs_niced_and_under_the_memory_limit_it_is_given():
 def test_every_job_runs_in_the_thread_that_warmed_the_worker_not_in_one_of_its_own():
     # torch's OpenMP pool belongs to the thread that calls it: a job in a fresh thread met a cold
     # pool beside the warm one, and fp32 matmuls at one core's rate (the low first numbers).
-    from worker_probes import PROBES
+    from tests.worker_probes import PROBES
 
-    warm = WorkerClient(probes_module="worker_probes", warm=True, env={"PYTHONPATH": pythonpath(TESTS)})
+    warm = WorkerClient(probes_module="tests.worker_probes", warm=True, env={"PYTHONPATH": pythonpath(TESTS.parent)})
     try:
         where = worker_probe(warm, PROBES["where"])
         first, second = (where.run({}, lambda *a: None, threading.Event()).metrics for _ in range(2))

@@ -63,8 +63,7 @@ def test_probes_run_in_the_worker_while_the_app_runs_and_the_app_never_imports_t
 
 LAB_BLOCK_SCRIPT = textwrap.dedent("""
     import asyncio, dataclasses, json, sys, time
-    sys.path.insert(0, "tests")
-    from ui_fakes import FakeCurriculum
+    from tests.ui_fakes import FakeCurriculum
     from tutor.lessons.model import Lesson, Measure, Prose, Track
     from tutor.lessons.model import LessonInfo as Info
     from tutor.ui.app import TutorApp
