@@ -12,7 +12,7 @@
   from below L1 to beyond the last-level cache with the caches `env` reports, run as a user runs it
   (its results go to a temporary data folder, not the notebook).
 
-Each SVG holds the picture and its table, as `--svg` writes them (tutor.plots.save_svg). The numbers
+Each SVG holds the picture and its table, as `--svg` writes them (tutor.answers.pictures.save_svg). The numbers
 are this machine's: rerun the script to redraw them; the README shows them by relative path.
 """
 
@@ -34,7 +34,7 @@ def memory_timelines(out: Path) -> list[Path]:
 
     from benchmarks.fit_vs_transformers import BATCH, CONFIGS, SEQ_LEN, architecture_for, build_model, fit_request
     from tutor.trace.memory_trace import measure_prefill_timeline, measure_training_timeline, token_ids, training_step
-    from tutor.plots import save_svg, timeline_chart
+    from tutor.answers.pictures import save_svg, timeline_chart
     from tutor.theory.fit_timeline import prefill_timeline, training_timeline
 
     written = []

@@ -47,7 +47,7 @@ def family_config(name: str) -> dict:
         config = AutoConfig.for_model(name[3:]).to_dict()
         config["model_type"] = name[3:]
         return config
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     return read_model_config(name).config
 
@@ -92,9 +92,9 @@ def measure(torch, config: dict, *, seq: int, batches: list[int], device: str = 
 
 
 def predict(path: Path, *, seq: int, batches: list[int], device: str = "cpu") -> dict:
-    from tutor.fit_answer import fit_model
+    from tutor.answers.fit import fit_model
     from tutor.theory.fit import FitRequest
-    from tutor.time_answer import time_report
+    from tutor.answers.time import time_report
 
     found = fit_model(str(path), None)
     cuda = device.startswith("cuda")

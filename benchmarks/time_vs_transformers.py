@@ -28,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from tutor.trace.step_verify import run_verification
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     print(f"{'model':<14} {'size':<7} {'step':>6} {'fwd':>6} {'bwd':>6} {'opt':>6} {'prefill':>8} {'decode t/s':>10} "
           f"{'min t/s':>8} {'wall s':>7}  (measured / predicted; decode: measured median / predicted tokens/s, "

@@ -241,7 +241,7 @@ def test_full_recompute_peak() -> None:
 
 # Cause 11: past the window, the note says the cache holds the whole prompt right after prefill.
 def test_cause_11_sliding_window_note() -> None:
-    from tutor.model_files import resolve_model
+    from tutor.files.models import resolve_model
 
     arch, _ = resolve_model("mistral-7b")
     assert arch.sliding_window

@@ -15,7 +15,7 @@ from tutor.bench.ceilings import INTRA_NODE_LINKS, PUBLISHED_MAMF_BF16, card_cei
 from tutor.errors import UserError
 from tutor.hardware import specs
 from tutor.hardware.card_records import CardRecordError, load_card, load_cards, parse_card
-from tutor.model_files import resolve_model
+from tutor.files.models import resolve_model
 from tutor.theory.fit import FitRequest
 from tutor.theory.step_time import training_step_time
 

@@ -66,7 +66,7 @@ def test_fit_bare_count() -> None:
 
 
 def test_fit_reads_a_config_file_and_a_folder_with_safetensors(tmp_path: Path) -> None:
-    from tutor.model_files import load_preset
+    from tutor.files.models import load_preset
 
     config, _ = load_preset("qwen2.5-1.5b")
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -132,7 +132,7 @@ def test_gpu_index_without_a_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
     if machine.gpus:
         pytest.skip("this machine has a GPU")
     assert_one_line_error(["fit", "gpt2", "--device", "0"], "no gpu 0")
-    assert device_budget(None).kind == "cpu"  # what fit uses without --device (tutor.fit_answer)
+    assert device_budget(None).kind == "cpu"  # what fit uses without --device (tutor.answers.fit)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from click.shell_completion import BashComplete
 from tutor.commands.group import cli
 from tutor.labs.registry import LABS
 from tutor.lessons import load_curriculum
-from tutor.model_files import preset_names
+from tutor.files.models import preset_names
 
 
 def completions(words: list[str], incomplete: str) -> list[str]:

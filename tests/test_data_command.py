@@ -78,6 +78,6 @@ def test_reset_of_a_missing_file_says_so(folder) -> None:
 def test_reset_names_are_the_files_the_program_writes() -> None:
     from tutor.bench.notebook import NOTEBOOK_FILE
     from tutor.lessons.progress import PROGRESS_FILE
-    from tutor.settings import SETTINGS_FILE
+    from tutor.files.settings import SETTINGS_FILE
 
     assert {name for name, _ in data_command.KINDS.values()} == {PROGRESS_FILE, SETTINGS_FILE, NOTEBOOK_FILE}

@@ -29,7 +29,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_models_default_output_is_a_table_of_presets_in_human_units(data_dir: Path) -> None:
-    from tutor.model_files import list_presets
+    from tutor.files.models import list_presets
 
     code, out, err = run(["models"])
     assert code == 0, err

@@ -10,9 +10,9 @@ from tests.cli_runner import run
 from tutor.trace.device_verify import _with_layers, gpu_index, layers_that_fit
 from tutor.bench.notebook import append_run
 from tutor.errors import UserError
-from tutor.model_files import read_model_config, resolve_model
+from tutor.files.models import read_model_config, resolve_model
 from tutor.theory.fit import FitRequest
-from tutor.time_answer import device_verification
+from tutor.answers.time import device_verification
 
 
 @pytest.mark.parametrize("text, index", [("0", 0), ("3", 3), ("cuda", 0), ("cuda:1", 1), ("CUDA:2", 2), ("cpu", None),

@@ -33,7 +33,7 @@ def test_the_readme_counts_the_lessons_tracks_and_presets_that_ship() -> None:
     import re
 
     from tutor.lessons.loader import load_curriculum
-    from tutor.model_files import list_presets
+    from tutor.files.models import list_presets
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     lessons, tracks = re.search(r"The tutor: (\d+) lessons in (\w+) tracks", readme).groups()

@@ -10,7 +10,7 @@ import pytest
 from tutor.errors import UserError
 from tutor.theory import fit as fitting
 from tutor.theory.activations import input_ids_bytes, logits_bytes
-from tutor.model_files import list_presets, resolve_model
+from tutor.files.models import list_presets, resolve_model
 from tutor.theory.models import architecture_from_config, count_parameters
 from tutor.theory.units import GB, GiB
 

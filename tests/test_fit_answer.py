@@ -1,4 +1,4 @@
-"""One fit answer (tutor.fit_answer) under every front end: the CLI, the calculators and export, lessons, the lab."""
+"""One fit answer (tutor.answers.fit) under every front end: the CLI, the calculators and export, lessons, the lab."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tests.ui_fakes import fake_machine
 
 from tutor.commands.group import cli
-from tutor.fit_answer import FitAnswer, FitInputs, answer_fit, change_flags
+from tutor.answers.fit import FitAnswer, FitInputs, answer_fit, change_flags
 from tutor.theory import fit as fitting
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tutor.cli import main
 from tutor.commands.group import cli
-from tutor.model_files import load_preset
+from tutor.files.models import load_preset
 
 
 def write_header_only(path: Path, tensors: dict[str, list[int]]) -> None:

@@ -1,11 +1,11 @@
-"""The fit fields are declared once (tutor.fit_fields): the command's options, the calculator and the lab follow."""
+"""The fit fields are declared once (tutor.answers.fields): the command's options, the calculator and the lab follow."""
 
 from __future__ import annotations
 
 import click
 import pytest
 
-from tutor import fit_fields
+from tutor.answers import fields as fit_fields
 from tutor.commands.fit import fit
 from tutor.errors import UserError
 from tutor.theory import activations, fit as fitting

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tutor.errors import UserError
-from tutor.fit_answer import FitInputs, answer_fit
-from tutor.model_files import load_preset, quantized_weights
+from tutor.answers.fit import FitInputs, answer_fit
+from tutor.files.models import load_preset, quantized_weights
 
 
 @pytest.mark.parametrize(("block", "weight_format"), [
@@ -69,7 +69,7 @@ def test_a_preset_never_reads_a_folder_that_shares_its_name(tmp_path: Path, monk
 def test_the_config_is_read_once_per_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 21 cleanup: the config was read once to resolve the model and again for its
     quantization_config; the scheme is now parsed as the config is read."""
-    import tutor.model_files as model_files
+    import tutor.files.models as model_files
 
     config, _ = load_preset("llama-3.2-1b")
     quantized = {**config, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}

@@ -12,7 +12,7 @@ import pytest
 
 
 from tests.cli_runner import run
-from tutor.model_files import resolve_model
+from tutor.files.models import resolve_model
 from tutor.theory import fit as fitting
 from tutor.theory.fit_timeline import prefill_timeline, training_timeline
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from tutor.cli import main
 from tutor.commands.group import cli
-from tutor.fit_answer import FitInputs, answer_fit
-from tutor.model_files import load_preset
+from tutor.answers.fit import FitInputs, answer_fit
+from tutor.files.models import load_preset
 from tutor.theory.lora import lora_trainable_params
 from tutor.theory.models import architecture_from_config
 

@@ -1,7 +1,7 @@
 """Every state and lesson read is bounded.
 
 A FIFO or device in place of a state or lesson file must not hang the reader; nesting deeper than
-tutor.storage.MAX_NESTING and files over their size limit are set aside with a warning (or, for a
+tutor.files.storage.MAX_NESTING and files over their size limit are set aside with a warning (or, for a
 lesson, one UserError line); a progress file with a bad quiz count is cleaned; a learner id that
 cannot be saved is said once; control characters in lesson files never reach the terminal.
 
@@ -25,8 +25,8 @@ from tutor.errors import UserError
 from tutor.lessons import load_curriculum
 from tutor.lessons.model import Prose
 from tutor.lessons.progress import LEARNER_ID_NOT_SAVED, ProgressStore
-from tutor.settings import load_settings
-from tutor.storage import MAX_NESTING, STATE_FILE_LIMIT_BYTES, read_json
+from tutor.files.settings import load_settings
+from tutor.files.storage import MAX_NESTING, STATE_FILE_LIMIT_BYTES, read_json
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lessons"
 HANG_GUARD_S = 120
@@ -54,7 +54,7 @@ def copy_fixture(tmp_path: Path) -> Path:
 @needs_fifo
 @pytest.mark.parametrize(("name", "code"), [
     ("progress.json", "from tutor.lessons.progress import ProgressStore; print(ProgressStore().warning)"),
-    ("settings.json", "from tutor.settings import load_settings; print(load_settings()[1])"),
+    ("settings.json", "from tutor.files.settings import load_settings; print(load_settings()[1])"),
     ("results.jsonl", "from tutor.bench.notebook import read_notebook; print(read_notebook().warning)"),
 ])
 def test_a_fifo_in_place_of_a_state_file_is_named_not_read(tmp_path: Path, name: str, code: str) -> None:

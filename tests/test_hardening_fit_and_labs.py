@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tutor.commands.fit import fit
 from tutor.errors import UserError
 from tutor.labs import run_probe
-from tutor.model_files import load_config
+from tutor.files.models import load_config
 from tutor.theory.models import architecture_from_config
 from tutor.theory.units import parse_bytes, parse_count
 
@@ -98,7 +98,7 @@ def test_a_fifo_as_config_is_refused_not_read(tmp_path: Path) -> None:
 
 
 def test_an_unknown_safetensors_dtype_is_refused(tmp_path: Path) -> None:
-    from tutor.model_files import safetensors_summary
+    from tutor.files.models import safetensors_summary
 
     header = json.dumps({"w": {"dtype": "Q9", "shape": [2, 2], "data_offsets": [0, 4]}}).encode()
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)

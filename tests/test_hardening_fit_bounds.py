@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tutor.cli import main
-from tutor.model_files import load_preset
+from tutor.files.models import load_preset
 
 
 def one_line_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -56,7 +56,7 @@ def test_save_svg_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
     import threading
 
     from tutor.errors import UserError
-    from tutor.plots import save_svg
+    from tutor.answers.pictures import save_svg
 
     os.mkfifo(tmp_path / "p.svg")
     outcome: list[BaseException | None] = []

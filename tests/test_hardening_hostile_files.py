@@ -1,7 +1,7 @@
 """Every file the tool reads, damaged as a user, an editor, a download or a disk damages one, through the
 real commands: a config or a command-line value is refused in one line with exit code 2; a state file
 is set aside in one line and the next save works; a notebook run with a bad figure is left out, named,
-and never used. Found by a hostile-input audit of every JSON and TOML reader (tutor.untrusted)."""
+and never used. Found by a hostile-input audit of every JSON and TOML reader (tutor.files.untrusted)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.cli_runner import run
 from tutor.bench.notebook import append_run, read_notebook
 from tutor.lessons.progress import ProgressStore
-from tutor.settings import Settings, load_settings, save_settings
+from tutor.files.settings import Settings, load_settings, save_settings
 
 PRESETS = Path(__file__).parent.parent / "tutor" / "presets"
 HUGE = "1" + "0" * 5000  # past CPython's 4,300-digit limit on int <-> str

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tutor.lessons.progress import ProgressStore
-from tutor.settings import Settings, load_settings, save_settings
+from tutor.files.settings import Settings, load_settings, save_settings
 
 ROOT = Path(__file__).parent.parent
 LESSON = "memory/training-memory"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tutor.errors import UserError
-from tutor.model_files import checkpoint_summary, load_preset, safetensors_summary
+from tutor.files.models import checkpoint_summary, load_preset, safetensors_summary
 
 
 def write_file(path: Path, header: dict, data_bytes: int) -> None:

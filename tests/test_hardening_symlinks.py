@@ -1,5 +1,5 @@
 """Links in the data folder are never followed: what a link points to outside the folder is left
-byte for byte as it was, whatever tensor-tutor writes, appends to or locks there (tutor.storage's
+byte for byte as it was, whatever tensor-tutor writes, appends to or locks there (tutor.files.storage's
 safe file layer). A link in a file's place is moved aside with one line that names it."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from tutor.bench.notebook import append_run, read_notebook
-from tutor.file_lock import locked
+from tutor.files.lock import locked
 from tutor.lessons.progress import ProgressStore
-from tutor.settings import Settings, save_settings
-from tutor.storage import (
+from tutor.files.settings import Settings, save_settings
+from tutor.files.storage import (
     SymlinkError,
     UnsafePathError,
     read_regular_bytes,

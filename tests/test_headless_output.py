@@ -57,7 +57,7 @@ def test_lesson_ids_are_whole_at_80_columns(narrow: Path) -> None:
 
 def test_model_presets_and_device_keys_are_whole_at_80_columns(narrow: Path) -> None:
     from tutor.hardware.specs import SPECS
-    from tutor.model_files import list_presets
+    from tutor.files.models import list_presets
 
     code, out, _ = run(["models"])
     assert code == 0

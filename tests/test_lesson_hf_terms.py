@@ -4,7 +4,7 @@ not turn a lesson's figure into a silent 0 B."""
 from __future__ import annotations
 
 from tutor.theory import activations
-from tutor.model_files import resolve_model
+from tutor.files.models import resolve_model
 
 SHAPE = dict(seq_len=4096, batch=1)
 

@@ -627,7 +627,7 @@ def test_engine_and_lessons_command_import_neither_torch_nor_textual() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, tutor.lessons, tutor.lessons.lint, tutor.commands.lessons, tutor.storage, tutor.settings\n"
+    code = ("import sys, tutor.lessons, tutor.lessons.lint, tutor.commands.lessons, tutor.files.storage, tutor.files.settings\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'textual', 'numpy'}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

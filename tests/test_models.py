@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tutor.errors import UserError
-from tutor.model_files import (
+from tutor.files.models import (
     list_presets,
     load_config,
     load_preset,
@@ -675,7 +675,7 @@ def test_fuzz_safetensors_headers_only_raise_user_error(tmp_path: Path, tail: by
 
 
 def test_header_bytes_are_parsed_and_counted_without_a_file() -> None:
-    from tutor.model_files import parse_safetensors_header as parse_header
+    from tutor.files.models import parse_safetensors_header as parse_header
     from tutor.theory.safetensors_header import header_length, summarize_headers
 
     raw = json.dumps({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]},

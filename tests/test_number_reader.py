@@ -227,7 +227,7 @@ def test_a_guess_in_another_kind_is_refused() -> None:
 
 
 def test_calculator_fields_use_the_same_reader() -> None:
-    from tutor.fit_fields import parse_memory_size, parse_whole
+    from tutor.answers.fields import parse_memory_size, parse_whole
     from tutor.theory.units import parse_bytes, parse_count
 
     assert parse_count("15 trillion") == 15 * 10**12 and parse_count("2*7e9") == 14 * 10**9

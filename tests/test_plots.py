@@ -1,4 +1,4 @@
-"""tutor.plots: charts built from bench JSON, drawn as text (uniplot), as a table, and as SVG."""
+"""tutor.answers.pictures: charts built from bench JSON, drawn as text (uniplot), as a table, and as SVG."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.console import Console
 from tests.plot_data import H100_HEADER, HEADER, RESULTS, collective_results
 from tutor.errors import UserError
 from tutor.formatting import axis_unit
-from tutor.plots import (
+from tutor.answers.pictures import (
     Lane, Lanes, LanesPicture, Span, bandwidth_sweep_chart, bench_charts, caches_from_machine_json, chart_rows,
     chart_text, collective_sweep_chart, lanes_rows, matmul_sweep_chart, print_chart, save_svg, timeline_chart)
 
@@ -130,7 +130,7 @@ def test_the_svg_opens_in_headless_chromium(tmp_path):
         pytest.skip("no Chromium here (apt-get install chromium)")
     from xml.etree import ElementTree
 
-    from tutor.model_files import resolve_model
+    from tutor.files.models import resolve_model
     from tutor.theory.fit import FitRequest
     from tutor.theory.fit_timeline import prefill_timeline
 

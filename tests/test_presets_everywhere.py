@@ -10,7 +10,7 @@ import pytest
 
 from tests.cli_runner import run
 from tutor.labs.step_time import MODELS
-from tutor.model_files import load_preset, preset_names
+from tutor.files.models import load_preset, preset_names
 
 pytestmark = pytest.mark.slow
 

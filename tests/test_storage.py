@@ -1,4 +1,4 @@
-"""tutor.storage and tutor.settings: atomic writes, and damaged files set aside instead of crashing."""
+"""tutor.files.storage and tutor.files.settings: atomic writes, and damaged files set aside instead of crashing."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tutor.errors import UserError
-from tutor.settings import Settings, load_settings, save_settings
-from tutor.storage import DATA_DIR_ENV, data_dir, read_json, write_json_atomic
+from tutor.files.settings import Settings, load_settings, save_settings
+from tutor.files.storage import DATA_DIR_ENV, data_dir, read_json, write_json_atomic
 
 
 def corrupt_copies(path: Path) -> list[Path]:

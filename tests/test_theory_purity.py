@@ -1,5 +1,5 @@
 """tutor.theory computes; it reads no file (DESIGN.md: theory is pure formulas). Reading config.json files,
-the presets and safetensors headers is tutor.model_files' job, so a formula cannot depend on what is on disk.
+the presets and safetensors headers is tutor.files.models' job, so a formula cannot depend on what is on disk.
 
 Each module of tutor/theory is parsed with `ast` (not imported) and every construct that reaches the file
 system is named with its line: the builtin open(), the pathlib methods that read or list, an import of a
@@ -66,7 +66,7 @@ def test_every_theory_module_is_checked() -> None:
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: path.name)
 def test_theory_module_reads_no_file(path: Path) -> None:
     found = file_access(path.read_text(encoding="utf-8"))
-    assert not found, f"tutor/theory/{path.name} reaches the file system (move it to tutor/model_files.py): " + (
+    assert not found, f"tutor/theory/{path.name} reaches the file system (move it to tutor/files/models.py): " + (
         "; ".join(found))
 
 

@@ -9,12 +9,12 @@ import pytest
 
 from tests.cli_runner import run
 from tutor.formatting import format_rate
-from tutor.time_answer import DECODE_BATCHES
+from tutor.answers.time import DECODE_BATCHES
 from tutor.bench.ceilings import card_ceilings, measured_ceilings
 from tutor.bench.notebook import append_run, read_notebook
 from tutor.errors import UserError
 from tutor.hardware.specs import SPECS_BY_KEY
-from tutor.model_files import resolve_model
+from tutor.files.models import resolve_model
 from tutor.theory.fit import FitRequest
 from tutor.theory.models import count_parameters
 from tutor.theory.lora import lora_trainable_params
@@ -426,7 +426,7 @@ def test_the_time_to_train_lab_reproduces_the_llama_405b_gpu_hours_from_public_f
 def test_verify_runs_a_tiny_real_model_and_compares_per_phase() -> None:
     pytest.importorskip("transformers")
     from tutor.trace.step_verify import run_verification
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     result = run_verification(read_model_config("llama-3.2-1b").config, "tiny")
     assert result["predicted_s"] > 0 and result["measured_s"] > 0
@@ -467,7 +467,7 @@ def test_verify_joins_the_json_and_runs_even_without_a_bench_run(tmp_path, monke
 def test_verify_runs_a_tiny_lora_model_with_frozen_base_and_adapters_only() -> None:
     pytest.importorskip("transformers")
     from tutor.trace.step_verify import run_verification
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     result = run_verification(read_model_config("llama-3.2-1b").config, "tiny", recipe="lora")
     assert result["recipe"] == "lora" and "LoRA r=16" in result["scaled"]
@@ -530,7 +530,7 @@ def test_optimizer_probe_steps_the_trained_tensors_own_shapes_with_fresh_gradien
 def test_measuring_an_optimizer_step_needs_the_trained_tensors_shapes() -> None:
     pytest.importorskip("torch")
     from tutor.trace.step_verify import measure_ceilings, verify_setup
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     setup = verify_setup(read_model_config("llama-3.2-1b").config, "tiny")
     optimizer = [op for op in training_operations(setup.arch, setup.request, params_on_device=1).operations

@@ -13,7 +13,7 @@ from tests.cli_runner import run
 from tutor.trace import host_costs
 from tutor.bench.ceilings import measured_ceilings
 from tutor.bench.notebook import append_run, read_notebook
-from tutor.model_files import read_model_config, resolve_model
+from tutor.files.models import read_model_config, resolve_model
 from tutor.theory.fit import FitRequest
 from tutor.theory.step_operations import DEQUANTIZE, LAYER_CODE, MODEL_CODE, gemm, inference_operations
 from tutor.theory.step_time import (

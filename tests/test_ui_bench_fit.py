@@ -80,7 +80,7 @@ def text_of(widget: Static) -> str:
 
 def test_lengths_take_a_binary_k_as_model_cards_mean_it():
     # Llama-3.1's "128K context" is max_position_embeddings = 131072 in its config.json.
-    from tutor.model_files import load_preset
+    from tutor.files.models import load_preset
 
     config, _ = load_preset("llama-3.1-8b")
     assert parse_length("128k") == config["max_position_embeddings"] == 131_072
@@ -194,7 +194,7 @@ async def test_fit_screen_has_every_fit_option_and_advises_in_its_own_terms(data
         text = text_of(form.query_one("#output", Static))
         assert "does not fit" in text and "H100 SXM5 80GB" in text
         assert "set " in text and " to " in text and "--" not in text  # fields, never command-line flags
-        arch, _ = __import__("tutor.model_files", fromlist=["x"]).resolve_model("llama-3.1-70b")
+        arch, _ = __import__("tutor.files.models", fromlist=["x"]).resolve_model("llama-3.1-70b")
         request = fitting.FitRequest(mode="train", seq_len=8192)
         found = fitting.suggestions(arch, request, fitting_capacity("h100"))
         assert change_in_fields(found[0]) in text

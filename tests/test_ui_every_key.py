@@ -264,7 +264,7 @@ async def test_a_chart_takes_no_pan_or_zoom_keys_until_z_and_r_still_runs_the_be
 @sync
 async def test_a_zoom_to_a_point_or_a_pan_before_drawing_changes_nothing():
     """Programmatic zooms and pans: refused where an axis would collapse, and no division by zero."""
-    from tutor.plots import Chart, Point, Series
+    from tutor.answers.pictures import Chart, Point, Series
 
     chart = Chart(title="one point", x_label="x", x_unit="", y_label="y", y_unit="B",
                   series=(Series("s", (Point(3.0, 2.0),)),))

@@ -197,7 +197,7 @@ async def test_chart_legends_sit_outside_the_plotted_data(size, data_dir):
 def test_chart_axes_carry_their_units():
     from tests.plot_data import HEADER, RESULTS
 
-    from tutor.plots import bench_charts
+    from tutor.answers.pictures import bench_charts
 
     matmul, bandwidth = bench_charts(RESULTS, HEADER)[:2]
     assert (matmul.x_label, matmul.y_label, matmul.y_scale()[1]) == ("matrix size n", "throughput", "GFLOP/s")

@@ -21,7 +21,7 @@ from tests.test_ui_bench_fit import fit_screen, text_of
 from tutor import export
 from tutor.errors import UserError
 from tutor.formatting import format_bytes, format_duration, format_percent, format_rate
-from tutor.plots import Chart, Mark, Point, Series, chart_json, timeline_chart
+from tutor.answers.pictures import Chart, Mark, Point, Series, chart_json, timeline_chart
 from tutor.theory import fit as fitting
 from tutor.ui.app import TutorApp
 from tutor.ui.widgets.calc import fit_advice
@@ -293,7 +293,7 @@ def test_a_suggestion_that_carries_its_step_seconds_shows_them():
     assert lines[1].endswith(f"per GPU, {format_duration(1.25)} per step")
     assert lines[2].endswith("per GPU")
     # The fit answer's own timings, one per suggestion (with what step each is), win; one not timed shows none.
-    from tutor.fit_answer import SuggestionTime
+    from tutor.answers.fit import SuggestionTime
 
     times = (SuggestionTime(0.5, "training step", "s"), SuggestionTime(None, "training step", "not timed"))
     lines = [line.plain for line in fit_advice(SimpleNamespace(fits=False, suggestions=(timed, plain),

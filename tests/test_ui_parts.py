@@ -240,7 +240,7 @@ def test_build_request_uses_the_engine_field_names():
 
 def test_memory_calculator_matches_the_fit_engine():
     from rich.console import Console
-    from tutor.model_files import resolve_model
+    from tutor.files.models import resolve_model
 
     machine = fake_machine()
     values = {"model": "llama-3.1-8b", "mode": "inference", "batch": 1, "seq": 4096}
@@ -265,7 +265,7 @@ def activations_row_gib(text: str) -> float:
 @pytest.mark.parametrize("impl", ["hf", "fused"])
 def test_training_calculator_shows_the_peak_moment_and_the_implementation(impl):
     from rich.console import Console
-    from tutor.model_files import resolve_model
+    from tutor.files.models import resolve_model
 
     values = {"model": "llama-3.1-8b", "mode": "train", "batch": 8, "seq": 4096, "impl": impl, "memory": "80GB"}
     console = Console(width=160, record=True)

@@ -84,7 +84,7 @@ def saved_progress(tmp_path: Path, lessons: dict[str, dict]):
     import json
 
     from tutor.lessons.progress import ProgressStore
-    from tutor.storage import data_dir
+    from tutor.files.storage import data_dir
 
     path = data_dir() / "progress.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from tests.plot_data import HEADER, RESULTS, collective_results, ddp_result, moe
 from tests.ui_fakes import fake_services
 
 from tutor.bench.notebook import append_run
-from tutor.plots import bench_charts
+from tutor.answers.pictures import bench_charts
 from tutor.ui.app import TutorApp
 from tutor.ui.widgets.plot import ChartView
 
@@ -33,8 +33,8 @@ SIZES = pytest.mark.parametrize("size", [SMALL, WIDE], ids=["small", "wide"])
 
 def timeline():
     """The Fit screen's picture: gpt2's predicted training step (transformers' modules, CPU rules)."""
-    from tutor.model_files import resolve_model
-    from tutor.plots import timeline_chart
+    from tutor.files.models import resolve_model
+    from tutor.answers.pictures import timeline_chart
     from tutor.theory.fit import FitRequest
     from tutor.theory.fit_timeline import training_timeline
 
@@ -44,8 +44,8 @@ def timeline():
 
 def prefill():
     """llama-3.2-1b's predicted prefill of 4 x 8192 tokens."""
-    from tutor.model_files import resolve_model
-    from tutor.plots import timeline_chart
+    from tutor.files.models import resolve_model
+    from tutor.answers.pictures import timeline_chart
     from tutor.theory.fit import FitRequest
     from tutor.theory.fit_timeline import prefill_timeline
 

@@ -16,7 +16,7 @@ from textual.widgets import Static
 from tests.ui_fakes import FakeProbe, fake_services, sync, until
 
 from tutor.lessons.progress import ProgressStore
-from tutor.settings import load_settings, save_settings
+from tutor.files.settings import load_settings, save_settings
 from tutor.ui import app as app_module
 from tutor.ui.app import HELD_FULL_COLLECTIONS, TutorApp
 from tutor.ui.widgets.device_header import DeviceHeader, header_line

@@ -41,7 +41,7 @@ def test_the_fakes_satisfy_the_services_protocols():
     from tests.ui_fakes import FakeCurriculum, FakeProbe, FakeProgress, FakeSampler, fake_services
 
     from tutor.hardware.machine import Machine
-    from tutor.settings import Settings
+    from tutor.files.settings import Settings
     from tutor.ui.services import CurriculumLike, ProbeLike, ProgressLike, SamplerLike
 
     services = fake_services()

@@ -1,4 +1,4 @@
-"""tutor.untrusted, the one reader of JSON and TOML a user, an editor, a download or a disk may have
+"""tutor.files.untrusted, the one reader of JSON and TOML a user, an editor, a download or a disk may have
 damaged: each rule it keeps, and the one line it says when a file breaks one."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tutor.errors import UserError
-from tutor.untrusted import (CPYTHON_INT_DIGITS, MAX_DIGITS, MAX_NESTING, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE,
+from tutor.files.untrusted import (CPYTHON_INT_DIGITS, MAX_DIGITS, MAX_NESTING, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE,
                              TooDeepError, UntrustedDataError, check_fields, expect, loads_json, loads_toml,
                              shown_value)
 

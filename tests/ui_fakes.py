@@ -25,7 +25,7 @@ from tutor.lessons.grading import Grade
 from tutor.lessons.model import Bits, Calc, Lesson, Measure, Predict, Prose, Quiz, Track
 from tutor.lessons.model import LessonInfo as Info
 from tutor.lessons.progress import AnswerRecord, PredictionRecord
-from tutor.settings import Settings
+from tutor.files.settings import Settings
 from tutor.ui.machine_detection import MachineDetection
 from tutor.ui.services import Services
 from tutor.worker.jobs import BenchOutcome, BenchRow

@@ -1,4 +1,4 @@
-"""The answers of the ```calc blocks and the Fit screen: memory (tutor.fit_answer), FLOPs and rooflines.
+"""The answers of the ```calc blocks and the Fit screen: memory (tutor.answers.fit), FLOPs and rooflines.
 
 A calculator's fields (tutor.lessons.calc_fields: the fit fields, plus tokens, mfu, m, n, k) go in;
 typed answers come out, every figure from tutor.theory or this machine's measured or datasheet
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tutor.errors import UserError
-from tutor.fit_answer import THIS_DEVICE, FitAnswer, FitInputs, answer_fit, chosen_budget
-from tutor.fit_fields import FIELDS
+from tutor.answers.fit import THIS_DEVICE, FitAnswer, FitInputs, answer_fit, chosen_budget
+from tutor.answers.fields import FIELDS
 from tutor.theory import fit as fitting
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def machine_capacity(machine: Machine) -> tuple[int | None, str, bool]:
 
 
 def build_request(values: Mapping[str, Any], *, gpu: bool) -> fitting.FitRequest:
-    """The FitRequest the fields describe, checked by the field declaration (tutor.fit_fields)."""
+    """The FitRequest the fields describe, checked by the field declaration (tutor.answers.fields)."""
     from tutor.lessons.calc_fields import fit_request
 
     fields = {name: value for name, value in values.items() if name not in NON_REQUEST}
@@ -89,7 +89,7 @@ def device_peaks(machine: Machine, device: str, dtype: str) -> tuple[float | Non
 
         found = lookup_gpu_spec(device)
         if found is None:
-            from tutor.fit_fields import unknown_device_message
+            from tutor.answers.fields import unknown_device_message
 
             raise UserError(unknown_device_message(device))
         spec = found[0]
@@ -141,7 +141,7 @@ def flops_answer(values: Mapping[str, Any], machine: Machine) -> FlopsAnswer:
     """Compute for `tokens`: 6·N·D to train (Kaplan et al. 2020 §2.1), 2·N·D to run, N the active
     parameters; and how long that takes at `mfu` of the peak on `dp` devices."""
     from tutor.lessons.calc_fields import CALC_FIELDS, DEFAULTS
-    from tutor.model_files import resolve_model
+    from tutor.files.models import resolve_model
     from tutor.theory.flops import training_flops
     from tutor.theory.models import count_parameters
 
@@ -229,7 +229,7 @@ def roofline_answer(values: Mapping[str, Any], machine: Machine) -> RooflineAnsw
 
 def decode_bounds(values: Mapping[str, Any], machine: Machine, dtype: str) -> tuple[DecodeBound, ...]:
     """Decoding reads every weight once per step: tokens/s <= batch x bandwidth / weight bytes."""
-    from tutor.model_files import resolve_model
+    from tutor.files.models import resolve_model
     from tutor.theory.memory import weight_bytes
     from tutor.theory.models import count_parameters
     from tutor.theory.roofline import decode_tokens_per_second_bound
@@ -251,7 +251,7 @@ def decode_bounds(values: Mapping[str, Any], machine: Machine, dtype: str) -> tu
 @dataclass(frozen=True)
 class FitTime:
     """The Fit screen's second half: how long the step takes (`tensor-tutor time --json`'s report, from
-    tutor.time_answer) or the one line why it cannot say, and the memory alive over the training step or the prefill
+    tutor.answers.time) or the one line why it cannot say, and the memory alive over the training step or the prefill
     (tutor.theory.fit_timeline, `fit --timeline`'s JSON) with its peak moment."""
 
     report: dict[str, Any] | None
@@ -286,10 +286,10 @@ def time_device(values: Mapping[str, Any], machine: Machine | None) -> str | Non
 
 def fit_time(values: Mapping[str, Any], machine: Machine | None) -> FitTime:
     """The time and the memory timeline of the Fit form's question: the same request the memory answer
-    uses (tutor.fit_answer), timed by the entry point `tensor-tutor time` uses (tutor.time_answer.time_report)
+    uses (tutor.answers.fit), timed by the entry point `tensor-tutor time` uses (tutor.answers.time.time_report)
     on the form's device. UserError for a form the memory answer rejects too."""
     from tutor.theory.fit_timeline import step_timeline, timeline_peak
-    from tutor.time_answer import time_report
+    from tutor.answers.time import time_report
 
     answer = answer_fit(FitInputs.from_values({"model": DEFAULT_MODEL, **values}, machine,
                                               budget=chosen_budget(values, machine), searches=False))
@@ -306,7 +306,7 @@ def fit_time(values: Mapping[str, Any], machine: Machine | None) -> FitTime:
                              "size", timeline, peak)
     config = None
     if request.mode != "train":  # the eager engine counts the host's code of the model's own family
-        from tutor.fit_answer import fit_model
+        from tutor.answers.fit import fit_model
 
         found = fit_model({"model": DEFAULT_MODEL, **values}["model"], None).found
         config = found.config if found is not None else None

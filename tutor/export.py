@@ -5,7 +5,7 @@ notebook Run, or a BenchOutcome that could not be saved), or the Fit screen's fo
 JSON is the same JSON the command line prints (`lab NAME --json`, `bench --json`, `fit --json`);
 CSV has one row per measurement (per memory component for a fit), numbers in plain digits;
 Markdown is a table with the numbers as the app shows them. No Textual here: the app's Export
-command (tutor.ui.commands) calls it. Pictures (tutor.plots Charts) are saved as one SVG with their
+command (tutor.ui.commands) calls it. Pictures (tutor.answers.pictures Charts) are saved as one SVG with their
 data as CSV and JSON beside it (`save_picture_files`, the app's Ctrl+S).
 
 Every file says what it is of (ExportContext: model, mode, dtype or recipe, device, the export's date in
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from tutor.hardware.machine import Machine
-    from tutor.plots import Chart
+    from tutor.answers.pictures import Chart
 
 FORMATS = {"json": "json", "csv": "csv", "markdown": "md"}
 """Export format -> file extension."""
@@ -258,8 +258,8 @@ def outcome_table(outcome: Any, now: datetime | None = None) -> Table:
 
 
 def fit_report(values: dict[str, Any], machine: Machine) -> dict[str, Any]:
-    """`tensor-tutor fit --json`'s report for the calculator's values (tutor.fit_answer, the command's own answer)."""
-    from tutor.fit_answer import FitInputs, answer_fit
+    """`tensor-tutor fit --json`'s report for the calculator's values (tutor.answers.fit, the command's own answer)."""
+    from tutor.answers.fit import FitInputs, answer_fit
 
     return answer_fit(FitInputs.from_values(values, machine)).to_json()
 
@@ -399,7 +399,7 @@ def export_text(result: Any, fmt: str, now: datetime | None = None) -> str:
 
 def save_export(result: Any, fmt: str, folder: Path | None = None, now: datetime | None = None) -> Path:
     """Write the result under the data dir's exports/ folder; returns the file's path (OSError if it cannot)."""
-    from tutor.storage import data_dir
+    from tutor.files.storage import data_dir
 
     target = folder or data_dir() / EXPORTS_FOLDER
     target.mkdir(parents=True, exist_ok=True)
@@ -412,7 +412,7 @@ def save_export(result: Any, fmt: str, folder: Path | None = None, now: datetime
     while os.path.lexists(path):  # a dangling link is no free name
         counter += 1
         path = target / f"{table.name}-{stamp}-{counter}.{FORMATS[fmt]}"
-    from tutor.storage import write_regular_text
+    from tutor.files.storage import write_regular_text
 
     write_regular_text(path, text)  # a FIFO put there since the name was free would block a plain write
     return path
@@ -433,7 +433,7 @@ def chart_columns(chart: Chart) -> tuple[Column, Column, float, float]:
 def charts_csv(charts: Sequence[Chart], context: ExportContext | None = None) -> str:
     """Every point of every chart, one row each: the context, the chart, the series, x in the column of its
     axis and unit, x as the table names it, y likewise; the numbers in plain digits for a spreadsheet."""
-    from tutor.plots import point_text
+    from tutor.answers.pictures import point_text
 
     context = context or export_context()
     axes = [chart_columns(chart) for chart in charts]
@@ -457,8 +457,8 @@ def save_picture_files(charts: Sequence[Chart], folder: str | Path, stem: str, *
     and JSON, each with the context, `stem-STAMP.svg/.csv/.json` in `folder` (made if missing; a number
     added rather than overwrite). UserError if the folder cannot be written."""
     from tutor.errors import UserError
-    from tutor.plots import chart_json, save_svg
-    from tutor.storage import write_regular_text
+    from tutor.answers.pictures import chart_json, save_svg
+    from tutor.files.storage import write_regular_text
 
     context = context or export_context()
     target = Path(folder)

@@ -24,7 +24,7 @@ from typing import Any
 from tutor.bench.record import HEADLINE_STATISTIC, BenchRun, CaseResult, Headline, new_run_id
 from tutor.hardware.machine import Machine
 from tutor.safe_text import plain
-from tutor.untrusted import (CPYTHON_INT_DIGITS, NUMBER, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE, WHOLE, Kind,
+from tutor.files.untrusted import (CPYTHON_INT_DIGITS, NUMBER, OBJECTS, POSITIVE_NUMBER, POSITIVE_WHOLE, WHOLE, Kind,
                              UntrustedDataError, check_fields, loads_json)
 
 NOTEBOOK_FILE = "results.jsonl"
@@ -36,8 +36,8 @@ NOTEBOOK_LIMIT_BYTES = 512 << 20
 
 
 def notebook_path() -> Path:
-    """results.jsonl in tutor.storage.data_dir() (the one place the learner's files live)."""
-    from tutor.storage import data_dir
+    """results.jsonl in tutor.files.storage.data_dir() (the one place the learner's files live)."""
+    from tutor.files.storage import data_dir
 
     return data_dir() / NOTEBOOK_FILE
 
@@ -87,7 +87,7 @@ def _set_aside_torn_tail(fd: int, target: Path) -> str | None:
     whole = tail.endswith(b"\n")
     if whole and (not tail.strip() or _parses(tail)):
         return None
-    from tutor.storage import side_file_name
+    from tutor.files.storage import side_file_name
 
     side = side_file_name(target, TORN_TAG)
     with open(side, "xb") as handle:
@@ -122,7 +122,7 @@ def append_run(header: dict[str, Any] | BenchRun, results: Sequence[dict[str, An
         line = (json.dumps(record, separators=(",", ":"), allow_nan=False, default=str) + "\n").encode()
     except ValueError as error:
         return f"results not saved: {error}"
-    from tutor.storage import NotAFileError, open_for_append
+    from tutor.files.storage import NotAFileError, open_for_append
 
     note = None
     try:
@@ -232,7 +232,7 @@ SKIPPED = "skipped"
 def read_notebook(path: Path | None = None) -> Notebook:
     """Every run that parses and whose figures are figures (RESULT_FIGURES); lines that do not parse are
     counted in `corrupt_lines`, runs with a bad figure are left out with one line each in `skipped`."""
-    from tutor.storage import read_regular_bytes
+    from tutor.files.storage import read_regular_bytes
 
     target = path or notebook_path()
     aside = torn_side_files(target)

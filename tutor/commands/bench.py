@@ -243,7 +243,7 @@ def _check_svg_path(svg: str | None) -> None:
 
 def _show_pictures(results: Any, header: dict[str, Any], svg: str | None, *, as_json: bool) -> None:
     """A run's pictures with their tables on stdout (unless --json), and in the SVG file when asked."""
-    from tutor.plots import bench_charts, print_chart, save_svg
+    from tutor.answers.pictures import bench_charts, print_chart, save_svg
 
     charts = bench_charts([dict(result) for result in results], header)
     if not as_json:

@@ -24,8 +24,8 @@ def _matching(items: Iterable[tuple[str, str]], incomplete: str) -> list[Complet
 
 
 def preset_items() -> list[tuple[str, str]]:
-    """Every bundled model preset (tutor.model_files), with its display name."""
-    from tutor.model_files import list_presets
+    """Every bundled model preset (tutor.files.models), with its display name."""
+    from tutor.files.models import list_presets
 
     return [(info.name, info.display_name) for info in list_presets()]
 

@@ -1,6 +1,6 @@
 """`tensor-tutor data`: where the learner's files live, how big they are, and how to start one of them over.
 
-The folder is tutor.storage.data_dir(): $TENSOR_TUTOR_DATA_DIR when set, else platformdirs' user data
+The folder is tutor.files.storage.data_dir(): $TENSOR_TUTOR_DATA_DIR when set, else platformdirs' user data
 folder (~/.local/share/tensor-tutor on Linux). It holds progress.json (lessons, answers, predictions),
 settings.json (theme, sample rate, measuring device) and results.jsonl (every `bench` run, for
 `bench history`), plus side files: `<name>.corrupt-<time>` / `<name>.torn-<time>` set aside by the
@@ -50,7 +50,7 @@ def data_files(folder: Path) -> list[dict]:
 
 def data_report(folder: Path) -> dict:
     """The folder, where its location came from, each file and the total (the `--json` object)."""
-    from tutor.storage import DATA_DIR_ENV
+    from tutor.files.storage import DATA_DIR_ENV
 
     files = data_files(folder)
     source = f"${DATA_DIR_ENV}" if os.environ.get(DATA_DIR_ENV) else "the user data folder (platformdirs)"
@@ -75,7 +75,7 @@ def data(ctx: click.Context, as_json: bool) -> None:
         return
     from tutor.commands.safe_text import plain
     from tutor.formatting import format_bytes
-    from tutor.storage import data_dir
+    from tutor.files.storage import data_dir
 
     report = data_report(data_dir())
     if as_json:
@@ -97,9 +97,9 @@ def data(ctx: click.Context, as_json: bool) -> None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 def reset(kind: str, yes: bool) -> None:
     """Delete progress.json, settings.json or results.jsonl, so that it starts over (close the app first)."""
-    from tutor.file_lock import locked
+    from tutor.files.lock import locked
     from tutor.formatting import format_bytes
-    from tutor.storage import data_dir
+    from tutor.files.storage import data_dir
 
     name, loses = KINDS[kind]
     path = data_dir() / name

@@ -11,8 +11,8 @@ import click
 
 from tutor.commands.safe_text import markup_safe, plain
 from tutor.errors import UserError
-from tutor.fit_answer import FitAnswer, FitInputs, answer_fit, change_flags
-from tutor.fit_fields import fit_options
+from tutor.answers.fit import FitAnswer, FitInputs, answer_fit, change_flags
+from tutor.answers.fields import fit_options
 from tutor.theory import fit as fitting
 from tutor.theory.activations import IMPLEMENTATION_MEANING
 from tutor.theory.units import GB, GiB
@@ -76,7 +76,7 @@ def fit(model, params, device, as_json, trace, timeline, svg, **request) -> None
     if moments is not None:
         from rich.console import Console
 
-        from tutor.plots import print_chart
+        from tutor.answers.pictures import print_chart
 
         print_chart(_timeline_chart(moments, answer.traced), Console())
         if svg is not None:
@@ -101,7 +101,7 @@ def _timeline(answer: FitAnswer):
 
 def _timeline_chart(moments, traced):
     """The predicted timeline, with the traced one (and its peak) over it under --trace."""
-    from tutor.plots import timeline_chart
+    from tutor.answers.pictures import timeline_chart
 
     trace = traced.trace if traced is not None else None
     return timeline_chart([moment.to_json() for moment in moments], trace.timeline if trace is not None else (),
@@ -111,7 +111,7 @@ def _timeline_chart(moments, traced):
 def _save_timeline(moments, svg: str, answer) -> None:
     """The timeline as an SVG whose first line says what it is of (model, mode, dtype, device, date, version)."""
     from tutor.export import fit_context
-    from tutor.plots import save_svg
+    from tutor.answers.pictures import save_svg
 
     path = save_svg([_timeline_chart(moments, answer.traced)], svg, context=fit_context(answer.to_json()).line())
     click.echo(f"tensor-tutor: saved the picture to {path}", err=True)

@@ -1,8 +1,8 @@
-"""`tensor-tutor fit MODEL --trace`: the traced step (tutor.fit_trace) beside the formula, as Rich tables."""
+"""`tensor-tutor fit MODEL --trace`: the traced step (tutor.trace.fit_step) beside the formula, as Rich tables."""
 
 from __future__ import annotations
 
-from tutor.fit_trace import LABELS, TracedFit, comparison, explanations, traced_over_formula
+from tutor.trace.fit_step import LABELS, TracedFit, comparison, explanations, traced_over_formula
 from tutor.theory.fit import Mode
 from tutor.theory.units import GiB
 

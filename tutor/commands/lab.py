@@ -18,7 +18,7 @@ from tutor.commands.safe_text import as_text, markup_safe, plain, without_contro
 from tutor.errors import UserError
 from tutor.formatting import format_quantity
 from tutor.commands.json_output import echo_json
-from tutor.untrusted import UntrustedDataError, loads_toml
+from tutor.files.untrusted import UntrustedDataError, loads_toml
 
 MAX_PARAM_BYTES = 1 << 16
 """The longest KEY=VALUE value read as TOML: a list of sizes is a few hundred bytes."""

@@ -48,7 +48,7 @@ def models(devices: bool, as_json: bool) -> None:
     if devices:
         _devices(as_json)
         return
-    from tutor.model_files import list_presets, load_preset
+    from tutor.files.models import list_presets, load_preset
     from tutor.theory.models import SUPPORTED_MODEL_TYPES, architecture_from_config, count_parameters
 
     rows: list[_PresetRow] = []

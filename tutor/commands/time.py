@@ -1,6 +1,6 @@
 """`tensor-tutor time MODEL`: how long a training step, a training run, a prefill and a decode step take.
 
-The same model, mode, recipe, layout and --device questions as `fit` (tutor.fit_fields), answered
+The same model, mode, recipe, layout and --device questions as `fit` (tutor.answers.fields), answered
 with time: every operation of the step counted (tutor.theory.step_operations) and timed on ceilings
 that are measured on this machine (the results notebook) or a datasheet peak times a published
 achieved fraction (tutor.bench.ceilings), each with its source. No torch unless --verify.
@@ -13,14 +13,14 @@ import math
 import click
 
 from tutor.errors import UserError
-from tutor.fit_fields import fit_options
+from tutor.answers.fields import fit_options
 from tutor.theory import fit as fitting
 from tutor.theory.units import parse_count
 
 from tutor.commands.json_output import echo_json
 
-# The answer lives in tutor.time_answer (the Fit screen asks it too); its names stay importable from here.
-from tutor.time_answer import (  # noqa: F401
+# The answer lives in tutor.answers.time (the Fit screen asks it too); its names stay importable from here.
+from tutor.answers.time import (  # noqa: F401
     DECODE_BATCHES,
     DEFAULT_TOKENS,
     apply_devices,
@@ -42,7 +42,7 @@ def verify_model(model: str, size: str, recipe: str = "fp32") -> dict:
     except ImportError:
         raise UserError("--verify runs the real model: it needs torch and transformers (pip install -e '.[trace]')") from None
     from tutor.trace.step_verify import run_verification
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     return run_verification(read_model_config(model).config, size, recipe=recipe)
 
@@ -78,7 +78,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
                         "config.json rather than --params")
     if not model:
         raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json or a model folder")
-    from tutor.fit_answer import FitInputs, fit_model
+    from tutor.answers.fit import FitInputs, fit_model
 
     found = fit_model(model, None)
     arch, name, source = found.arch, found.name, found.source
@@ -101,7 +101,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
         raise UserError(f"--price must be a number >= 0, got {price}")
     # The same request `fit` builds from the same options and files (the config's quantization, a checkpoint's stored
     # bytes, an adapter), so both count the same weights.
-    from tutor.fit_answer import model_request_settings
+    from tutor.answers.fit import model_request_settings
     from tutor.hardware.memory_budget import device_budget
 
     inputs = FitInputs.from_command(model, None, device, **fields)
@@ -129,7 +129,7 @@ def time_command(model, params, device, tokens_text, devices, price, mfu_text, o
         ceilings, device_words, missing = None, "this machine", str(error)
     verified: dict | None
     if gpu is not None:  # --verify on a GPU of this machine: the real model there, against `time --device N`
-        from tutor.time_answer import device_verification
+        from tutor.answers.time import device_verification
 
         config = found.found.config if found.found is not None else None
         if config is None:

@@ -6,7 +6,7 @@ Every figure goes through tutor.formatting; names read from files are escaped (m
 from __future__ import annotations
 
 from tutor.commands.safe_text import markup_safe
-from tutor.time_answer import PHASE_WORDS, does_not_fit_line, phase_share
+from tutor.answers.time import PHASE_WORDS, does_not_fit_line, phase_share
 from tutor.formatting import (
     format_count,
     format_duration,

@@ -16,7 +16,7 @@ from typing import Any
 
 from tutor.errors import UserError
 from tutor.labs.probe import KINDS, Param, Probe
-from tutor.untrusted import shown_value
+from tutor.files.untrusted import shown_value
 
 
 def _range(param: Param, value: float, probe: str) -> None:
@@ -157,9 +157,9 @@ def resolve_device(text: str) -> str:
 def fit_params(names: tuple[str, ...], defaults: dict[str, Any] | None = None,
                choices: dict[str, tuple[str, ...]] | None = None, helps: dict[str, str] | None = None
                ) -> tuple[Param, ...]:
-    """The fit fields `names` (tutor.fit_fields: help, choices, the lab range) as a lab's parameters, with the
+    """The fit fields `names` (tutor.answers.fields: help, choices, the lab range) as a lab's parameters, with the
     lab's own defaults, narrower choices and, where it accepts other values than a calculator, its own help."""
-    from tutor.fit_fields import FIELDS
+    from tutor.answers.fields import FIELDS
 
     defaults, choices, helps = defaults or {}, choices or {}, helps or {}
     params = []

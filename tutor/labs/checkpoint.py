@@ -97,7 +97,7 @@ def _checkpoint_write(params: dict, progress: ProgressFn, cancel: threading.Even
     per_param = checkpoint_bytes_per_param()
     model_bytes = None
     if params["model"]:
-        from tutor.model_files import resolve_model
+        from tutor.files.models import resolve_model
         from tutor.theory.models import count_parameters
 
         arch, _source = resolve_model(params["model"])

@@ -19,7 +19,7 @@ Measured on every rank, each a median over the steps, every phase started after 
 The same communication hook times each bucket of the DDP step: when DDP handed it over (its last
 gradient was ready) and when its all-reduce completed; the step of the median time on rank 0 is
 reported as `bucket_timeline`, each bucket with the share of its all-reduce that ran before the last
-bucket was ready (while backward still computed: bucket_overlap), and drawn as lanes (tutor.plots).
+bucket was ready (while backward still computed: bucket_overlap), and drawn as lanes (tutor.answers.pictures).
 
 The gradient bytes handed to all-reduce per step are counted by a communication hook (the sum of the
 bucket buffers), beside the parameter count x 4 bytes (FP32 gradients) and the ring traffic of
@@ -345,10 +345,10 @@ def _bucket_timeline(moments: dict | None) -> dict | None:
 
 
 def ddp_lanes(timeline: dict):
-    """Rank 0's DDP step as lanes (tutor.plots): the forward and the backward, then one lane per bucket
+    """Rank 0's DDP step as lanes (tutor.answers.pictures): the forward and the backward, then one lane per bucket
     with its all-reduce, in the order DDP handed them over."""
     from tutor.formatting import format_bytes, format_percent
-    from tutor.plots import Lane, Lanes, Span
+    from tutor.answers.pictures import Lane, Lanes, Span
 
     buckets = timeline["buckets"]
     compute_end = max((b["ready_s"] for b in buckets), default=timeline["backward_s"])
@@ -376,7 +376,7 @@ def render_ddp(result: ProbeResult) -> RenderableType:
     timeline = result.details.get("bucket_timeline")
     if not timeline or not timeline.get("buckets"):
         return bars
-    from tutor.plots import lanes_with_table
+    from tutor.answers.pictures import lanes_with_table
 
     return Group(bars, lanes_with_table(ddp_lanes(timeline)))
 

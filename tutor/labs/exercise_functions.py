@@ -68,7 +68,7 @@ is given and is not hidden_size / num_attention_heads."""
 
 
 def _kv_cases() -> list[dict[str, Any]]:
-    from tutor.model_files import load_preset
+    from tutor.files.models import load_preset
 
     draw = random.Random(7)
     cases = []

@@ -1,6 +1,6 @@
 """fit: does a model fit this machine's memory right now? The fit answer against measured free memory.
 
-The memory per device comes from tutor.fit_answer (the same answer `tensor-tutor fit` prints);
+The memory per device comes from tutor.answers.fit (the same answer `tensor-tutor fit` prints);
 the capacity is measured now: the first GPU's free memory (NVML), else available RAM (psutil).
 """
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tutor.hardware.memory_budget import DeviceBudget
 
 REQUEST_FIELDS = ("mode", "dtype", "recipe", "optimizer", "batch", "seq", "attention")
-"""The fit fields the lab takes (tutor.fit_fields declares them: defaults, choices, ranges)."""
+"""The fit fields the lab takes (tutor.answers.fields declares them: defaults, choices, ranges)."""
 
 
 def _budget(params: dict) -> tuple[DeviceBudget, str]:
@@ -30,7 +30,7 @@ def _budget(params: dict) -> tuple[DeviceBudget, str]:
 
 
 def _fit(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
-    from tutor.fit_answer import FitInputs, answer_fit
+    from tutor.answers.fit import FitInputs, answer_fit
     from tutor.formatting import format_bytes
 
     if cancel.is_set():

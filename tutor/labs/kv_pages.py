@@ -76,7 +76,7 @@ class BlockPool:
 
 def bytes_per_token(model: str, kv_dtype: str) -> int:
     """KV bytes per token of a preset model (tutor.theory.kv_cache, MLA where the model has it)."""
-    from tutor.model_files import load_preset
+    from tutor.files.models import load_preset
     from tutor.theory.kv_cache import kv_cache_bytes_per_token, kv_dtype_bytes, mla_kv_cache_bytes_per_token
     from tutor.theory.models import architecture_from_config
 

@@ -654,11 +654,11 @@ RUN_SHORT = {"none": "no balancing", "aux_loss": "aux loss", "bias": "bias (DSv3
 
 
 def render_loads(result: ProbeResult):
-    """Per-expert load bars (tutor.plots.share_bars), one column per run (and the start), with each
+    """Per-expert load bars (tutor.answers.pictures.share_bars), one column per run (and the start), with each
     run's busiest-over-mean."""
     from rich.text import Text
 
-    from tutor.plots import share_bars
+    from tutor.answers.pictures import share_bars
 
     by_run = result.details.get("expert_load_by_run") or {}
     start = result.details.get("expert_load_start")

@@ -689,11 +689,11 @@ def _summary(details: dict) -> str:
 
 def render_pipeline(result: ProbeResult):
     """The per-stage timeline of the reported step and, beside it on the same time scale, the
-    theory's schedule (equal blocks, free hand-overs), each with its table (tutor.plots; no torch)."""
+    theory's schedule (equal blocks, free hand-overs), each with its table (tutor.answers.pictures; no torch)."""
     from rich.text import Text
 
     from tutor.formatting import format_duration, format_percent
-    from tutor.plots import lanes_with_table, pipeline_lanes
+    from tutor.answers.pictures import lanes_with_table, pipeline_lanes
 
     details = result.details
     step_s = details.get("step_s") or 0.0

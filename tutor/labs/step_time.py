@@ -29,7 +29,7 @@ def _step_time(params: dict, progress: ProgressFn, cancel: threading.Event) -> P
         return ProbeResult("step-time", (), {}, "cancelled", True, "cpu")
     progress(0.0, "loading torch and transformers")
     from tutor.trace.step_verify import run_verification
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     progress(0.1, f"measuring the ceilings and the steps of {params['model']} ({params['size']})")
     result = run_verification(read_model_config(params["model"]).config, params["size"])

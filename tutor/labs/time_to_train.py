@@ -36,7 +36,7 @@ PARAMS = (
 def _time_to_train(params: dict, progress: ProgressFn, cancel: threading.Event) -> ProbeResult:
     from tutor.bench.ceilings import compute_dtype, device_ceilings
     from tutor.errors import UserError
-    from tutor.fit_answer import resolve_fit_model
+    from tutor.answers.fit import resolve_fit_model
     from tutor.formatting import format_count, format_number, format_percent
     from tutor.theory.fit import FitRequest, validate_request
     from tutor.theory.step_time import training_run, training_step_time

@@ -1,6 +1,6 @@
 """The inputs a ```calc block may show, what each accepts, and how they become a FitRequest.
 
-The fit fields are tutor.fit_fields' declaration (the same names as `tensor-tutor fit`'s options: seq,
+The fit fields are tutor.answers.fields' declaration (the same names as `tensor-tutor fit`'s options: seq,
 not seq_len), so a learner who moves from a lesson's calculator to the command line types the same
 words; the FLOPs and roofline calculators add their own inputs here.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tutor.errors import UserError
-from tutor.fit_fields import (  # noqa: F401  (re-exported: the calculator's words are the fit fields')
+from tutor.answers.fields import (  # noqa: F401  (re-exported: the calculator's words are the fit fields')
     CALC_DEFAULTS,
     FIELDS as FIT_FIELD_BY_NAME,
     FIT_FIELDS,
@@ -96,7 +96,7 @@ CALC_FIELDS: dict[str, CalcField] = {field.name: field for field in (
     CalcField("n", "matmul columns of B (4096 or 4k)", lambda value: _check_length(value, "n")),
     CalcField("k", "the shared (reduction) dimension (4096 or 4k)", lambda value: _check_length(value, "k")),
 )}
-"""Every calculator field: the fit fields (tutor.fit_fields, in their order), then the FLOPs and roofline inputs."""
+"""Every calculator field: the fit fields (tutor.answers.fields, in their order), then the FLOPs and roofline inputs."""
 
 DEFAULTS: dict[str, Any] = {**CALC_DEFAULTS, "tokens": "15T", "mfu": 0.4, "m": 4096, "n": 4096, "k": 4096}
 """Starting values of fields a lesson leaves unset (FitRequest's own defaults for the rest)."""

@@ -29,7 +29,7 @@ from tutor.lessons.model import (
     Quiz,
 )
 from tutor.safe_text import strings_without_controls
-from tutor.storage import TooDeepError, loads_toml_bounded
+from tutor.files.storage import TooDeepError, loads_toml_bounded
 
 _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 _ID = re.compile(r"[a-z0-9][a-z0-9_.-]*")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from collections.abc import Collection
 
 from tutor.errors import UserError
-from tutor.storage import TooDeepError, loads_toml_bounded
+from tutor.files.storage import TooDeepError, loads_toml_bounded
 
 DIRECTIVES = ("bits", "calc", "measure", "predict", "quiz", "exercise")
 """The info strings of the fences that are directives (tutor.lessons.model has a block class for each)."""

@@ -1,6 +1,6 @@
 """Calculator exercises: does the layout a learner chose meet a ```calc block's goal?
 
-The check is the fit answer (tutor.fit_answer), the same as `tensor-tutor fit`: the most loaded device
+The check is the fit answer (tutor.answers.fit), the same as `tensor-tutor fit`: the most loaded device
 (plus the CUDA context and allocator slack `fit` counts) must fit the goal's device, the card's
 total as its driver reports it (tutor.hardware.memory_budget.given_budget) or a given size, using
 no more than `devices_max` devices (dp x tp x pp) and no fewer than `devices_min`. A training goal may
@@ -73,7 +73,7 @@ def goal_text(calc: Calc) -> str:
 def check_goal(calc: Calc, values: dict[str, Any]) -> GoalCheck:
     """Whether `values` (the calculator's current fields; the block's fixed values win over them)
     meet the block's goal. UserError when the values make no sense (the calculator shows that)."""
-    from tutor.fit_answer import FitInputs, answer_fit
+    from tutor.answers.fit import FitInputs, answer_fit
     from tutor.hardware.memory_budget import given_budget
 
     goal = calc.goal
@@ -118,7 +118,7 @@ def _too_large_or_slow(goal: Goal, request: FitRequest, model: str | None) -> st
     if goal.tokens_per_step_max is None and goal.days_max is None:
         return ""
     from tutor.bench.ceilings import compute_dtype, device_ceilings
-    from tutor.fit_answer import resolve_fit_model
+    from tutor.answers.fit import resolve_fit_model
     from tutor.theory.step_time import training_run, training_step_time
 
     arch = None

@@ -19,7 +19,7 @@ from typing import Any
 from tutor import __version__
 from tutor.lessons.catalog import LessonInfo, Track
 from tutor.safe_text import strings_without_controls
-from tutor.storage import cache_dir, read_checked_json, read_regular_bytes, write_json_atomic
+from tutor.files.storage import cache_dir, read_checked_json, read_regular_bytes, write_json_atomic
 
 CACHE_FILE = "curriculum-index.json"
 FORMAT = 2
@@ -45,7 +45,7 @@ def sources_digest(sources: list[tuple[str, bytes]]) -> int:
 
 
 def newlines_as_parsed(data: bytes) -> bytes:
-    """The bytes with universal newlines, as the loader reads its text (tutor.storage.read_regular_text):
+    """The bytes with universal newlines, as the loader reads its text (tutor.files.storage.read_regular_text):
     a CRLF checkout digests the same on both sides."""
     if b"\r" not in data:  # the usual checkout: spares two copies of every page at each launch
         return data

@@ -20,7 +20,7 @@ from tutor.lessons.loader import CURRICULUM_FILE, LESSON_MD, LESSON_TOML, Curric
 from tutor.lessons.learner import BlockT
 from tutor.lessons.model import Block, Calc, Exercise, Lesson, Measure, Predict, Prose, Quiz
 from tutor.lessons.values import DeviceFigures
-from tutor.storage import TooDeepError, loads_toml_bounded
+from tutor.files.storage import TooDeepError, loads_toml_bounded
 
 ALLOWLIST_FILE = "lint-allow.toml"
 

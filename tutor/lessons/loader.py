@@ -20,7 +20,7 @@ import tutor
 from tutor.errors import UserError
 from tutor.lessons.catalog import LessonInfo, Track
 from tutor.safe_text import strings_without_controls, without_controls
-from tutor.storage import TooDeepError, loads_toml_bounded, read_regular_text
+from tutor.files.storage import TooDeepError, loads_toml_bounded, read_regular_text
 
 if TYPE_CHECKING:
     from tutor.lessons.model import Lesson

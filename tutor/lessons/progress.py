@@ -22,9 +22,9 @@ from pathlib import Path
 from collections.abc import Callable, Mapping, Set
 from typing import TYPE_CHECKING, Any
 
-from tutor.file_lock import locked
+from tutor.files.lock import locked
 from tutor.lessons.catalog import LessonInfo, Track
-from tutor.storage import data_dir, read_json, write_json_atomic
+from tutor.files.storage import data_dir, read_json, write_json_atomic
 
 if TYPE_CHECKING:
     from tutor.lessons.model import Lesson

@@ -128,7 +128,7 @@ def device_figures(machine: Machine, device: str = "auto") -> DeviceFigures:
 @lru_cache(maxsize=64)
 def preset(name: str) -> Architecture:
     """The Architecture of a bundled model preset (tutor.theory.models), e.g. preset("llama-3.1-8b")."""
-    from tutor.model_files import load_preset
+    from tutor.files.models import load_preset
     from tutor.theory.models import architecture_from_config
 
     config, info = load_preset(name)
@@ -145,9 +145,9 @@ def params(name: str) -> ParamCount:
 
 def flags(suggestion: Suggestion) -> str:
     """A fit suggestion as the `tensor-tutor fit` flags that make it: flags(fit.suggestions(...)[0]) ->
-    "--tp 8 --sp (8 devices)" (tutor.theory.fit gives the changes; tutor.fit_answer phrases them, for the
+    "--tp 8 --sp (8 devices)" (tutor.theory.fit gives the changes; tutor.answers.fit phrases them, for the
     command too)."""
-    from tutor.fit_answer import change_flags
+    from tutor.answers.fit import change_flags
 
     return change_flags(suggestion)
 

@@ -6,7 +6,7 @@ transformers modelling code for that `model_type`, weight by weight and bias by 
 count published for the shipped presets is reproduced to the parameter (tests/test_models.py;
 each with its source in tutor/presets/index.json).
 
-Reading config.json files and the shipped presets is tutor.model_files' job: this module takes the
+Reading config.json files and the shipped presets is tutor.files.models' job: this module takes the
 config as a dict. Standard library only, no file access.
 """
 

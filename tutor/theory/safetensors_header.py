@@ -1,5 +1,5 @@
 """The safetensors format, as bytes and names: a header's JSON parsed and checked, a shard set's names, and
-a checkpoint's tensors counted from its headers alone. No file is read here (tutor.model_files reads them).
+a checkpoint's tensors counted from its headers alone. No file is read here (tutor.files.models reads them).
 
 Format (huggingface/safetensors README, "Format"): 8 bytes little-endian unsigned N, then N bytes of
 UTF-8 JSON mapping tensor name -> {"dtype", "shape", "data_offsets": [begin, end]} (offsets
@@ -9,7 +9,7 @@ each tensor (transformers' `modeling_utils`: SAFE_WEIGHTS_INDEX_NAME, shards nam
 model-00001-of-00004.safetensors by `huggingface_hub.split_torch_state_dict_into_shards`). Mistral's
 repositories also ship consolidated.safetensors, the same weights in their original format, beside
 the Hugging Face files: a folder holding both is counted once, in the format transformers loads.
-The header's bytes are parsed above theory (tutor.model_files, through tutor.untrusted); `check_header`
+The header's bytes are parsed above theory (tutor.files.models, through tutor.files.untrusted); `check_header`
 checks what they hold. Standard library only.
 """
 
@@ -85,7 +85,7 @@ def header_length(prefix: bytes, file_size: int, name: str) -> int:
 
 
 def check_header(header: object, data_size: int, name: str) -> dict:
-    """A header's parsed JSON (tutor.untrusted.loads_json of its bytes: bounded, finite, no huge integers)
+    """A header's parsed JSON (tutor.files.untrusted.loads_json of its bytes: bounded, finite, no huge integers)
     as a dict, every tensor entry checked against the `data_size` bytes after it."""
     if not isinstance(header, dict):
         raise invalid_file(name, "the header is not a JSON object")

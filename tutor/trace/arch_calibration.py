@@ -57,7 +57,7 @@ from tutor.theory.models import (
 )
 
 if TYPE_CHECKING:
-    from tutor.model_files import ModelConfig
+    from tutor.files.models import ModelConfig
 
 CALIBRATION_FORMAT = 3  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns
 CACHE_FOLDER = "calibrations"
@@ -88,14 +88,14 @@ PROFILE = "calibrated-trace"
 
 def resolve_any_model(spec: str) -> tuple[Architecture, str]:
     """A preset, config.json or model folder -> (Architecture, source) (architecture_of its config)."""
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     found = read_model_config(spec)
     return architecture_of(found), found.source
 
 
 def architecture_of(found: ModelConfig) -> Architecture:
-    """The Architecture of a config as read (tutor.model_files.read_model_config): the hand profile when the
+    """The Architecture of a config as read (tutor.files.models.read_model_config): the hand profile when the
     model type has one, else the real model class counted on the meta device (needs transformers)."""
     model_type = found.config.get("model_type")
     if model_type in SUPPORTED_MODEL_TYPES or not isinstance(model_type, str) or not model_type:
@@ -127,13 +127,13 @@ def config_hash(config: dict) -> str:
 
 
 def _cache_path(config: dict):
-    from tutor.storage import data_dir
+    from tutor.files.storage import data_dir
 
     return data_dir() / CACHE_FOLDER / f"{config_hash(config)}.json"
 
 
 def _read_cache(config: dict) -> dict:
-    from tutor.storage import read_json
+    from tutor.files.storage import read_json
 
     empty: dict[str, object] = {}
     entry, _warning = read_json(_cache_path(config), empty)
@@ -141,7 +141,7 @@ def _read_cache(config: dict) -> dict:
 
 
 def _write_cache(config: dict, entry: dict) -> None:
-    from tutor.storage import write_json_atomic
+    from tutor.files.storage import write_json_atomic
 
     try:
         write_json_atomic(_cache_path(config), {**entry, "format": CALIBRATION_FORMAT})

@@ -1,5 +1,5 @@
 """`tensor-tutor time MODEL --verify --device N`: the real model run on a CUDA device, to set beside `time`'s answer
-for it (tutor.time_answer.device_verification predicts and joins).
+for it (tutor.answers.time.device_verification predicts and joins).
 
 The real run is MODEL as transformers builds it from its
 config (random weights, SDPA), on the device, at full size where its step fits in 85% of the memory free now,

@@ -42,7 +42,7 @@ REFERENCE_MODEL = "llama-3.1-8b"
 def cache_path() -> Path:
     """$TENSOR_TUTOR_DATA_DIR/cache/host-costs.json when that is set (tests, a portable setup), else in
     platformdirs' user cache folder (~/.cache/tensor-tutor on Linux), beside the curriculum index."""
-    from tutor.storage import APP_NAME, DATA_DIR_ENV
+    from tutor.files.storage import APP_NAME, DATA_DIR_ENV
 
     override = os.environ.get(DATA_DIR_ENV)
     if override:
@@ -82,11 +82,11 @@ def cache_key(config: dict, device: str) -> str:
 
 
 def _read_cache() -> dict:
-    from tutor.storage import read_checked_json
+    from tutor.files.storage import read_checked_json
 
     try:
         stored = read_checked_json(cache_path(), max_bytes=CACHE_LIMIT_BYTES, strings="keep")
-    except (OSError, ValueError):  # no cache, or one refused (tutor.untrusted): measured again
+    except (OSError, ValueError):  # no cache, or one refused (tutor.files.untrusted): measured again
         return {}
     return stored if isinstance(stored, dict) and stored.get("format") == FORMAT else {}
 
@@ -104,7 +104,7 @@ def _from_entry(entry) -> HostCosts | None:
 
 
 def _store(key: str, costs: HostCosts) -> None:
-    from tutor.storage import write_json_atomic
+    from tutor.files.storage import write_json_atomic
 
     stored = _read_cache()
     found = stored.get("entries")

@@ -68,7 +68,7 @@ def cache_key(module_path, prefix) -> str:
 
 def cached(original):
     """`original` (define_import_structure) served from, and stored to, the data dir."""
-    from tutor.storage import data_dir, read_json, write_json_atomic
+    from tutor.files.storage import data_dir, read_json, write_json_atomic
 
     @functools.wraps(original)
     def define_import_structure(module_path, prefix=None):

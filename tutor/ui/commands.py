@@ -60,7 +60,7 @@ class ShowsPictures(Protocol):
     """A screen with pictures to save (Bench: the run's sweeps; Fit: the memory timeline)."""
 
     def pictures(self) -> tuple[str, list[Any]]:
-        """(a file name stem, the tutor.plots Charts on screen now; [] when none)."""
+        """(a file name stem, the tutor.answers.pictures Charts on screen now; [] when none)."""
         ...
 
 
@@ -69,7 +69,7 @@ def save_pictures(app: App[Any]) -> Path | None:
     exports/ folder (the current folder if that cannot be written), and name the files in a toast."""
     from tutor.errors import UserError
     from tutor.export import EXPORTS_FOLDER, context_of, save_picture_files
-    from tutor.storage import data_dir
+    from tutor.files.storage import data_dir
 
     screen = app.screen
     stem, charts = screen.pictures() if isinstance(screen, ShowsPictures) else ("", [])

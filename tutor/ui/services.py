@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from tutor.settings import Settings
+from tutor.files.settings import Settings
 from tutor.ui.machine_detection import MachineDetection
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class AnswerFn(Protocol):
 
 
 SettingsSaver = Callable[[Settings], "str | None"]
-"""tutor.settings.save_settings: returns its problem as one line instead of raising."""
+"""tutor.files.settings.save_settings: returns its problem as one line instead of raising."""
 
 
 @dataclass(frozen=True)
@@ -323,7 +323,7 @@ def default_services(worker: WorkerClient | None = None) -> Services:
     starts it after the home screen's first paint). The machine is not detected here: the app
     does it in a thread after that paint (tutor.ui.machine_detection)."""
     import tutor.lessons as lessons
-    from tutor.settings import load_settings, save_settings
+    from tutor.files.settings import load_settings, save_settings
     from tutor.worker.client import WorkerClient
 
     worker = worker if worker is not None else WorkerClient()

@@ -241,9 +241,9 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
         self.show_charts(run.results, run.header)
 
     def show_charts(self, results: Any, header: dict[str, Any]) -> None:
-        """The run's sweeps (tutor.plots): matmul throughput against size, bandwidth across the caches,
+        """The run's sweeps (tutor.answers.pictures): matmul throughput against size, bandwidth across the caches,
         busbw against message size; a chart without a sweep of two sizes is hidden."""
-        from tutor.plots import (bandwidth_sweep_chart, caches_from_machine_json, collective_link,
+        from tutor.answers.pictures import (bandwidth_sweep_chart, caches_from_machine_json, collective_link,
                                  collective_sweep_chart, matmul_sweep_chart)
         from tutor.ui.widgets.plot import ChartView
 

@@ -24,7 +24,7 @@ from tutor.ui.widgets.footer import TutorFooter
 
 if TYPE_CHECKING:
     from tutor.export import FitValues
-    from tutor.plots import Chart
+    from tutor.answers.pictures import Chart
     from tutor.ui.services import Services
 
 
@@ -161,7 +161,7 @@ activations and KV cache per device, each with its formula, against this machine
         """Show the time panel, the peak and the timeline picture for question number `asked`."""
         if asked != self.asked:
             return  # an older question's answer: the newer one is on its way
-        from tutor.plots import timeline_chart
+        from tutor.answers.pictures import timeline_chart
         from tutor.ui.widgets.plot import ChartView
 
         self.fit_time = answer

@@ -1,8 +1,8 @@
 """The calc block: memory, KV-cache, parallelism, FLOPs and roofline calculators, rendered.
 
-Field names and checks are the fit fields' declaration (tutor.fit_fields, through the lesson
+Field names and checks are the fit fields' declaration (tutor.answers.fields, through the lesson
 engine's tutor.lessons.calc_fields: the same words as `tensor-tutor fit`); the answers come from
-tutor.calculators (the fit answer of tutor.fit_answer, FLOPs, rooflines), so a lesson, the CLI
+tutor.calculators (the fit answer of tutor.answers.fit, FLOPs, rooflines), so a lesson, the CLI
 and the Fit screen cannot disagree. This module only renders them.
 """
 
@@ -29,8 +29,8 @@ from tutor.calculators import (  # noqa: F401  (REFERENCE_GPU_KEY, KINDS: the ca
     roofline_answer,
 )
 from tutor.errors import UserError
-from tutor.fit_answer import FitAnswer, SuggestionTime
-from tutor.fit_fields import FIELDS, FIT_SCREEN_FIELDS
+from tutor.answers.fit import FitAnswer, SuggestionTime
+from tutor.answers.fields import FIELDS, FIT_SCREEN_FIELDS
 from tutor.formatting import format_bytes, format_duration, format_number, format_percent, format_rate
 from tutor.lessons.calc_fields import DEFAULTS
 from tutor.theory import activations as acts
@@ -69,7 +69,7 @@ def choices(name: str) -> tuple[Any, ...] | None:
 
 
 def preset_names() -> list[str]:
-    from tutor.model_files import preset_names as names
+    from tutor.files.models import preset_names as names
 
     return names()
 
@@ -79,7 +79,7 @@ def coerce(name: str, text: str, kind: str = "memory") -> Any:
     from tutor.lessons.calc_fields import CALC_FIELDS
 
     text = text.strip()
-    if name == "model":  # resolved with the rest of the fit (tutor.fit_answer): a preset, a path, a folder
+    if name == "model":  # resolved with the rest of the fit (tutor.answers.fit): a preset, a path, a folder
         if not text:
             raise UserError("model: name a preset (tensor-tutor models), a config.json or a model folder")
         return text
@@ -401,7 +401,7 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
 
     def _model_input(self, value: str) -> Input:
         """The model as `tensor-tutor fit MODEL` takes it: a preset (Right completes one), a
-        config.json, a model folder or any name the command resolves (tutor.fit_answer)."""
+        config.json, a model folder or any name the command resolves (tutor.answers.fit)."""
         field = Input(value=value, placeholder="a preset, config.json or model folder", compact=True,
                       suggester=SuggestFromList(preset_names(), case_sensitive=False), id="field-model")
         field.tooltip = ("a preset (tensor-tutor models lists them; Right completes), a path to a config.json "

@@ -1,5 +1,5 @@
-"""The app's picture of a `tutor.plots.Chart`: textual-plot's PlotWidget (high-resolution braille
-lines from textual-hires-canvas), and under it the same chart as a table (tutor.plots.chart_table)
+"""The app's picture of a `tutor.answers.pictures.Chart`: textual-plot's PlotWidget (high-resolution braille
+lines from textual-hires-canvas), and under it the same chart as a table (tutor.answers.pictures.chart_table)
 for screen readers and for a terminal too small to draw in. `t` switches the picture off and on.
 
 The picture is still: textual-plot's keyboard pan and zoom (arrows, +/-, `r` to reset) are off until
@@ -38,7 +38,7 @@ from textual_plot import plot_widget as textual_plot
 from textual_plot.axis_formatter import AxisFormatter, NumericAxisFormatter
 
 from tutor.formatting import format_bytes, format_number
-from tutor.plots import Chart, Mark, chart_table
+from tutor.answers.pictures import Chart, Mark, chart_table
 
 SERIES_STYLES = ("green", "cyan", "magenta", "yellow", "bright_blue", "bright_red")
 MARK_STYLES = ("red", "blue", "bright_magenta")  # not white: a light theme's background

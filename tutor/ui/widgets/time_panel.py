@@ -1,5 +1,5 @@
 """The Fit screen's time beside memory: step time by phase, tokens per second, MFU and the ceilings'
-sources, as `tensor-tutor time` reports them (tutor.time_answer, asked through
+sources, as `tensor-tutor time` reports them (tutor.answers.time, asked through
 tutor.calculators.fit_time); and the peak moment of the memory timeline in words.
 
 This module only renders the report dict; every figure in it was computed by tutor.theory from
@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tutor.calculators import FitTime
-from tutor.time_answer import PHASE_WORDS, does_not_fit_line, phase_share
+from tutor.answers.time import PHASE_WORDS, does_not_fit_line, phase_share
 from tutor.formatting import (
     format_bytes,
     format_count,

@@ -43,7 +43,7 @@ class TracedFit:
 
 def load_model_config(model: str | None) -> dict:
     """The config.json dict of a preset, a config.json path or a model folder (as `fit` resolves it)."""
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     if not model or not isinstance(model, str):
         raise UserError("--trace needs a model: a preset, a config.json or a model folder (not --params)")

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tutor.untrusted import (CPYTHON_INT_DIGITS, MAX_CHARS, MAX_NESTING, StringPolicy, UntrustedDataError, loads_json,
+from tutor.files.untrusted import (CPYTHON_INT_DIGITS, MAX_CHARS, MAX_NESTING, StringPolicy, UntrustedDataError, loads_json,
                              loads_toml)
 
 DATA_DIR_ENV = "TENSOR_TUTOR_DATA_DIR"
@@ -153,7 +153,7 @@ def read_regular_text(path: Path, limit: int, follow_symlinks: bool | None = Non
 def read_checked_json(path: Path, *, what: str | None = None, max_bytes: int, follow_symlinks: bool | None = None,
                       strings: StringPolicy = "refuse", max_chars: int = MAX_CHARS) -> Any:
     """The JSON in the file at `path`, read by read_regular_bytes (bounded, never blocking on a FIFO, a link
-    followed as it says) and parsed by tutor.untrusted.loads_json, named `what` (the file's name by default).
+    followed as it says) and parsed by tutor.files.untrusted.loads_json, named `what` (the file's name by default).
     OSError for a file that cannot be read (the caller words it); UntrustedDataError (one line naming the
     file and the field) for content refused."""
     path = Path(path)
@@ -162,13 +162,13 @@ def read_checked_json(path: Path, *, what: str | None = None, max_bytes: int, fo
 
 
 def loads_toml_bounded(text: str) -> dict[str, Any]:
-    """tutor.untrusted.loads_toml for the lesson loader, in the errors it has always caught: nesting deeper
+    """tutor.files.untrusted.loads_toml for the lesson loader, in the errors it has always caught: nesting deeper
     than MAX_NESTING is a TooDeepError, everything else refused (tomllib's own errors, an integer past
     CPython's digit limit, inf or nan) a tomllib.TOMLDecodeError with tomllib's message where it gave one.
     Control characters are kept: the loader shows them as escapes itself."""
     import tomllib
 
-    from tutor.untrusted import TooDeepError as Deep
+    from tutor.files.untrusted import TooDeepError as Deep
 
     try:
         return loads_toml(text, what="TOML", max_bytes=max(len(text), 1), strings="keep")
@@ -342,7 +342,7 @@ def read_json(path: Path, default: T, limit: int = STATE_FILE_LIMIT_BYTES) -> tu
     A missing file is not a problem (default, None). Invalid JSON, JSON nested deeper than
     MAX_NESTING, an integer past CPython's 4,300 digits, a lone surrogate (no later save could encode
     it), a file over `limit` bytes, or JSON of another type than `default` (a list where an object
-    belongs), is set aside (see set_aside); tutor.untrusted.loads_json reads it. An unreadable file (permissions, a folder, FIFO
+    belongs), is set aside (see set_aside); tutor.files.untrusted.loads_json reads it. An unreadable file (permissions, a folder, FIFO
     or device in its place) is left where it is, and never opened in a way that could block.
     """
     path = Path(path)

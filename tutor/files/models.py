@@ -36,7 +36,7 @@ from tutor.theory.safetensors_header import (
     shards_in_index,
     summarize_headers,
 )
-from tutor.untrusted import UntrustedDataError, loads_json
+from tutor.files.untrusted import UntrustedDataError, loads_json
 
 MAX_CONFIG_BYTES = 16 * 2**20  # a config.json is a few kilobytes; more is a weights file or a device
 MAX_CONFIG_TEXT = 16_384
@@ -386,7 +386,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> dict:
 
 
 def parse_safetensors_header(raw: bytes, data_size: int, name: str) -> dict:
-    """A header's bytes parsed by tutor.untrusted.loads_json and checked against the `data_size` bytes after
+    """A header's bytes parsed by tutor.files.untrusted.loads_json and checked against the `data_size` bytes after
     it (tutor.theory.safetensors_header.check_header); one UserError line naming the file otherwise."""
     try:
         header = loads_json(raw, what=name, max_bytes=max(len(raw), 1), max_chars=MAX_HEADER_TEXT, strings="clean")
@@ -417,7 +417,7 @@ def _check_complete(folder: Path, files: list[Path]) -> None:
 
 
 def _files_from_index(index: Path) -> list[Path]:
-    from tutor.storage import read_checked_json
+    from tutor.files.storage import read_checked_json
 
     try:
         data = read_checked_json(index, what=shown(index), max_bytes=MAX_CONFIG_BYTES, follow_symlinks=True)  # an index is a few megabytes

@@ -537,7 +537,7 @@ def save_svg(charts: Sequence[Chart], path: str | Path, *, width: int = 100, con
         console.print(Text(line))  # a Text: a model's name is never read as markup
     for chart in charts:
         print_chart(chart, console)
-    from tutor.storage import write_regular_text
+    from tutor.files.storage import write_regular_text
 
     target = Path(path)
     try:

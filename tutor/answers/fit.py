@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tutor.errors import UserError
-from tutor.fit_fields import BY_PARAMETER, FIELDS, FIT_FIELDS, flag_name, ignored_flag_notes, request_settings
+from tutor.answers.fields import BY_PARAMETER, FIELDS, FIT_FIELDS, flag_name, ignored_flag_notes, request_settings
 from tutor.theory import fit as fitting
 
 if TYPE_CHECKING:
-    from tutor.adapter_files import PeftAdapter
-    from tutor.fit_trace import TracedFit
+    from tutor.files.adapters import PeftAdapter
+    from tutor.trace.fit_step import TracedFit
     from tutor.hardware.machine import Machine
     from tutor.hardware.memory_budget import DeviceBudget
-    from tutor.model_files import ModelConfig
+    from tutor.files.models import ModelConfig
     from tutor.theory.models import Architecture
     from tutor.theory.safetensors_header import SafetensorsSummary
 
@@ -42,7 +42,7 @@ class FitInputs:
 
     `request` holds FitRequest attributes (seq_len, not seq), already typed; use `from_command`
     for a command's keywords or `from_values` for a calculator's or a lesson's fields, which the
-    field declaration (tutor.fit_fields) checks. `budget` overrides `device` (a goal's card, a
+    field declaration (tutor.answers.fields) checks. `budget` overrides `device` (a goal's card, a
     calculator's size); `given` names the fields the user set, so those that do not apply get a note.
     """
 
@@ -190,7 +190,7 @@ class FitAnswer:
             "checkpoint": checkpoint_json(self.checkpoint, estimate.total_params),
         }
         if self.traced is not None:
-            from tutor.fit_trace import trace_json
+            from tutor.trace.fit_step import trace_json
 
             report["trace"] = trace_json(self.traced, estimate)
         return report
@@ -213,7 +213,7 @@ class FitModel:
 
 def fit_model(model: str | None, params: str | int | None) -> FitModel:
     """The MODEL / --params input resolved, its config read once: a preset, a config.json, a model folder,
-    a PEFT adapter folder (its base model, tutor.adapter_files) or a bare parameter count."""
+    a PEFT adapter folder (its base model, tutor.files.adapters) or a bare parameter count."""
     from tutor.theory.units import parse_count
 
     if model and params:
@@ -223,9 +223,9 @@ def fit_model(model: str | None, params: str | int | None) -> FitModel:
         return FitModel(None, f"{params} parameters", PARAMS_SOURCE, count)
     if not model:
         raise UserError("name a model: a preset (see `tensor-tutor models`), a config.json, a model folder, or --params 7B")
-    from tutor.adapter_files import adapter_folder, read_adapter
+    from tutor.files.adapters import adapter_folder, read_adapter
     from tutor.trace.arch_calibration import architecture_of  # a hand profile, or the real model class
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     folder = adapter_folder(model)
     adapter = read_adapter(folder) if folder is not None else None
@@ -271,7 +271,7 @@ def model_request_settings(model: FitModel, inputs: FitInputs, budget: DeviceBud
     model's files say where the inputs do not (the config's quantization_config as the weight format, a
     checkpoint's stored bytes for inference, a PEFT adapter's rank and targets) and whether the device is a GPU.
     `fit` and `time` both ask here, so they count the same weights. Returns (settings, checkpoint, notes)."""
-    from tutor.model_files import checkpoint_summary
+    from tutor.files.models import checkpoint_summary
 
     arch = model.arch
     settings = dict(inputs.request)
@@ -332,7 +332,7 @@ def answer_fit(inputs: FitInputs) -> FitAnswer:
             times = suggestion_times(arch, found, None if inputs.device == THIS_DEVICE else inputs.device)
     traced = None
     if inputs.trace:
-        from tutor.fit_trace import traced_fit
+        from tutor.trace.fit_step import traced_fit
 
         traced = traced_fit(model.spec if arch is not None else None, request,
                             config=model.found.config if model.found is not None else None,
@@ -504,7 +504,7 @@ def _peak_json(stage: fitting.DeviceMemory) -> dict[str, Any]:
 
 
 def request_json(request: fitting.FitRequest) -> dict[str, Any]:
-    """The request as `fit --json` prints it: every declared field (tutor.fit_fields) in its order, the LoRA
+    """The request as `fit --json` prints it: every declared field (tutor.answers.fields) in its order, the LoRA
     targets as a list, the pipeline micro-batches as counted (default pp), and the devices it spans."""
     data: dict[str, Any] = {}
     for fit_field in FIT_FIELDS:

@@ -31,7 +31,7 @@ def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[str | None
     lock file is opened with O_NOFOLLOW in a folder that passed safe_folder, so taking a lock never
     creates or opens a file outside the data folder.
     """
-    from tutor.storage import SymlinkError, move_aside, open_nofollow, safe_folder
+    from tutor.files.storage import SymlinkError, move_aside, open_nofollow, safe_folder
 
     target = lock_path(Path(path))
     safe_folder(target.parent)
@@ -46,7 +46,7 @@ def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[str | None
         descriptor = open_nofollow(target, flags, 0o600)
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            from tutor.storage import NotAFileError
+            from tutor.files.storage import NotAFileError
 
             raise NotAFileError(target)
         _acquire(descriptor, timeout_s, target)

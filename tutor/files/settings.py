@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tutor.file_lock import locked
-from tutor.storage import data_dir, read_json, write_json_atomic
-from tutor.untrusted import shown_value
+from tutor.files.lock import locked
+from tutor.files.storage import data_dir, read_json, write_json_atomic
+from tutor.files.untrusted import shown_value
 
 SETTINGS_FILE = "settings.json"
 SAMPLE_HZ_RANGE = (1.0, 4.0)  # issue 4: the live pane samples at 1 to 4 Hz

@@ -74,7 +74,7 @@ def _check_bool(value: Any, name: str) -> bool:
 
 
 def _check_model(value: Any) -> str:
-    from tutor.model_files import load_preset
+    from tutor.files.models import load_preset
 
     load_preset(_text(value, "model"))
     return value.strip().lower()

@@ -202,7 +202,7 @@ def with_host_costs(ceilings: Ceilings, config: dict | None, on_measure=None) ->
         return replace(ceilings, host=costs) if costs is not None else ceilings
     if ceilings.host is None:
         return ceilings
-    from tutor.model_files import read_model_config
+    from tutor.files.models import read_model_config
 
     here = host_costs_for(config, "cpu", on_measure)
     reference = host_costs_for(read_model_config(REFERENCE_MODEL).config, "cpu", on_measure)

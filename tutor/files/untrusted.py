@@ -3,7 +3,7 @@
 Every file tensor-tutor parses (a model's config.json, an adapter's adapter_config.json, a safetensors
 header, the results notebook, progress.json, settings.json, the caches, the lessons' TOML, a lab
 parameter typed on the command line) goes through `loads_json` or `loads_toml` here (a file named by
-its path through tutor.storage.read_checked_json, which reads the bytes without blocking on a FIFO or
+its path through tutor.files.storage.read_checked_json, which reads the bytes without blocking on a FIFO or
 following a link where it must not), so what one of them refuses, all of them refuse, each in one
 line naming the file and the field:
 
@@ -25,7 +25,7 @@ line naming the file and the field:
 
 `UntrustedDataError` is a UserError: a config file or a command-line value that fails reaches the
 user as one line and exit code 2; state files (progress, settings, caches) catch it and set the file
-aside (tutor.storage.read_json). `expect` is the small typed schema for single fields ("config.json:
+aside (tutor.files.storage.read_json). `expect` is the small typed schema for single fields ("config.json:
 r must be a positive whole number, got "abc"").
 
 Standard library only, no torch or textual: `fit`, `models` and the app's first paint import this.

@@ -22,7 +22,7 @@ from tutor.errors import UserError
 from tutor.theory.lora import ALL_LINEAR
 from tutor.theory.models import shown
 from tutor.theory.safetensors_header import SafetensorsSummary
-from tutor.untrusted import POSITIVE_WHOLE, expect
+from tutor.files.untrusted import POSITIVE_WHOLE, expect
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -68,7 +68,7 @@ class PeftAdapter:
 def adapter_folder(spec: str | None) -> Path | None:
     """The folder of a PEFT adapter when `spec` is one (a folder holding adapter_config.json, or that
     file), else None. A preset name is never a folder."""
-    from tutor.model_files import preset_names
+    from tutor.files.models import preset_names
 
     if not spec or not isinstance(spec, str) or spec.strip().lower() in preset_names():
         return None
@@ -86,7 +86,7 @@ def adapter_folder(spec: str | None) -> Path | None:
 def read_adapter(folder: Path) -> PeftAdapter:
     """The adapter in `folder` (adapter_folder), checked: a LoRA adapter with a whole rank >= 1 and a base
     model fit can read; one UserError line otherwise."""
-    from tutor.model_files import load_config, safetensors_summary
+    from tutor.files.models import load_config, safetensors_summary
 
     config_path = folder / ADAPTER_CONFIG
     config = load_config(config_path)
@@ -116,7 +116,7 @@ def read_adapter(folder: Path) -> PeftAdapter:
 def base_model(named: object, folder: Path, rank: int) -> str:
     """base_model_name_or_path as fit takes it: a local model folder or config.json (from_pretrained looks
     there first), else the preset of that name or Hub repository; else one line saying to pass the base."""
-    from tutor.model_files import list_presets
+    from tutor.files.models import list_presets
 
     hint = (f"pass the base model (a preset, config.json or folder) instead, with --mode train --recipe lora "
             f"--lora-rank {rank}")
