@@ -16,7 +16,7 @@ from tutor.labs import Measurement, ProbeResult, get_probe
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
             "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "decode-engines", "ttft-tpot",
             "batch-decode", "kv-pages", "speculative", "host-overhead", "moe-alltoall",
-            "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
+            "quant-error", "fp8-scaling", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
             "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time", "evaluation", "time-to-train")
 
 
@@ -148,6 +148,7 @@ TINY_PARAMS = {
     "checkpoint-write": {"size_mb": 1},
     "fit": {"model": "gpt2", "capacity": "1GiB"},
     "quant-error": {"rows": 16, "cols": 16, "group_size": 8, "outliers": 1},
+    "fp8-scaling": {"rows": 128, "cols": 128, "outliers": 1},
     "loss-scaling": {"hidden": 8, "batch": 4, "steps": 2},
     "grad-accumulation": {"batch": 4, "micro_batches": 2, "hidden": 8, "layers": 1},
     "fp64-cost": {"size": 16, "count": 1000},
