@@ -17,7 +17,7 @@ EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-
             "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "decode-engines", "ttft-tpot",
             "batch-decode", "kv-pages", "speculative", "host-overhead", "moe-alltoall",
             "quant-error", "fp8-scaling", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
-            "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time", "evaluation", "time-to-train")
+            "moe", "ddp", "zero", "pipeline", "tensor", "profile-step", "exercise", "step-time", "evaluation", "time-to-train")
 
 
 def test_registry_holds_exactly_the_agreed_probe_names() -> None:
@@ -170,6 +170,7 @@ TINY_PARAMS = {
     "zero": {"hidden": 8, "layers": 1, "batch": 1, "seq": 4},
     "evaluation": {"steps": 4, "eval_every": 2, "eval_batches": 2, "train_batches": 2, "batch": 4, "hidden": 8,
                    "layers": 1},
+    "profile-step": {"hidden": 16, "layers": 1, "seq": 8, "batch": 2, "vocab": 32, "steps": 1, "device": "cpu"},
     "exercise": {"check": "expert-placement", "answer": "rank 0: 0 7\nrank 1: 1 6\nrank 2: 2 5\nrank 3: 3 4"},
     "step-time": {"model": "llama-3.2-1b", "size": "tiny"},
     "time-to-train": {"model": "llama-3.2-1b", "tokens": "1B", "devices": 8, "tp": 1, "pp": 1, "seq": 1024},

@@ -112,6 +112,8 @@ LABS: dict[str, LabEntry] = {entry.name: entry for entry in (
              ("stages", "microbatches", "schedule", "hidden", "layers_per_stage", "microbatch_tokens", "steps", "seed")),
     LabEntry("tensor", "tutor.labs.tensor_parallel", "TENSOR", "Tensor parallelism for real",
              ("ranks", "hidden", "heads", "ffn_multiplier", "seq", "batch", "qkv", "seed")),
+    LabEntry("profile-step", "tutor.labs.profile_step", "PROFILE_STEP", "Reading a profiler trace of one training step",
+             ("hidden", "layers", "seq", "batch", "vocab", "steps", "top", "seed", "device")),
     LabEntry("exercise", "tutor.labs.exercise", "EXERCISE", "Check an exercise", ("check", "answer")),
     LabEntry("step-time", "tutor.labs.step_time", "STEP_TIME", "How long a step takes: predicted, then measured",
              ("model", "size")),
