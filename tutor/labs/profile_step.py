@@ -40,6 +40,12 @@ def op_group(name: str) -> str:
     return "other"
 
 
+def _self_device_us(event) -> float:
+    """An operator's own kernels' time: `self_device_time_total` (torch 2.4 on), `self_cuda_time_total` before."""
+    value = getattr(event, "self_device_time_total", None)
+    return float(value if value is not None else getattr(event, "self_cuda_time_total", 0.0))
+
+
 def _matmul_params(hidden: int, layers: int, vocab: int) -> int:
     """Weights that multiply in TinyLM (llama style, no biases): per layer QKV 3h², output h², SwiGLU
     gate/up 2·h·ffn and down ffn·h; the LM head h·V. The embedding is looked up, not multiplied."""
@@ -70,6 +76,7 @@ def _profile_step(params: dict, progress: ProgressFn, cancel: threading.Event) -
     progress(0.0, "loading torch")
     import torch
     import torch.nn.functional as F
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     from tutor.labs.activation_memory import default_ffn
@@ -113,7 +120,11 @@ def _profile_step(params: dict, progress: ProgressFn, cancel: threading.Event) -
     clock = "device" if on_gpu else "CPU"
     events = []
     for event in prof.key_averages():
-        self_us = event.self_device_time_total if on_gpu else event.self_cpu_time_total
+        if on_gpu and getattr(event, "device_type", None) != DeviceType.CPU:
+            # A kernel's own row repeats the device time already counted as the self time of the
+            # operator that launched it: keep the operators, so each moment counts once.
+            continue
+        self_us = _self_device_us(event) if on_gpu else event.self_cpu_time_total
         events.append({"name": event.key, "self_us": float(self_us), "calls": int(event.count),
                        "flops": float(event.flops or 0), "group": op_group(event.key)})
     total_us = sum(e["self_us"] for e in events)
