@@ -77,6 +77,12 @@ def _fp8_scaling(params: dict, progress: ProgressFn, cancel: threading.Event) ->
                         f"got {rows} x {cols}")
     if params["outliers"] >= cols:
         raise UserError(f"fp8-scaling: outliers ({params['outliers']}) must be fewer than cols ({cols})")
+    from tutor.labs.limits import check_lab_fits
+
+    # float64 activations, their scales, the scaled, cast and dequantized copies, and the gradients:
+    # about ten tensors of rows x cols alive at once.
+    check_lab_fits("fp8-scaling", memory_bytes=10 * 8 * rows * cols,
+                   memory_what=f"about ten float64 copies of a {rows} x {cols} tensor", fix="lower rows or cols")
     progress(0.0, "loading torch")
     import torch
 
