@@ -27,7 +27,8 @@ class _Clock:
 
 
 @pytest.mark.parametrize(("lab", "module"), [("cast-error", "tutor.labs.precision"),
-                                              ("quant-error", "tutor.labs.quantization")])
+                                              ("quant-error", "tutor.labs.quantization"),
+                                              ("fp8-scaling", "tutor.labs.fp8_scaling")])
 def test_a_budget_spent_before_the_first_measurement_is_an_error(monkeypatch, lab: str, module: str) -> None:
     import importlib
 

@@ -16,8 +16,8 @@ from tutor.labs import Measurement, ProbeResult, get_probe
 EXPECTED = ("matmul", "bandwidth", "cast-error", "activation-memory", "training-step", "moe-routing",
             "collective", "checkpoint-write", "fit", "kv-cache", "prefill-decode", "decode-engines", "ttft-tpot",
             "batch-decode", "kv-pages", "speculative", "host-overhead", "moe-alltoall",
-            "quant-error", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
-            "moe", "ddp", "zero", "pipeline", "tensor", "exercise", "step-time", "evaluation", "time-to-train")
+            "quant-error", "fp8-scaling", "loss-scaling", "grad-accumulation", "fp64-cost", "checkpoint-interval",
+            "moe", "ddp", "zero", "pipeline", "tensor", "profile-step", "exercise", "step-time", "evaluation", "time-to-train")
 
 
 def test_registry_holds_exactly_the_agreed_probe_names() -> None:
@@ -148,6 +148,7 @@ TINY_PARAMS = {
     "checkpoint-write": {"size_mb": 1},
     "fit": {"model": "gpt2", "capacity": "1GiB"},
     "quant-error": {"rows": 16, "cols": 16, "group_size": 8, "outliers": 1},
+    "fp8-scaling": {"rows": 128, "cols": 128, "outliers": 1},
     "loss-scaling": {"hidden": 8, "batch": 4, "steps": 2},
     "grad-accumulation": {"batch": 4, "micro_batches": 2, "hidden": 8, "layers": 1},
     "fp64-cost": {"size": 16, "count": 1000},
@@ -169,6 +170,7 @@ TINY_PARAMS = {
     "zero": {"hidden": 8, "layers": 1, "batch": 1, "seq": 4},
     "evaluation": {"steps": 4, "eval_every": 2, "eval_batches": 2, "train_batches": 2, "batch": 4, "hidden": 8,
                    "layers": 1},
+    "profile-step": {"hidden": 16, "layers": 1, "seq": 8, "batch": 2, "vocab": 32, "steps": 1, "device": "cpu"},
     "exercise": {"check": "expert-placement", "answer": "rank 0: 0 7\nrank 1: 1 6\nrank 2: 2 5\nrank 3: 3 4"},
     "step-time": {"model": "llama-3.2-1b", "size": "tiny"},
     "time-to-train": {"model": "llama-3.2-1b", "tokens": "1B", "devices": 8, "tp": 1, "pp": 1, "seq": 1024},

@@ -91,9 +91,11 @@ def load_config(path: str | os.PathLike[str]) -> dict:
         raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise UserError(f"{shown(target)} is not a UTF-8 text file (binary?); expected a config.json") from None
-    # Bounded digits, depth and text, finite numbers, no lone surrogates: one line naming the field.
+    # Bounded digits, depth and text, no lone surrogates: one line naming the field. Infinity is kept:
+    # transformers writes it itself (json.dumps; Mamba-2's time_step_limit defaults to (0.0, inf)), and the
+    # fields fit reads are checked one by one by tutor.theory.models (a whole number of layers, heads, ...).
     config = loads_json(raw, what=shown(target), max_bytes=MAX_CONFIG_BYTES, max_chars=MAX_CONFIG_TEXT,
-                        strings="clean")
+                        strings="clean", non_finite="keep")
     if not isinstance(config, dict):
         raise UserError(f"{shown(target)} holds a JSON {type(config).__name__}; a config.json must be a JSON object")
     return config

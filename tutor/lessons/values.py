@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from tutor.theory.fit import Suggestion
     from tutor.theory.formats import NumberFormat
     from tutor.theory.models import Architecture, ParamCount
+    from tutor.theory.step_time import Ceilings
 
 VALUE_PATTERN = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 REFERENCE_GPU_KEY = "h100-sxm"
@@ -194,6 +195,32 @@ def gib(n_bytes: float) -> float:
     return to_gib(n_bytes)
 
 
+@lru_cache(maxsize=32)
+def gpu(card: str) -> DeviceFigures:
+    """A card of the spec table (tutor.hardware.specs) by key or alias, as `reference_gpu` is one:
+    gpu("h200").peak_tflops("fp8")."""
+    from tutor.hardware.specs import lookup_gpu_spec, unknown_device_message
+
+    found = lookup_gpu_spec(card) if isinstance(card, str) else None
+    if found is None:
+        raise UserError(unknown_device_message(str(card)))
+    return figures_from_spec(found[0])
+
+
+@lru_cache(maxsize=32)
+def ceilings(card: str) -> Ceilings:
+    """A card's sourced ceilings (tutor.bench.ceilings.card_ceilings): what `tensor-tutor time --device CARD`
+    runs on. `ceilings("h100").intra_node_link.value` is NVLink's achieved busbw in B/s, `.inter_node_link`
+    one NDR InfiniBand NIC's, each with its `.source`."""
+    from tutor.bench.ceilings import card_ceilings
+    from tutor.hardware.specs import lookup_gpu_spec, unknown_device_message
+
+    found = lookup_gpu_spec(card) if isinstance(card, str) else None
+    if found is None:
+        raise UserError(unknown_device_message(str(card)))
+    return card_ceilings(found[0])
+
+
 class _ModuleView:
     """The names of one module a lesson may use (attributes only: no item access, no internals)."""
 
@@ -277,7 +304,7 @@ def _base_namespace() -> MappingProxyType:
     return MappingProxyType({
         **{name: _public_view(module) for name, module in theory.items()},
         "math": _ModuleView("math", {name: getattr(math, name) for name in MATH_NAMES}),
-        "preset": preset, "params": params, "flags": flags, "fmt": fmt, "gb": gb, "gib": gib, "count": count, "num": num,
+        "preset": preset, "params": params, "flags": flags, "gpu": gpu, "ceilings": ceilings, "fmt": fmt, "gb": gb, "gib": gib, "count": count, "num": num,
     })
 
 

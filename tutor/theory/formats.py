@@ -766,3 +766,96 @@ def quantize_nf4(values: Sequence[Number], blocksize: int = 64) -> NF4Quantizati
             dequantized.append(NF4_CODES[code] * absmax)
     return NF4Quantization(blocksize=blocksize, absmax=tuple(absmaxes), inputs=exact,
                            codes=tuple(codes), dequantized=tuple(dequantized))
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 scaling: how training recipes map a tensor's range onto FP8's
+# --------------------------------------------------------------------------------------------
+
+FP8_FORWARD_FORMAT = "fp8-e4m3"
+"""Activations and weights: more mantissa (Micikevicius et al., arXiv 2209.05433 §3: E4M3 for the
+forward pass, E5M2 for gradients; Transformer Engine's `Format.HYBRID`)."""
+FP8_GRADIENT_FORMAT = "fp8-e5m2"
+"""Gradients: more range, the wider spread of values a backward pass produces (same sources)."""
+MX_BLOCK_SIZE = 32
+"""Elements per shared scale in the OCP Microscaling Formats (MX) Specification v1.0, §5.2 (k = 32)."""
+DEEPSEEK_TILE = (1, 128)
+"""DeepSeek-V3's activation tiles: one scale per token per 128 channels (arXiv 2412.19437 §3.3.2)."""
+DEEPSEEK_BLOCK = (128, 128)
+"""DeepSeek-V3's weight blocks: one scale per 128 x 128 block (arXiv 2412.19437 §3.3.2)."""
+
+
+def _positive_finite(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)) or not math.isfinite(float(value)) \
+            or value < 0:
+        raise UserError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _float_for_scaling(fmt: NumberFormat | str) -> NumberFormat:
+    resolved = _resolve(fmt)
+    if resolved.family != "float":
+        raise UserError(f"{resolved.name} is not a float format: FP8 scaling needs one such as fp8-e4m3")
+    return resolved
+
+
+def fp8_scale(amax: float, fmt: NumberFormat | str = FP8_FORWARD_FORMAT, margin: int = 0) -> float:
+    """The factor a tensor is multiplied by before its FP8 cast: (fp8 max / amax) / 2**margin.
+
+    Transformer Engine's scaling rule (transformer_engine/pytorch/fp8.py, `_default_sf_compute`;
+    NVIDIA Transformer Engine docs, "Using FP8 with Transformer Engine"): the largest magnitude maps
+    to the format's largest finite value (E4M3: 448), `margin` powers of two below it. An amax of 0
+    leaves the scale at 1, as TE keeps the previous one. Per-tensor "current" scaling takes amax from
+    the tensor itself; "delayed" scaling from the amaxes of earlier steps (`delayed_amax`).
+    """
+    fmt = _float_for_scaling(fmt)
+    amax = _positive_finite(amax, "amax")
+    if isinstance(margin, bool) or not isinstance(margin, int) or not 0 <= margin <= 64:
+        raise UserError(f"margin must be a whole number of powers of two from 0 to 64, got {margin!r}")
+    if amax == 0:
+        return 1.0
+    return float(fmt.max_finite) / amax / 2**margin
+
+
+def delayed_amax(history: Sequence[float], algorithm: str = "max") -> float:
+    """The amax delayed scaling uses for this step: the max of the previous steps' amaxes ("max", TE's
+    default, `DelayedScaling(amax_compute_algo="max")`), or the latest one ("most_recent").
+
+    The current tensor is not in `history`: its amax is recorded after the cast (Transformer Engine
+    docs, "Delayed scaling"), so a value larger than every earlier amax saturates at the FP8 max.
+    """
+    if isinstance(history, (str, bytes)) or not isinstance(history, Sequence) or not history:
+        raise UserError("delayed scaling needs a non-empty amax history")
+    values = [_positive_finite(value, "amax history value") for value in history]
+    if algorithm == "max":
+        return max(values)
+    if algorithm == "most_recent":
+        return values[-1]
+    raise UserError(f"unknown amax algorithm {algorithm!r}: use max or most_recent")
+
+
+def mx_scale_exponent(amax: float, fmt: NumberFormat | str = FP8_FORWARD_FORMAT) -> int:
+    """The shared power-of-two scale of an MX block: floor(log2(amax)) - emax of the element format.
+
+    OCP Microscaling Formats (MX) Specification v1.0, §6.3 (emax_elem: E4M3 8, E5M2 15); the scale is
+    an E8M0 number 2**X, clamped to [-127, 127]. The block's largest value is divided by 2**X and lands
+    in [2**emax, 2**(emax+1)), so with E4M3 (max 1.75 x 2**8) values near the top saturate. An all-zero
+    block gets the smallest scale.
+    """
+    fmt = _float_for_scaling(fmt)
+    amax = _positive_finite(amax, "amax")
+    if amax == 0:
+        return -127
+    return max(-127, min(127, math.floor(math.log2(amax)) - fmt.max_exponent))
+
+
+def scale_count(rows: int, cols: int, block_rows: int, block_cols: int) -> int:
+    """Scales a rows x cols tensor needs with one per block_rows x block_cols block (partial blocks count).
+
+    DeepSeek-V3 (arXiv 2412.19437 §3.3.2): activations in 1 x 128 tiles, weights in 128 x 128 blocks;
+    per tensor is one block the size of the tensor.
+    """
+    for value, name in ((rows, "rows"), (cols, "cols"), (block_rows, "block rows"), (block_cols, "block cols")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{name} must be a positive whole number, got {value!r}")
+    return -(-rows // block_rows) * -(-cols // block_cols)

@@ -547,3 +547,124 @@ def expert_parallel_alltoall_bytes(
     )
     ep = _positive_int(ep, "expert-parallel size (ep)")
     return _ceil(2 * size * Fraction(ep - 1, ep))
+
+
+# --------------------------------------------------------------------------------------------
+# Hiding the data-parallel all-reduce behind the backward pass (PyTorch DDP)
+# --------------------------------------------------------------------------------------------
+
+# torch.nn.parallel.DistributedDataParallel's defaults: bucket_cap_mb=25 (MiB), and the bucket of the
+# first gradients to be ready capped at 1 MiB (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) so that
+# communication starts early in the backward pass.
+DDP_BUCKET_BYTES = 25 * 2**20
+DDP_FIRST_BUCKET_BYTES = 2**20
+
+
+def ddp_bucket_sizes(grad_bytes: int, bucket_bytes: int = DDP_BUCKET_BYTES,
+                     first_bucket_bytes: int | None = DDP_FIRST_BUCKET_BYTES) -> tuple[int, ...]:
+    """The gradient buckets DDP all-reduces, in the order they become ready during backward.
+
+    DDP fills buckets in reverse parameter order (the order backward produces gradients) up to
+    `bucket_bytes` each, the first one up to `first_bucket_bytes` (None: the same cap); the last
+    holds the remainder (Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel
+    Training", VLDB 2020, arXiv 2006.15704, §3.2.3 and §4.2; torch's `bucket_cap_mb=25`). Real
+    buckets end on parameter boundaries; this splits the bytes as if parameters were small.
+    """
+    total = _positive_int(grad_bytes, "gradient bytes")
+    cap = _positive_int(bucket_bytes, "bucket bytes")
+    first = cap if first_bucket_bytes is None else _positive_int(first_bucket_bytes, "first bucket bytes")
+    sizes = [min(first, total)]
+    left = total - sizes[0]
+    while left > 0:
+        sizes.append(min(cap, left))
+        left -= sizes[-1]
+    return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class BucketAllReduce:
+    """One bucket's all-reduce: when its last gradient was ready, and when its all-reduce ran."""
+
+    index: int
+    bytes: int
+    ready_s: float
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class OverlapSchedule:
+    """Backward and the bucketed all-reduce of one data-parallel step, on one timeline from backward's start."""
+
+    backward_s: float
+    buckets: tuple[BucketAllReduce, ...]
+
+    @property
+    def communication_s(self) -> float:
+        """Every all-reduce back to back: what the step would add with no overlap at all."""
+        return sum(bucket.end_s - bucket.start_s for bucket in self.buckets)
+
+    @property
+    def end_s(self) -> float:
+        """When the step's gradients are all reduced: after the backward and the last all-reduce."""
+        return max([self.backward_s] + [bucket.end_s for bucket in self.buckets])
+
+    @property
+    def exposed_s(self) -> float:
+        """Communication the step waits for after backward ends: end - backward."""
+        return self.end_s - self.backward_s
+
+    @property
+    def hidden_fraction(self) -> float:
+        """Share of the communication that ran under the backward pass: 1 - exposed / communication."""
+        if self.communication_s <= 0:
+            return 1.0
+        return min(1.0, max(0.0, 1.0 - self.exposed_s / self.communication_s))
+
+
+def allreduce_time(size: int, ranks: int, *, busbw: float, latency_s: float = 0.0) -> float:
+    """Seconds for a ring all-reduce of `size` bytes: latency + size x 2(n-1)/n / busbw.
+
+    busbw is the bus bandwidth in bytes/s that nccl-tests reports (doc/PERFORMANCE.md): the rate of
+    the slowest link, so the data each rank moves, 2(n-1)/n of the buffer, divided by it is the time.
+    """
+    if isinstance(busbw, bool) or not isinstance(busbw, (int, float)) or not math.isfinite(busbw) or busbw <= 0:
+        raise UserError(f"bus bandwidth must be a positive number of bytes/s, got {busbw!r}")
+    if isinstance(latency_s, bool) or not isinstance(latency_s, (int, float)) or not math.isfinite(latency_s) \
+            or latency_s < 0:
+        raise UserError(f"latency must be a number of seconds >= 0, got {latency_s!r}")
+    return latency_s + float(_exact(size, "buffer size") * bus_bandwidth_factor("all_reduce", ranks)) / busbw
+
+
+def ddp_overlap(*, backward_s: float, grad_bytes: int, ranks: int, busbw: float, latency_s: float = 0.0,
+                bucket_bytes: int = DDP_BUCKET_BYTES,
+                first_bucket_bytes: int | None = DDP_FIRST_BUCKET_BYTES) -> OverlapSchedule:
+    """When each gradient bucket's all-reduce runs while backward computes, and what is left exposed.
+
+    The model of DDP's reducer (Li et al., VLDB 2020, arXiv 2006.15704, §3.2.3): a bucket is
+    all-reduced as soon as its last gradient is ready, buckets in order on one communication stream
+    (one all-reduce at a time), while backward goes on. Assumed: backward produces gradient bytes at
+    a steady rate, so bucket i is ready when the bytes up to its end are, at backward_s x (bytes so
+    far / grad_bytes); each all-reduce takes `allreduce_time`. Then
+    start_i = max(ready_i, end_(i-1)), end_i = start_i + t_i, exposed = max(0, end_last - backward_s).
+
+    Two regimes follow: if every bucket's all-reduce is shorter than the backward time that fills the
+    next bucket, the communication keeps up and only the last bucket's all-reduce (ready when backward
+    ends) is exposed; otherwise it falls behind, and exposed = first bucket's ready time + the sum
+    of all t_i - backward_s.
+    """
+    if isinstance(backward_s, bool) or not isinstance(backward_s, (int, float)) or not math.isfinite(backward_s) \
+            or backward_s < 0:
+        raise UserError(f"backward time must be a number of seconds >= 0, got {backward_s!r}")
+    sizes = ddp_bucket_sizes(grad_bytes, bucket_bytes, first_bucket_bytes)
+    total = sum(sizes)
+    buckets = []
+    done = 0
+    free_at = 0.0
+    for index, size in enumerate(sizes):
+        done += size
+        ready = float(backward_s) if done == total else backward_s * done / total  # exact end: no rounding past it
+        start = max(ready, free_at)
+        free_at = start + allreduce_time(size, ranks, busbw=busbw, latency_s=latency_s)
+        buckets.append(BucketAllReduce(index=index, bytes=size, ready_s=ready, start_s=start, end_s=free_at))
+    return OverlapSchedule(backward_s=float(backward_s), buckets=tuple(buckets))

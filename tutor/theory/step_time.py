@@ -30,6 +30,7 @@ from tutor.errors import UserError
 from tutor.theory.fit import FitRequest
 from tutor.theory.models import Architecture, count_parameters
 from tutor.theory.parallel import (
+    DDP_BUCKET_BYTES,  # one all-reduce per bucket, so one latency term per bucket
     bus_bandwidth_factor,
     data_parallel_comm_bytes,
     expert_parallel_alltoall_bytes,
@@ -53,9 +54,6 @@ from tutor.theory.step_operations import (
     training_operations,
 )
 
-# PyTorch DDP's default gradient bucket (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25):
-# one all-reduce per bucket, so one latency term per bucket.
-DDP_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
