@@ -424,6 +424,17 @@ class TutorApp(App[None]):
     def _open_lesson(self, message: OpenLesson) -> None:
         self.open_lesson(message.lesson_id, message.resume)
 
+    # The state widgets share is the app's: they post these messages, the app writes its attributes.
+    def on_probe_runner_claimed(self, message: ProbeRunner.Claimed) -> None:
+        self.active_runner = message.runner
+
+    def on_probe_runner_released(self, message: ProbeRunner.Released) -> None:
+        if self.active_runner is message.runner:
+            self.active_runner = None
+
+    def on_probe_runner_measured(self, message: ProbeRunner.Measured) -> None:
+        self.last_result = message.result
+
     def action_home(self) -> None:
         """Back to the list of lessons (the first screen of the stack)."""
         while len(self.screen_stack) > 1:

@@ -39,7 +39,7 @@ def current_result(app: App[None]) -> object | None:
     return result if result is not None or tutor is None else tutor.last_result
 
 
-def export_current(app: App[None], fmt: str) -> None:
+def export_current(app: App[Any], fmt: str) -> None:
     """Save the current result under the data dir's exports/ folder and name the file in a toast."""
     from tutor.export import save_export
 
@@ -108,9 +108,9 @@ class TutorCommands(Provider):
         ]
         for fmt, name, what in EXPORT_FORMATS:
             commands.append((f"Export result as {name}", f"The result on this screen: {what}",
-                             partial(export_current, app, fmt)))
+                             partial(export_current, self.app, fmt)))
         commands.append(("Save pictures as SVG", "The pictures on this screen (Bench's sweeps, Fit's memory timeline), "
-                         "with their data as CSV and JSON", partial(save_pictures, app)))
+                         "with their data as CSV and JSON", partial(save_pictures, self.app)))
         for info in services.curriculum.lessons:
             commands.append((f"Go to lesson: {info.title}", f"{info.id} · {info.minutes} min · {info.summary}",
                              partial(app.open_lesson, info.id)))

@@ -105,7 +105,7 @@ their blocks (quizzes, predictions, measurements, exercises) you have solved; ea
         self.query_one(OptionList).focus()
         app = tutor_app(self.app)
         if self.services.machine_detection.ready() is None and app is not None:
-            self.watch(app, "detected_machine", self._machine_detected)
+            self.watch(self.app, "detected_machine", self._machine_detected)
 
     def _machine_detected(self, machine: Machine | None) -> None:
         if machine is not None:

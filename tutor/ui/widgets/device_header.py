@@ -87,7 +87,7 @@ class DeviceHeader(Widget):
     def on_mount(self) -> None:
         app = tutor_app(self.app)
         if app is not None:  # another host app has no measurement process
-            self.watch(app, "worker_state", self._worker_state_changed)
+            self.watch(self.app, "worker_state", self._worker_state_changed)
 
     def _worker_state_changed(self, state: WorkerState) -> None:
         self.worker = state.short

@@ -490,7 +490,9 @@ GPU, cores x FLOP/cycle x clock for a CPU). Run a measure block and watch the lo
             return None
         found = measured_bandwidth(app.last_result)
         if found is None:
-            for kept in reversed(app.measured_results.latest()):
+            from tutor.ui.widgets.measure import result_store  # the kept results live with the measure widget
+
+            for kept in reversed(result_store(self.app).latest()):
                 found = measured_bandwidth(kept.result)
                 if found is not None:
                     break

@@ -115,8 +115,8 @@ class ResultStore:
 
 def result_store(app: App[None]) -> ResultStore:
     """The app's store of measure results (a fresh, empty one in a host other than TutorApp)."""
-    tutor = tutor_app(app)
-    return tutor.measured_results if tutor is not None else ResultStore()
+    store = getattr(app, "measured_results", None) if tutor_app(app) is not None else None
+    return store if isinstance(store, ResultStore) else ResultStore()
 
 
 def percent_cell(row: Measurement) -> str:
@@ -230,6 +230,27 @@ class ProbeRunner(LessonBlock[P]):
             super().__init__()
             self.runner, self.result, self.error = runner, result, error
 
+    class Claimed(Message):
+        """`runner` starts measuring: the app makes it the one runner measuring now (TutorApp.active_runner)."""
+
+        def __init__(self, runner: ProbeRunner[Measure | Predict]) -> None:
+            super().__init__()
+            self.runner = runner
+
+    class Released(Message):
+        """`runner` stopped measuring: the app forgets it if it is still the one measuring."""
+
+        def __init__(self, runner: ProbeRunner[Measure | Predict]) -> None:
+            super().__init__()
+            self.runner = runner
+
+    class Measured(Message):
+        """A probe's result, for the app to keep as its latest (what the palette's export writes)."""
+
+        def __init__(self, result: ProbeResult) -> None:
+            super().__init__()
+            self.result = result
+
     def __init__(self, block: P, *, lesson_id: str, services: Services, done: bool = False,
                  id: str | None = None, classes: str | None = None) -> None:
         super().__init__(block, lesson_id=lesson_id, services=services, done=done, id=id, classes=classes)
@@ -268,10 +289,9 @@ class ProbeRunner(LessonBlock[P]):
             self._show_error(str(error))
             return
         app = tutor_app(self.app)
-        if app is not None:
-            if app.active_runner is not None and app.active_runner is not self:
-                app.active_runner.cancel()
-            app.active_runner = self
+        if app is not None and app.active_runner is not None and app.active_runner is not self:
+            app.active_runner.cancel()  # one probe at a time: two would measure each other
+        self.post_message(self.Claimed(self))
         self._cancel = threading.Event()
         self._drop_progress_text()
         self.running = True
@@ -312,9 +332,7 @@ class ProbeRunner(LessonBlock[P]):
 
     def _release_app(self) -> None:
         """This runner is no longer the app's one measuring."""
-        app = tutor_app(self.app)
-        if app is not None and app.active_runner is self:
-            app.active_runner = None
+        self.post_message(self.Released(self))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Escape belongs to this block only while it runs; otherwise it reaches the screen.
@@ -368,9 +386,7 @@ class ProbeRunner(LessonBlock[P]):
             self._show_error(message.error or "the probe returned no result")
             return
         self.result = result
-        app = tutor_app(self.app)
-        if app is not None:
-            app.last_result = result  # what the palette's export writes
+        self.post_message(self.Measured(result))  # the app keeps it: what the palette's export writes
         if not result.cancelled:
             self.query_one(ProgressBar).update(progress=100)  # a cancelled run keeps the bar where it stopped
         self.keep_result(result)
