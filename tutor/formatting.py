@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 NOT_AVAILABLE = "N/A"
 SIGNIFICANT_DIGITS = 3
@@ -330,3 +331,25 @@ def format_in_unit(value: float | None, scale: tuple[float, str], *, digits: int
     if unit == "%":
         return f"{text}%"
     return f"{text} {unit}".strip()
+
+
+def _si_rate(value: float) -> str:
+    """A rate in whatever unit the caller compares (FLOP/s or B/s), with an SI prefix: '5 T', '820 G'."""
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if abs(value) >= scale:
+            return f"{format_number(value / scale)} {unit}"
+    return format_number(value)
+
+
+def efficiency_summary(efficiency: Any) -> str:
+    """tutor.theory.peaks.explain_efficiency's Efficiency in words: its share of the peak, or, above the peak,
+    which assumption failed (the clock the peak was computed at, and the least clock the measurement implies)."""
+    if efficiency.peak is None:
+        return "no theoretical peak known: measured only"
+    if not efficiency.exceeds_peak:
+        return f"{efficiency.fraction:.1%} of the theoretical peak"
+    if efficiency.implied_clock_hz is None or efficiency.assumed_clock_hz is None:
+        return (f"above the theoretical peak ({_si_rate(efficiency.measured)} > {_si_rate(efficiency.peak)}): "
+                "an assumption behind the peak (clock, units per core) is wrong")
+    return (f"above the peak computed at {efficiency.assumed_clock_hz / 1e9:.2f} GHz: the clock must have been at "
+            f"least {efficiency.implied_clock_hz / 1e9:.2f} GHz")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tutor.formatting import efficiency_summary
 from tutor.theory.peaks import explain_efficiency
 
 DTYPE_NAMES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -82,4 +83,4 @@ def compare_with_peak(measured: float, peak: float | None, *, assumed_clock_hz: 
     if percent <= 100.0:
         return PeakComparison(peak=peak, percent=percent, note="")
     explanation = explain_efficiency(measured, peak, assumed_clock_hz=assumed_clock_hz)
-    return PeakComparison(peak=peak, percent=None, note=explanation.summary)
+    return PeakComparison(peak=peak, percent=None, note=efficiency_summary(explanation))

@@ -137,12 +137,13 @@ class Measurement:
         if percent is None:
             return ""
         if self.rate:
+            from tutor.formatting import efficiency_summary
             from tutor.theory.peaks import explain_efficiency
 
             assert self.measured is not None and self.theory is not None
             if self.measured < 0 or self.theory <= 0 or not math.isfinite(self.measured):
                 return ""
-            return explain_efficiency(self.measured, self.theory).summary
+            return efficiency_summary(explain_efficiency(self.measured, self.theory))
         return f"{percent:.1f}% of theory"
 
     def to_json(self) -> dict[str, Any]:

@@ -278,6 +278,7 @@ SAFE_BUILTINS = MappingProxyType({
 
 @lru_cache(maxsize=1)
 def _base_namespace() -> MappingProxyType:
+    from tutor.formatting import format_bytes, format_count
     from tutor.theory import (
         activations,
         fit,
@@ -301,8 +302,13 @@ def _base_namespace() -> MappingProxyType:
               "activations": activations, "parallel": parallel, "flops": flops, "roofline": roofline,
               "moe": moe, "units": units, "fit": fit, "peaks": peaks, "lora": lora,
               "interconnect": interconnect, "reliability": reliability, "serving": serving}
+    views = {name: _public_view(module) for name, module in theory.items()}
+    # Prose sizes and counts in the units lesson expressions name them by (`units.human_bytes(...)`),
+    # written by tutor.formatting: theory computes numbers, formatting turns them into text.
+    views["units"] = _ModuleView(units.__name__, {**views["units"]._names, "human_bytes": format_bytes,
+                                                  "human_count": format_count})
     return MappingProxyType({
-        **{name: _public_view(module) for name, module in theory.items()},
+        **views,
         "math": _ModuleView("math", {name: getattr(math, name) for name in MATH_NAMES}),
         "preset": preset, "params": params, "flags": flags, "gpu": gpu, "ceilings": ceilings, "fmt": fmt, "gb": gb, "gib": gib, "count": count, "num": num,
     })

@@ -135,7 +135,8 @@ class Efficiency:
     """A measurement read against a theoretical peak.
 
     fraction is measured/peak when that is at most 1, else None: a result above the peak means
-    an assumption behind the peak was wrong (usually the clock), never 130 % efficiency.
+    an assumption behind the peak was wrong (usually the clock), never 130 % efficiency. Its words are
+    tutor.formatting.efficiency_summary's.
     """
 
     measured: float
@@ -143,17 +144,7 @@ class Efficiency:
     fraction: float | None
     exceeds_peak: bool
     implied_clock_hz: float | None
-    summary: str
-
-
-def _format_rate(value: float) -> str:
-    """A rate in whatever unit the caller compares (FLOP/s or B/s), with an SI prefix: '5 T', '820 G'."""
-    from tutor.formatting import format_number
-
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
-        if abs(value) >= scale:
-            return f"{format_number(value / scale)} {unit}"
-    return format_number(value)
+    assumed_clock_hz: float | None = None
 
 
 def explain_efficiency(measured: float, peak: float | None, *, assumed_clock_hz: float | None = None) -> Efficiency:
@@ -167,22 +158,11 @@ def explain_efficiency(measured: float, peak: float | None, *, assumed_clock_hz:
     if not valid or not math.isfinite(measured) or measured < 0:
         raise UserError(f"a measured rate must be a finite number >= 0, got {measured!r}")
     if peak is None:
-        return Efficiency(measured, None, None, False, None, "no theoretical peak known: measured only")
+        return Efficiency(measured, None, None, False, None)
     _require_positive("peak", peak)
     if assumed_clock_hz is not None:
         _require_positive("assumed_clock_hz", assumed_clock_hz)
     if measured <= peak:
-        fraction = measured / peak
-        return Efficiency(measured, peak, fraction, False, None, f"{fraction:.1%} of the theoretical peak")
-    if assumed_clock_hz is None:
-        return Efficiency(
-            measured, peak, None, True, None,
-            f"above the theoretical peak ({_format_rate(measured)} > {_format_rate(peak)}): "
-            "an assumption behind the peak (clock, units per core) is wrong",
-        )
-    implied = measured / peak * assumed_clock_hz
-    return Efficiency(
-        measured, peak, None, True, implied,
-        f"above the peak computed at {assumed_clock_hz / 1e9:.2f} GHz: the clock must have been at "
-        f"least {implied / 1e9:.2f} GHz",
-    )
+        return Efficiency(measured, peak, measured / peak, False, None, assumed_clock_hz)
+    implied = None if assumed_clock_hz is None else measured / peak * assumed_clock_hz
+    return Efficiency(measured, peak, None, True, implied, assumed_clock_hz)

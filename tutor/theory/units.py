@@ -59,19 +59,3 @@ def gib(n_bytes: float) -> float:
 def gb(n_bytes: float) -> float:
     """Bytes in GB (1e9)."""
     return n_bytes / GB
-
-
-def human_bytes(n_bytes: float) -> str:
-    """A size in binary units for lesson prose ('15 GiB', '512 MiB'): tutor.formatting.format_bytes,
-    under the name lesson expressions use (`units.human_bytes`)."""
-    from tutor.formatting import format_bytes
-
-    return format_bytes(n_bytes)
-
-
-def human_count(n: float) -> str:
-    """A count the way model cards write it, for lesson prose ('8.03B', '124M'):
-    tutor.formatting.format_count, under the name lesson expressions use (`units.human_count`)."""
-    from tutor.formatting import format_count
-
-    return format_count(n)

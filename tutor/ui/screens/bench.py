@@ -377,13 +377,14 @@ saved runs shows them all, the command line's too; cancelled runs are marked.
     def no_percent_reason(self, row: Any) -> str:
         """Why a row above its peak has no percentage: the clock its peak assumed must be wrong
         (tutor.theory.peaks.explain_efficiency)."""
+        from tutor.formatting import efficiency_summary
         from tutor.theory.peaks import explain_efficiency
 
         try:
             clock = self.services.machine.peak_clock_hz(self.device)
         except Exception:  # an odd device name: explain without the clock
             clock = None
-        return explain_efficiency(row.measured, row.peak, assumed_clock_hz=clock).summary
+        return efficiency_summary(explain_efficiency(row.measured, row.peak, assumed_clock_hz=clock))
 
     def cancel(self) -> None:
         """Stop the suite at its next iteration (used by Escape, leaving and quitting)."""

@@ -131,9 +131,10 @@ def percent_cell(row: Measurement) -> str:
     if row.rate or "/s" in row.unit:
         if row.note:
             return "above the peak: see why"  # the note carries the explanation (e.g. the implied clock)
+        from tutor.formatting import efficiency_summary
         from tutor.theory.peaks import explain_efficiency
 
-        return explain_efficiency(float(measured), float(theory)).summary
+        return efficiency_summary(explain_efficiency(float(measured), float(theory)))
     if row.note:
         return f"{ratio * 100:.1f} %: see note"
     return f"{ratio * 100:.1f} % (above theory)"
