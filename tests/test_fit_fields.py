@@ -86,3 +86,16 @@ def test_the_lab_parameters_take_the_declared_ranges() -> None:
     lab = get_probe("fit")
     assert lab.params_schema["batch"] == batch.describe() and lab.params_schema["seq"] == seq.describe()
     assert lab.default_params["attention"] == "flash" and lab.default_params["model"] == "llama-3.2-1b"
+
+
+@pytest.mark.parametrize(("typed", "tokens"), [("128k", 131_072), ("8K", 8_192), ("4,096", 4_096), ("2048", 2_048)])
+def test_the_command_line_reads_a_length_as_the_calculators_do(typed: str, tokens: int) -> None:
+    """One field parser: `--seq 128k` is what the seq field means on the Fit screen and in the calculators."""
+    import json
+
+    from tests.cli_runner import run
+    from tutor.lessons.calc_fields import check_length
+
+    code, out, err = run(["fit", "llama-3.2-1b", "--seq", typed, "--json"])
+    assert code == 0, err
+    assert json.loads(out)["request"]["seq_len"] == tokens == check_length(typed, "seq")

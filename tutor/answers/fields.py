@@ -55,7 +55,8 @@ def _kv_dtypes() -> tuple[str, ...]:
     return tuple(KV_DTYPES)
 
 
-def _whole(value: Any, name: str, minimum: int = 1, maximum: int = 2**40) -> int:
+def check_whole(value: Any, name: str, minimum: int = 1, maximum: int = 2**40) -> int:
+    """`value` when it is an int (not a bool) from `minimum` to `maximum`, else one UserError line."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise UserError(f"{name} must be a whole number from {minimum} to {maximum}, got {value!r}")
     return value
@@ -80,12 +81,13 @@ def _check_model(value: Any) -> str:
     return value.strip().lower()
 
 
-def _check_count(value: Any, name: str) -> int:
+def check_count(value: Any, name: str) -> int:
+    """A count as typed ('15T', '1.5e12', tutor.theory.units.parse_count) or a whole number up to 10^16."""
     from tutor.theory.units import parse_count
 
     if isinstance(value, str):
         return parse_count(value)
-    return _whole(value, name, maximum=10**16)
+    return check_whole(value, name, maximum=10**16)
 
 
 TOKEN_MULTIPLIERS = {"": 1, "k": 2**10, "m": 2**20}
@@ -101,7 +103,7 @@ def parse_length(text: str, name: str = "seq") -> int:
     if not match:
         raise UserError(f"{name} must be a whole number such as 4096 or 128k (k = 1,024, so 128k = 131,072), "
                         f"got {text!r}")
-    return _whole(int(match.group(1).replace(",", "").replace("_", "")) * TOKEN_MULTIPLIERS[match.group(2).lower()],
+    return check_whole(int(match.group(1).replace(",", "").replace("_", "")) * TOKEN_MULTIPLIERS[match.group(2).lower()],
                   name)
 
 
@@ -141,13 +143,15 @@ def parse_memory_size(text: str) -> int:
 def _check_bytes(value: Any) -> int:
     if isinstance(value, str):
         return parse_memory_size(value)
-    return _whole(value, "memory", maximum=2**60)
+    return check_whole(value, "memory", maximum=2**60)
 
 
-def _check_length(value: Any, name: str) -> int:
+def check_length(value: Any, name: str) -> int:
+    """A length as typed ('4096', '128k': parse_length) or a whole number: the CLI, the Fit screen and the
+    calculators read tokens and matrix sizes through this one check."""
     if isinstance(value, str):
         return parse_length(value, name)
-    return _whole(value, name)
+    return check_whole(value, name)
 
 
 def _check_choice(value: Any, name: str, choices: tuple[Any, ...]) -> Any:
@@ -276,9 +280,9 @@ class FitField:
         if self.check_value is not None:
             value = self.check_value(value)
         elif self.kind == "whole":
-            value = _whole(value, self.name)
+            value = check_whole(value, self.name)
         elif self.kind == "length":
-            value = _check_length(value, self.name)
+            value = check_length(value, self.name)
         elif self.kind == "flag":
             value = _check_bool(value, self.name)
         elif self.kind == "choice":
@@ -316,7 +320,7 @@ FIT_FIELDS: tuple[FitField, ...] = (
              calc_default="llama-3.1-8b", check_value=_check_model),
     FitField("params", "count", "model", None, "A bare parameter count such as 7B (model states only).",
              "a bare parameter count such as 70B (instead of a model)", metavar="N",
-             check_value=lambda value: _check_count(value, "params"), on_fit_screen=False),
+             check_value=lambda value: check_count(value, "params"), on_fit_screen=False),
     FitField("mode", "choice", "mode", fitting.Mode.INFERENCE.value, short_help="inference or train", attribute="mode",
              choices=fitting.MODES, enum=fitting.Mode, cli_choice=True),
     FitField("dtype", "text", "recipe", None,
@@ -344,7 +348,7 @@ FIT_FIELDS: tuple[FitField, ...] = (
     FitField("zero", "choice", "layout", int(fitting.ZeroStage.NONE), "ZeRO stage 0-3 (3 = FSDP full shard).",
              "ZeRO stage 0-3 (3 = FSDP full shard)", attribute="zero", choices=fitting.ZERO_STAGES,
              enum=fitting.ZeroStage, applies=TRAIN,
-             check_value=lambda value: _whole(value, "zero", 0, max(fitting.ZERO_STAGES))),
+             check_value=lambda value: check_whole(value, "zero", 0, max(fitting.ZERO_STAGES))),
     FitField("sequence_parallel", "flag", "layout", False, "Sequence parallelism (with --tp).",
              "sequence parallelism with tp", attribute="sequence_parallel", flag="--sp", choices=(False, True)),
     FitField("recompute", "choice", "activations", fitting.Recompute.NONE.value,
@@ -422,6 +426,25 @@ def fit_options(*groups: str, model_argument: bool = True) -> Callable[[Callable
     return decorate
 
 
+def _length_type(name: str) -> Any:
+    """A click type reading a length as the calculators and the Fit screen do (parse_length: '4096', '4,096',
+    '128k'), so `--seq 128k` means what the seq field means everywhere."""
+    import click
+
+    class Length(click.ParamType):
+        name = "length"
+
+        def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            try:
+                return parse_length(str(value), name)
+            except UserError as error:
+                self.fail(str(error), param, ctx)
+
+    return Length()
+
+
 def _click_option(field: FitField) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     import click
 
@@ -434,7 +457,9 @@ def _click_option(field: FitField) -> Callable[[Callable[..., Any]], Callable[..
         return click.option(field.option, field.parameter, is_flag=True, **settings)
     if field.cli_choice:
         settings["type"] = click.Choice(tuple(str(c) for c in field.options() or ()))
-    elif field.kind in ("whole", "length") or (field.kind == "choice" and isinstance(field.default, int)):
+    elif field.kind == "length":
+        settings["type"] = _length_type(field.name)
+    elif field.kind == "whole" or (field.kind == "choice" and isinstance(field.default, int)):
         settings["type"] = int
     if field.default is not None:
         settings["default"] = field.default

@@ -19,6 +19,9 @@ from tutor.answers.fields import (  # noqa: F401  (re-exported: the calculator's
     MEMORY_BARE_UNIT,
     TOKEN_MULTIPLIERS,
     FitField,
+    check_count,
+    check_length,
+    check_whole,
     parse_length,
     parse_memory_size,
     request_settings,
@@ -27,26 +30,6 @@ from tutor.answers.fields import (  # noqa: F401  (re-exported: the calculator's
 from tutor.theory.fit import FitRequest
 
 FIT_FIELD_NAMES = frozenset(FIT_FIELD_BY_NAME)
-
-
-def _whole(value: Any, name: str, minimum: int = 1, maximum: int = 2**40) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise UserError(f"{name} must be a whole number from {minimum} to {maximum}, got {value!r}")
-    return value
-
-
-def _check_count(value: Any, name: str) -> int:
-    from tutor.theory.units import parse_count
-
-    if isinstance(value, str):
-        return parse_count(value)
-    return _whole(value, name, maximum=10**16)
-
-
-def _check_length(value: Any, name: str) -> int:
-    if isinstance(value, str):
-        return parse_length(value, name)
-    return _whole(value, name)
 
 
 def memory_text(n_bytes: int) -> str:
@@ -89,12 +72,12 @@ def _from_declaration(field: FitField) -> CalcField:
 
 CALC_FIELDS: dict[str, CalcField] = {field.name: field for field in (
     *(_from_declaration(fit_field) for fit_field in FIT_FIELDS),
-    CalcField("tokens", "training tokens, such as 15T", lambda value: _check_count(value, "tokens")),
+    CalcField("tokens", "training tokens, such as 15T", lambda value: check_count(value, "tokens")),
     CalcField("mfu", "model FLOPs utilization assumed for a time estimate, in (0, 1]",
               lambda value: _check_fraction(value, "mfu")),
-    CalcField("m", "matmul rows of A (4096 or 4k)", lambda value: _check_length(value, "m")),
-    CalcField("n", "matmul columns of B (4096 or 4k)", lambda value: _check_length(value, "n")),
-    CalcField("k", "the shared (reduction) dimension (4096 or 4k)", lambda value: _check_length(value, "k")),
+    CalcField("m", "matmul rows of A (4096 or 4k)", lambda value: check_length(value, "m")),
+    CalcField("n", "matmul columns of B (4096 or 4k)", lambda value: check_length(value, "n")),
+    CalcField("k", "the shared (reduction) dimension (4096 or 4k)", lambda value: check_length(value, "k")),
 )}
 """Every calculator field: the fit fields (tutor.answers.fields, in their order), then the FLOPs and roofline inputs."""
 
