@@ -130,3 +130,31 @@ def test_a_limit_of_fake_tensors_is_one_line_naming_the_model_type(monkeypatch) 
                                    recompute="none")
     message = str(error.value)
     assert "\n" not in message and "'granite'" in message and "fake tensors have no values" in message
+
+
+def test_a_first_calibration_says_what_it_traces_and_where_it_is_kept(tmp_path, monkeypatch) -> None:
+    """The first `fit` of an unseen architecture traces for seconds: one sentence says so before it starts, with
+    where the result is kept (the command line prints it to a terminal); --json names the cache file and key;
+    the second call traces nothing."""
+    import json
+
+    from tests.cli_runner import run
+    from tutor.trace import announcing
+
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "granite", "architectures": ["GraniteForCausalLM"],
+                                  "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                                  "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 256}))
+    heard: list[str] = []
+    with announcing(heard.append):
+        code, out, err = run(["fit", str(config), "--json"])
+    assert code == 0 and err == "", err  # stderr is no terminal here: nothing but the answer
+    calibration = json.loads(out)["calibration"]
+    assert calibration["model_class"] == "GraniteForCausalLM" and calibration["setups"] == ["inference/bf16/sdpa"]
+    assert len(heard) == 1 and heard[0].startswith("tracing GraniteForCausalLM")
+    assert calibration["cache_file"] in heard[0]
+    heard.clear()
+    with announcing(heard.append):
+        code, out, err = run(["fit", str(config), "--json"])
+    assert code == 0 and heard == []

@@ -14,6 +14,7 @@ No click, no Rich, no Textual: the front ends render.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -193,6 +194,14 @@ class FitAnswer:
             from tutor.trace.fit_step import trace_json
 
             report["trace"] = trace_json(self.traced, estimate)
+        calibration = self.arch.calibration if self.arch is not None else None
+        if calibration is not None:
+            from tutor.trace.arch_calibration import cache_file, config_hash
+
+            config = json.loads(calibration.config_json)
+            report["calibration"] = {"model_class": calibration.model_class, "key": config_hash(config),
+                                     "cache_file": cache_file(config),
+                                     "setups": [setup.key for setup in calibration.setups]}
         return report
 
 

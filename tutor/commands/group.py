@@ -65,8 +65,17 @@ def run(args: list[str]) -> None:
     """Run the command line `args` through click: bad input becomes one line on stderr and exit code 2,
     never a traceback."""
     try:
-        # Without standalone mode, click returns (rather than raises) the code of ctx.exit(n).
-        code = cli.main(args=args, prog_name="tensor-tutor", standalone_mode=False)
+        from tutor.trace import announcing
+
+        # What takes seconds the first time (a calibration traced) is said in one line before it starts, to a
+        # person at a terminal; a script reading stderr gets only the answer or the one-line error.
+        def say(text: str) -> None:
+            if sys.stderr.isatty():
+                click.echo(f"tensor-tutor: {plain(text)}", err=True)
+
+        with announcing(say):
+            # Without standalone mode, click returns (rather than raises) the code of ctx.exit(n).
+            code = cli.main(args=args, prog_name="tensor-tutor", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except UserError as error:

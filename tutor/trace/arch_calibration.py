@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING
 
 from tutor.errors import UserError
+from tutor.trace import announce
 from tutor.theory.calibrated import (
     BASIS,
     GRADIENTS_PREFIX,
@@ -138,6 +140,11 @@ def _read_cache(config: dict) -> dict:
     empty: dict[str, object] = {}
     entry, _warning = read_json(_cache_path(config), empty)
     return entry if entry.get("format") == CALIBRATION_FORMAT else {}
+
+
+def cache_file(config: dict) -> str:
+    """Where `config`'s counts and calibrations are kept (one file per config, versions and format)."""
+    return str(_cache_path(config))
 
 
 def _write_cache(config: dict, entry: dict) -> None:
@@ -358,11 +365,22 @@ def shortest_window(config: dict) -> int:
 def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attention: str, recompute: str,
                 beyond: int = 0) -> Architecture:
     config = json.loads(arch.calibration.config_json)
+    entry = _read_cache(config)
+    took = [float(t) for value in (entry.get("setups") or {}).values() if isinstance(value, dict)
+            and isinstance(t := value.get("seconds"), (int, float)) and not isinstance(t, bool) and t > 0]
+    from tutor.formatting import format_duration
+
+    low, high = traced_depths(config)
+    announce(f"tracing {arch.calibration.model_class} at {low} and {high} layers on fake tensors to calibrate {mode} "
+              f"memory ({precision}, {attention} attention): first time for this setup, "
+              + (f"about {format_duration(max(took))} (its slowest setup so far)" if took else
+                 "typically 2-30 s on 2 cores") + f"; kept in {cache_file(config)}")
+    started = time.perf_counter()
     setup = calibrate(config, key, mode=mode, precision=precision, attention=attention, recompute=recompute,
                       beyond_window=beyond, window=arch.calibration.window)
     entry = _read_cache(config)
     if "architecture" in entry:
-        entry.setdefault("setups", {})[key] = _setup_json(setup)
+        entry.setdefault("setups", {})[key] = {**_setup_json(setup), "seconds": time.perf_counter() - started}
         _write_cache(config, entry)
     calibration = replace(arch.calibration, setups=arch.calibration.setups + (setup,))
     return replace(arch, calibration=calibration)
