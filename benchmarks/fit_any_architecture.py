@@ -1,6 +1,6 @@
-"""`tensor-tutor fit` on architectures it has no hand profile for, against real transformers steps (issue 18).
+"""`tensor-tutor fit` on architectures it has no hand profile for, against real transformers steps.
 
-For each model type (the 19 of issue 18 that fit used to refuse, and the hand-profiled ones) a small
+For each model type (the 19 that fit once refused, and the hand-profiled ones) a small
 config in the type's own keys, with 4 decoder layers and a vocabulary that keeps the loss head a
 minority of the activations, is built by transformers (random weights, CPU) and run the way a user
 runs it (benchmarks/fit_vs_transformers.py: two training steps, the second measured; or a prefill as
@@ -38,7 +38,7 @@ SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_at
              num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=1024, pad_token_id=0,
              bos_token_id=1, eos_token_id=2)
 MOE = dict(num_experts_per_tok=2, moe_intermediate_size=128)
-# The 19 model types fit refused before issue 18, each in its own keys (experts under the name its
+# The 19 model types fit once refused, each in its own keys (experts under the name its
 # configuration class uses).
 CALIBRATED: dict[str, dict] = {
     "gemma3_text": dict(SMALL, head_dim=32, sliding_window=64),

@@ -1,15 +1,15 @@
 """How fast `tensor-tutor fit <preset> --json` answers, end to end, as a user runs it.
 
-Goal (issue 2): well under half a second on the 2-core machine. Times fresh processes (interpreter
+Goal: well under half a second on the 2-core machine. Times fresh processes (interpreter
 start, imports, the estimate, the batch/context searches and JSON output) and, side by side, a bare
 `python -c pass` as the floor no command can beat. Prints medians and the ratio to the goal.
 
-Issue 11: `fit` was quadratic in the layer count (a 10,000-layer config took 6 min). The deep cases
+`fit` was once quadratic in the layer count (a 10,000-layer config took 6 min). The deep cases
 time a small Mistral-style config (sliding window on every layer) at 2,500 and 10,000 layers;
 the last line is the 10,000 / 2,500 ratio of the time above the floor: about 4 when fit is linear
 in the layer count, about 16 when quadratic.
 
-Issue 18: a model type without a hand profile (Granite, 4 layers) is counted on its real class and
+A model type without a hand profile (Granite, 4 layers) is counted on its real class and
 calibrated by traces on its first call, then answered from the cache. Timed in fresh processes: the
 first call with an empty data dir (nothing cached: transformers' module table, the parameters, the
 calibration), the first call of a new config with the data dir warm from another one (what a user
@@ -132,7 +132,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--calibrated-only", action="store_true",
-                        help="only the calibrated-trace and hand-profile first/cached calls (issue 18)")
+                        help="only the calibrated-trace and hand-profile first/cached calls")
     options = parser.parse_args()
     runs = options.runs
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")

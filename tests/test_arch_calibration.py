@@ -1,4 +1,4 @@
-"""`fit` for model types without a hand profile (issue 18): parameters counted on the real model class,
+"""`fit` for model types without a hand profile: parameters counted on the real model class,
 activations from traces at small shapes fitted in b·s and b·s², checked here against real transformers
 steps at shapes the calibration never traced (4 layers, more tokens)."""
 
@@ -23,7 +23,7 @@ from tutor.trace import arch_calibration
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, pad_token_id=0, bos_token_id=1,
              eos_token_id=2)
-# The model types fit refused before issue 18, experts under the key their configuration class uses.
+# The model types fit once refused, experts under the key their configuration class uses.
 REFUSED = {
     "gemma3_text": dict(SMALL, head_dim=32), "granite": SMALL,
     "granitemoe": dict(SMALL, num_local_experts=4, num_experts_per_tok=2), "starcoder2": SMALL,
@@ -174,7 +174,7 @@ def test_fit_json_says_which_path_answered(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Hand profiles fixed by issue 18, against real transformers steps with 4 layers (the per-layer terms
+# Hand profiles, against real transformers steps with 4 layers (the per-layer terms
 # dominate: the loss head is a minority of the activations), at shapes the profiles were not tuned on.
 
 

@@ -1,5 +1,5 @@
-"""fit reads a checkpoint's quantization_config and never mixes a preset with a folder it did not name
-(issue 21): a 4-bit Qwen3-32B is counted as 4-bit, a preset's name is the preset."""
+"""fit reads a checkpoint's quantization_config and never mixes a preset with a folder it did not name:
+a 4-bit Qwen3-32B is counted as 4-bit, a preset's name is the preset."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_a_preset_never_reads_a_folder_that_shares_its_name(tmp_path: Path, monk
 
 
 def test_the_config_is_read_once_per_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 21 cleanup: the config was read once to resolve the model and again for its
+    """The config was read once to resolve the model and again for its
     quantization_config; the scheme is now parsed as the config is read."""
     import tutor.files.models as model_files
 

@@ -1,4 +1,4 @@
-"""Issue 11: a torn notebook line never swallows the next run; one data dir; `bench history` and
+"""A torn notebook line never swallows the next run; one data dir; `bench history` and
 `bench --budget/--json` survive what a hostile-but-realistic user does."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_ctrl_c_before_any_result_still_prints_json(data_dir: Path, monkeypatch:
 
 
 def test_a_fifo_in_place_of_the_notebook_is_refused_not_written(data_dir: Path) -> None:
-    """Issue 21: a write larger than a pipe's buffer blocked append_run forever on a FIFO."""
+    """A write larger than a pipe's buffer blocked append_run forever on a FIFO."""
     import os
     import threading
 

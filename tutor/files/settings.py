@@ -18,7 +18,7 @@ from tutor.files.storage import data_dir, read_json, write_json_atomic
 from tutor.files.untrusted import shown_value
 
 SETTINGS_FILE = "settings.json"
-SAMPLE_HZ_RANGE = (1.0, 4.0)  # issue 4: the live pane samples at 1 to 4 Hz
+SAMPLE_HZ_RANGE = (1.0, 4.0)  # the live pane samples at 1 to 4 Hz
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
