@@ -180,3 +180,19 @@ def test_the_operation_counter_sees_each_dispatched_operation() -> None:
     x = torch.ones(4)
     assert count_aten_ops(lambda: (x + 1) * 2) == 2
     assert count_aten_ops(lambda: None) == 0
+
+
+@pytest.mark.parametrize("lab", ["ttft-tpot", "batch-decode", "speculative", "host-overhead", "decode-engines"])
+def test_a_lab_that_builds_a_transformers_model_says_how_to_install_it_when_it_is_missing(
+        lab: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import threading
+
+    from tutor.labs.inference import TRANSFORMERS_MISSING
+    from tutor.labs.registry import load_lab
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
+    probe = load_lab(lab)
+    result = probe.run(probe.default_params, lambda *_: None, threading.Event())
+    assert result.probe == lab and not result.cancelled and result.summary == TRANSFORMERS_MISSING
+    assert len(result.rows) == 1 and result.rows[0].note == TRANSFORMERS_MISSING

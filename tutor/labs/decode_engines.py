@@ -24,7 +24,7 @@ from typing import Any
 from tutor.trace.decode_loops import GRAPH_WARMUPS, StaticDecoder, capture_cuda_graph, eager_decoder
 from tutor.formatting import format_duration, format_percent
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
-from tutor.labs.inference import DTYPE_BYTES, keeping_torch_threads, tiny_llama_params
+from tutor.labs.inference import DTYPE_BYTES, keeping_torch_threads, tiny_llama_params, without_transformers
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 
 VOCAB = 256
@@ -142,12 +142,8 @@ def _decode_engines(params: dict, progress: ProgressFn, cancel: threading.Event)
     progress(0.0, "loading torch and transformers")
     import torch
 
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        note = "needs Hugging Face transformers: pip install -e '.[trace]'"
-        return ProbeResult("decode-engines", (Measurement("eager decode step", None, "s", note=note),), {}, note,
-                           False, "cpu")
+    if (missing := without_transformers("decode-engines", "eager decode step")) is not None:
+        return missing
     from tutor.errors import UserError
 
     heads, kv_heads, hidden = params["heads"], params["kv_heads"], params["hidden"]

@@ -21,9 +21,9 @@ import time
 from tutor.formatting import format_count, format_duration, format_percent
 from tutor.labs._params import Param, budget_param, make_probe
 from tutor.labs.decode_engines import HOST_HEAD_DIM, VOCAB
-from tutor.labs.inference import keeping_torch_threads
+from tutor.labs.inference import keeping_torch_threads, without_transformers
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
-from tutor.labs.serving_latency import build_model, forward, missing_transformers, new_cache
+from tutor.labs.serving_latency import build_model, forward, new_cache
 
 OPS_PER_ROUND = 2_000
 
@@ -50,10 +50,8 @@ def _host_overhead(params: dict, progress: ProgressFn, cancel: threading.Event) 
         return ProbeResult("host-overhead", (), {}, "cancelled before anything was timed", True, "cpu")
     import torch
 
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return missing_transformers("host-overhead", "one decode step's operations")
+    if (missing := without_transformers("host-overhead", "one decode step's operations")) is not None:
+        return missing
     torch.set_num_threads(1)  # the host's cost is one thread's: Python runs on one
     torch.manual_seed(params["seed"])
     a, b = torch.randn(8), torch.randn(8)

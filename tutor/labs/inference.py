@@ -28,6 +28,20 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MIN_REPEATS = 3
 
 
+TRANSFORMERS_MISSING = "needs Hugging Face transformers: pip install -e '.[trace]'"
+
+
+def without_transformers(lab: str, label: str) -> ProbeResult | None:
+    """The result of a lab that builds a transformers model when transformers is not installed: one row,
+    `label`, saying how to install it (a state the lesson shows, not an error); None when it is installed."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return ProbeResult(lab, (Measurement(label, None, "s", note=TRANSFORMERS_MISSING),), {}, TRANSFORMERS_MISSING,
+                           False, "cpu")
+    return None
+
+
 def keeping_torch_threads(body):
     """`body` may run torch on one thread (a one-core measurement); its thread count is put back
     after, because labs run in the app's long-lived measurement process and the next benchmark there

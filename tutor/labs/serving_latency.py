@@ -23,7 +23,7 @@ from tutor.errors import UserError
 from tutor.formatting import format_bytes, format_count, format_duration, format_number, format_percent, format_rate
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
 from tutor.labs.decode_engines import VOCAB, chosen_dtype, llama_config
-from tutor.labs.inference import DTYPE_BYTES, keeping_torch_threads, tiny_llama_params
+from tutor.labs.inference import DTYPE_BYTES, keeping_torch_threads, tiny_llama_params, without_transformers
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 
 MIN_ROUNDS = 2
@@ -91,11 +91,6 @@ def synchronizer(device: str):
     return sync
 
 
-def missing_transformers(lab: str, label: str) -> ProbeResult:
-    note = "needs Hugging Face transformers: pip install -e '.[trace]'"
-    return ProbeResult(lab, (Measurement(label, None, "s", note=note),), {}, note, False, "cpu")
-
-
 def forward_flops_per_token(params: dict, context: int) -> int:
     """Forward FLOPs per token at `context` tokens attended (Kaplan et al., tutor.theory.flops)."""
     from tutor.theory.flops import inference_flops_per_token
@@ -133,10 +128,8 @@ def _ttft_tpot(params: dict, progress: ProgressFn, cancel: threading.Event) -> P
         return ProbeResult("ttft-tpot", (), {}, "cancelled before the model was built", True, "cpu")
     import torch
 
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return missing_transformers("ttft-tpot", "time to first token")
+    if (missing := without_transformers("ttft-tpot", "time to first token")) is not None:
+        return missing
     check_shape("ttft-tpot", params)
     device = resolve_device(params["device"])
     dtype = chosen_dtype(params["dtype"], device)
@@ -275,10 +268,8 @@ def _batch_decode(params: dict, progress: ProgressFn, cancel: threading.Event) -
         return ProbeResult("batch-decode", (), {}, "cancelled before the model was built", True, "cpu")
     import torch
 
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return missing_transformers("batch-decode", "decode step")
+    if (missing := without_transformers("batch-decode", "decode step")) is not None:
+        return missing
     check_shape("batch-decode", params)
     batches = batch_sizes(params["batches"])
     device = resolve_device(params["device"])

@@ -25,7 +25,7 @@ import time
 from tutor.formatting import format_duration, format_number, format_percent
 from tutor.labs._params import Param, budget_param, device_param, make_probe, resolve_device
 from tutor.labs.decode_engines import VOCAB
-from tutor.labs.inference import keeping_torch_threads
+from tutor.labs.inference import keeping_torch_threads, without_transformers
 from tutor.labs.probe import Measurement, ProbeResult, ProgressFn
 from tutor.labs.serving_latency import (
     MIN_ROUNDS,
@@ -34,7 +34,6 @@ from tutor.labs.serving_latency import (
     build_model,
     check_shape,
     forward,
-    missing_transformers,
     model_params,
     new_cache,
     synchronizer,
@@ -117,10 +116,8 @@ def _speculative(params: dict, progress: ProgressFn, cancel: threading.Event) ->
         return ProbeResult("speculative", (), {}, "cancelled before the models were built", True, "cpu")
     import torch
 
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return missing_transformers("speculative", "speculative decoding")
+    if (missing := without_transformers("speculative", "speculative decoding")) is not None:
+        return missing
     from tutor.errors import UserError
 
     check_shape("speculative", params)
