@@ -5,8 +5,7 @@ and the memory alive over the training step or the prefill (`fit --timeline`), w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -17,6 +16,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from tutor.calculators import FitTime, fit_time
+from tutor.lessons.model import Calc
 from tutor.ui.widgets.calc import DEFAULT_FIELDS, CalcBlock
 from tutor.ui.widgets.device_header import DeviceHeader, device_label, device_title
 from tutor.ui.widgets.time_panel import TimePanel, peak_text
@@ -26,20 +26,6 @@ if TYPE_CHECKING:
     from tutor.export import FitValues
     from tutor.answers.pictures import Chart
     from tutor.ui.services import Services
-
-
-@dataclass(frozen=True)
-class FitForm:
-    """The Fit screen's calculator, shaped like a lesson's Calc block."""
-
-    model: str = "llama-3.1-8b"
-    mode: str = "inference"
-    kind: str = "fit"
-    fields: tuple[str, ...] = DEFAULT_FIELDS["fit"]  # every `tensor-tutor fit` option a learner sets
-    values: dict[str, Any] = field(default_factory=dict)
-    id: str = "fit"
-    line: int = 0
-    directive: ClassVar[str] = "calc"
 
 
 class FitScreen(Screen):
@@ -88,7 +74,9 @@ activations and KV cache per device, each with its formula, against this machine
     def __init__(self, services: Services, model: str | None = None, mode: str | None = None) -> None:
         super().__init__()
         self.services = services
-        self.form = FitForm(model=model or "llama-3.1-8b", values={"mode": mode or "inference"})
+        # The Fit screen's form is the "fit" calculator, the block a lesson's calc directive makes.
+        self.form = Calc(kind="fit", model=model or "llama-3.1-8b", fields=DEFAULT_FIELDS["fit"],
+                         values={"mode": mode or "inference"}, line=0, id="fit")
         self.asked = 0
         """How many times the form asked for the time; the answer shown is for `answered`."""
         self.answered = 0

@@ -41,6 +41,7 @@ from tutor.ui.widgets.charts import bar_text, gauge_text
 
 if TYPE_CHECKING:  # types only: the form needs no hardware module at import
     from tutor.hardware.machine import Machine
+    from tutor.lessons.model import Calc
 
 DEFAULT_FIELDS = {
     "memory": ("model", "mode", "dtype", "batch", "seq"),
@@ -321,7 +322,7 @@ def calc_renderable(kind: str, values: dict[str, Any], machine: Machine) -> Grou
     raise UserError(f"unknown calculator {kind!r}: use one of {', '.join(KINDS)}")
 
 
-class CalcBlock(LessonBlock):
+class CalcBlock(LessonBlock["Calc"]):
     """```calc: change any field and the figures follow, computed by tutor.theory."""
 
     TITLE = "Calculator"
@@ -342,16 +343,16 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
                      margin-bottom: 1; }
     """
 
-    def __init__(self, block: Any, **kwargs: Any) -> None:
+    def __init__(self, block: Calc, **kwargs: Any) -> None:
         super().__init__(block, **kwargs)
-        self.calc_kind: str = self._calc_kind(block)
-        self.fields = tuple(getattr(block, "fields", ()) or ()) or DEFAULT_FIELDS.get(self.calc_kind, ())
-        values = dict(getattr(block, "values", {}) or {})
-        if getattr(block, "model", None):
+        self.calc_kind: str = block.kind if block.kind in KINDS else "memory"
+        self.fields = block.fields or DEFAULT_FIELDS.get(self.calc_kind, ())
+        values = dict(block.values)
+        if block.model:
             values.setdefault("model", block.model)
         self.values: dict[str, Any] = {**{name: DEFAULTS[name] for name in self.fields if name in DEFAULTS}, **values}
         self.border_title = f"Calculator: {self.calc_kind}"
-        self.goal = getattr(block, "goal", None)
+        self.goal = block.goal
         self.goal_tries = 0
         if self.goal is not None:
             self.border_title = f"Exercise: {self.calc_kind} calculator"
@@ -364,15 +365,9 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
             else:
                 self.goal_error = None
 
-    @staticmethod
-    def _calc_kind(block: Any) -> str:
-        # Calc.kind names the calculator; every other block's kind is its directive.
-        kind = getattr(block, "kind", None)
-        return kind if kind in KINDS else str(dict(getattr(block, "values", {}) or {}).get("kind", "memory"))
-
     def compose(self) -> ComposeResult:
         if self.goal is not None:
-            yield Static(Text(getattr(self.block, "goal_text", "") or "Meet the goal.", style="bold"), id="goal")
+            yield Static(Text(self.block.goal_text or "Meet the goal.", style="bold"), id="goal")
         from tutor.lessons.calc_fields import CALC_FIELDS
 
         with Grid():
@@ -439,7 +434,7 @@ overhead) is what must fit. *impl* switches the code the activations assume: `hf
             return
         self.goal_tries += 1
         verdict.update(Text.assemble(("✗ not yet: ", "bold red"), result.message))
-        hints = tuple(getattr(self.block, "goal_hints", ()))
+        hints = self.block.goal_hints
         if hints:
             shown_hints = hints[: min(self.goal_tries, len(hints))]
             self.query_one("#goal-hints", Static).update(
