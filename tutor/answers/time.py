@@ -288,10 +288,10 @@ def device_verification(config: dict, request: fitting.FitRequest, device: str, 
     prefill and decode per engine."""
     from tutor.bench.ceilings import compute_dtype
     from tutor.trace.device_verify import MEMORY_SHARE, measure_model, verification_config, weights_dtype
-    from tutor.theory.models import architecture_from_config
+    from tutor.trace.step_verify import scaled_architecture
 
     scaled = verification_config(config, request, device)
-    arch = architecture_from_config(scaled, name=name)
+    arch = scaled_architecture(scaled, name)
     where = device.split(":")[1] if device.startswith("cuda") else "cpu"  # as `time --device` reads it
     full = config.get("num_hidden_layers")
     result: dict = {"device": device, "model": name, "layers": arch.num_layers, "full_layers": full,
