@@ -177,6 +177,54 @@ def test_measured_ceilings_name_the_threads_they_predict_for_and_flag_a_busy_run
     assert any("a new process here would run torch on 1 thread(s)" in note for note in notes)
 
 
+def test_measured_ceilings_take_the_bench_run_made_on_the_threads_a_step_runs_on(tmp_path, monkeypatch) -> None:
+    for date, threads, rate in (("2026-12-03T10:00:00Z", 1, 0.01), ("2026-12-04T10:00:00Z", 2, 0.02)):
+        sweep = [{"m": 512, "n": 512, "k": 512, "tflops_median": rate}]
+        assert append_run({"date": date, "cancelled": False, "torch_threads": threads}, [
+            {"kind": "matmul", "device": "cpu", "dtype": "bf16", "backend": "torch/mkl", "m": 512, "n": 512, "k": 512,
+             "tflops_median": rate, "sweep": sweep, "headline": True},
+            {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 9.5},
+        ], tmp_path / "results.jsonl") is None
+    book = read_notebook(tmp_path / "results.jsonl")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the older run, the one made on one thread
+    one = measured_ceilings("cpu", "bf16", book)
+    assert one.max_matmul_flops == pytest.approx(0.01e12) and "bench run 1 " in one.gemm_source
+    assert not any("a new process here" in note for note in one.notes)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert measured_ceilings("cpu", "bf16", book).max_matmul_flops == pytest.approx(0.02e12)
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # no run on 4 threads: the newest, said to differ
+    four = measured_ceilings("cpu", "bf16", book)
+    assert "bench run 2 " in four.gemm_source and any("run torch on 4 thread(s)" in note for note in four.notes)
+
+
+def test_a_cpu_training_step_pays_the_framework_code_measured_for_its_family(tmp_path, monkeypatch) -> None:
+    """On a CPU the framework's own code runs on the cores that do the work: each decoder layer's forward and
+    backward code, and the model's, are added to the step (tutor.trace.host_costs' training rows); a GPU, a card
+    by name and a LoRA step are left as they were."""
+    from tutor.answers import time as answers_time
+    from tutor.theory.step_operations import LAYER_CODE, MODEL_CODE
+    from tutor.theory.step_time import HostCosts
+    from tutor.trace import host_costs
+
+    _bench_run(tmp_path)
+    ceilings = measured_ceilings("cpu", "bf16", read_notebook(tmp_path / "results.jsonl"))
+    rows = (("train-forward", LAYER_CODE, 1, 1e-3), ("train-forward", MODEL_CODE, 1, 2e-3),
+            ("train-backward", LAYER_CODE, 1, 3e-3), ("train-backward", MODEL_CODE, 1, 4e-3))
+    monkeypatch.setattr(host_costs, "host_costs_for", lambda config, device, on_measure=None: HostCosts(rows, "probe"))
+    model = arch("llama-3.2-1b")
+    request = FitRequest(mode="train", batch=1, seq_len=128)
+    with_code = answers_time.with_training_host_code(ceilings, {"model_type": "llama"}, request)
+    assert with_code.framework_source == "probe"
+    before = training_step_time(model, request, ceilings).phases
+    after = training_step_time(model, request, with_code).phases
+    assert after["forward"] - before["forward"] == pytest.approx(model.num_layers * 1e-3 + 2e-3)
+    assert after["backward"] - before["backward"] == pytest.approx(model.num_layers * 3e-3 + 4e-3)
+    lora = FitRequest(mode="train", batch=1, seq_len=128, recipe="lora")
+    assert answers_time.with_training_host_code(ceilings, {"model_type": "llama"}, lora) is ceilings
+    card = card_ceilings(SPECS_BY_KEY["h100-sxm"], "bf16")
+    assert answers_time.with_training_host_code(card, {"model_type": "llama"}, request) is card
+
+
 def test_no_bench_run_is_one_line_offering_bench_quick(tmp_path) -> None:
     with pytest.raises(UserError, match="bench --quick"):
         measured_ceilings("cpu", "bf16", read_notebook(tmp_path / "results.jsonl"))

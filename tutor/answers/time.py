@@ -214,6 +214,24 @@ def with_host_costs(ceilings: Ceilings, config: dict | None, on_measure=None) ->
                                                               "Llama's, both measured on this machine's CPU"))
 
 
+def with_training_host_code(ceilings: Ceilings, config: dict | None, request: fitting.FitRequest,
+                            on_measure=None) -> Ceilings:
+    """The ceilings with the framework's own code of a training step's forward and backward, per decoder layer and
+    per model call (tutor.trace.host_costs, measured on this machine's CPU at near-zero work, cached), where the
+    host's code runs on the cores that do the work: a CPU. On a GPU the host queues kernels ahead of the device and
+    a step of real size hides its code. Unchanged for a card by name, a LoRA step (its wrapped linears run other
+    code than the measured model's), without a config, or where nothing can be measured."""
+    from tutor.trace.host_costs import host_costs_for, training_framework_seconds
+
+    if config is None or ceilings.device != "cpu" or request.adapter:
+        return ceilings
+    costs = host_costs_for(config, "cpu", on_measure)
+    named = training_framework_seconds(costs) if costs is not None else ()
+    if costs is None or not named:
+        return ceilings
+    return replace(ceilings, named_seconds=ceilings.named_seconds + named, framework_source=costs.source)
+
+
 def check_time_request(arch, request: fitting.FitRequest) -> None:
     """A UserError for a request `time` cannot answer: one tutor.theory.fit rejects."""
     fitting.validate_request(arch, request)
@@ -247,7 +265,8 @@ def report_for_ceilings(arch, request: fitting.FitRequest, ceilings: Ceilings, d
     if request.mode != "train":
         ceilings = with_host_costs(ceilings, config, on_measure)
     else:  # the engines' figures time inference only: a training step's sources list what it used
-        ceilings = replace(ceilings, host=None, graph_kernel=None, decode_matmul=())
+        ceilings = with_training_host_code(replace(ceilings, host=None, graph_kernel=None, decode_matmul=()),
+                                           config, request, on_measure)
     report = {"model": {"name": name, "source": source, "model_type": arch.model_type},
               "mode": request.mode,
               "request": {"batch": request.batch, "seq_len": request.seq_len, "dp": request.dp, "tp": request.tp,
@@ -288,10 +307,10 @@ def device_verification(config: dict, request: fitting.FitRequest, device: str, 
     prefill and decode per engine."""
     from tutor.bench.ceilings import compute_dtype
     from tutor.trace.device_verify import MEMORY_SHARE, measure_model, verification_config, weights_dtype
-    from tutor.theory.models import architecture_from_config
+    from tutor.trace.step_verify import scaled_architecture
 
     scaled = verification_config(config, request, device)
-    arch = architecture_from_config(scaled, name=name)
+    arch = scaled_architecture(scaled, name)
     where = device.split(":")[1] if device.startswith("cuda") else "cpu"  # as `time --device` reads it
     full = config.get("num_hidden_layers")
     result: dict = {"device": device, "model": name, "layers": arch.num_layers, "full_layers": full,

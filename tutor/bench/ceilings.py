@@ -191,12 +191,14 @@ def _matmul_results(run: Run, device: str, dtype: str) -> list[dict]:
             and r.get("dtype") == dtype and str(r.get("backend", "")).startswith("torch")]
 
 
-def latest_run_with_matmul(notebook: Notebook, device: str, dtype: str) -> Run | None:
-    """The newest finished run that measured torch matmul of `dtype` on `device`."""
-    for run in reversed(notebook.runs):
-        if not run.cancelled and _matmul_results(run, device, dtype):
-            return run
-    return None
+def latest_run_with_matmul(notebook: Notebook, device: str, dtype: str, threads: int | None = None) -> Run | None:
+    """The newest finished run that measured torch matmul of `dtype` on `device`; with `threads`, the newest such run
+    made with torch on that many threads where there is one (a CPU's rates scale with the threads a run had: a step
+    on one thread is predicted from a one-thread run, not from a newer run on all the cores), else the newest."""
+    runs = [run for run in reversed(notebook.runs) if not run.cancelled and _matmul_results(run, device, dtype)]
+    matching = [run for run in runs if threads is not None and run.header.get("torch_threads") == threads]
+    found = matching or runs
+    return found[0] if found else None
 
 
 def _positive(value) -> float | None:
@@ -248,7 +250,7 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
     from tutor.bench.notebook import read_notebook  # only this machine's ceilings read the notebook
 
     book = notebook if notebook is not None else read_notebook()
-    run = latest_run_with_matmul(book, device, dtype)
+    run = latest_run_with_matmul(book, device, dtype, default_torch_threads() if device == "cpu" else None)
     if run is None:
         skipped = f" ({'; '.join(_skipped_runs(book))})" if book.skipped else ""
         raise UserError(f"no bench run with a {dtype} matmul on {device} in the results notebook{skipped}: {BENCH_HINT}")

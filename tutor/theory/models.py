@@ -120,6 +120,12 @@ class Architecture:
     # model class, activations from traces fitted in b·s and s², `tutor.theory.calibrated`).
     profile: str = "hand"
     profile_note: str = ""
+    # What the code does beyond the counts (the step's operations read them, tutor.theory.step_operations): the
+    # MLP's activation as the config names it ("" for the family's own: SiLU, GPT-2's gelu_new), Gemma-2's tanh
+    # soft-capping of the attention scores and of the final logits (None: none).
+    hidden_act: str = ""
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
     measured: MeasuredParams | None = None            # calibrated-trace: the real model's counts
     calibration: Any = None                           # calibrated-trace: tutor.theory.calibrated.Calibration
 
@@ -356,9 +362,29 @@ def architecture_from_config(config: dict, name: str = "") -> Architecture:
         fields = _llama_family_fields(config, model_type)
     if not fields["num_experts"]:
         fields.update(dense_layers=fields["num_layers"], dense_layer_indices=tuple(range(fields["num_layers"])))
+    fields.update(code_mechanisms(config))
     arch = Architecture(name=name, model_type=model_type, **fields)
     _check_consistency(arch)
     return arch
+
+
+ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function", "activation")
+"""Where transformers' configs name the MLP's activation (an ACT2FN key): Llama's hidden_act, Gemma-2's
+hidden_activation, GPT-2's activation_function, Falcon's activation."""
+SOFTCAP_KEYS = ("attn_logit_softcapping", "final_logit_softcapping")
+
+
+def code_mechanisms(config: dict) -> dict[str, Any]:
+    """The Architecture fields that say what a family's code does beyond its parameter counts, read from the
+    config's own switches (transformers' configuration_*.py names them): the MLP activation (ACTIVATION_KEYS), the
+    soft-capping of scores and logits (SOFTCAP_KEYS: Gemma-2's `logits / cap`, tanh, `* cap`)."""
+    act = next((config[k] for k in ACTIVATION_KEYS if isinstance(config.get(k), str) and config[k]), "")
+    caps = {}
+    for key in SOFTCAP_KEYS:
+        value = config.get(key)
+        caps[key] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and 0 < value < float("inf") else None
+    return dict(hidden_act=act[:40], **caps)
 
 
 def _no_moe() -> dict[str, Any]:

@@ -174,15 +174,33 @@ def norm_accesses(arch: Architecture, e: int) -> tuple[float, int]:
     return float(up + 2 * FP32 + FP32 + 2 * FP32 + up + 2 * e), 4 + (2 if up else 0)
 
 
-def _activation_accesses(arch: Architecture) -> tuple[float, float, int, str]:
+# Elementwise passes of each activation as transformers runs it (transformers/activations.py ACT2FN), as
+# (element accesses, kernels) per element of the MLP's inner width: one read and one write per pass. SiLU, GELU
+# (erf or tanh through F.gelu) and ReLU are one torch kernel; ReLUSquaredActivation is relu, then square: two;
+# GPT-2's NewGELUActivation writes 0.5*x*(1+tanh(√(2/π)(x+0.044715·x³))) as eight kernels: pow, mul, add, mul, tanh,
+# add, mul, mul = 18 accesses (two of them read two arrays).
+ACTIVATION_PASSES: dict[str, tuple[float, int]] = {
+    "silu": (2, 1), "swish": (2, 1), "gelu": (2, 1), "gelu_pytorch_tanh": (2, 1), "gelu_python": (2, 1),
+    "relu": (2, 1), "relu2": (4, 2), "gelu_new": (18, 8),
+}
+GATE_MULTIPLY = (3, 1)  # act(gate) * up: two reads, one write
+
+
+def activation_name(arch: Architecture) -> str:
+    """The MLP's activation (an ACT2FN key): the config's, else the family's own (SiLU gated, GPT-2's gelu_new)."""
+    return arch.hidden_act or ("silu" if arch.gated_mlp else "gelu_new")
+
+
+def activation_accesses(arch: Architecture) -> tuple[float, float, int, str]:
     """(accesses per element on the MLP's inner width f for act + gating, accesses on what, kernels, name).
 
-    SwiGLU (gated): silu(gate) [r1 w1] then * up [r2 w1] = 5 accesses of f elements, 2 kernels.
-    GPT-2's gelu_new (transformers NewGELUActivation): 0.5*x*(1+tanh(√(2/π)(x+0.044715·x³))) is eight
-    elementwise kernels: pow, mul, add, mul, tanh, add, mul, mul = 18 accesses of f elements."""
+    The activation's passes (ACTIVATION_PASSES; an activation not listed counts as one pass), and for a gated MLP
+    the multiply by up: SwiGLU silu(gate) [r1 w1] then * up [r2 w1] = 5 accesses of f elements, 2 kernels."""
+    act = activation_name(arch)
+    accesses, kernels = ACTIVATION_PASSES.get(act, (2, 1))
     if arch.gated_mlp:
-        return 5.0, 0.0, 2, "silu(gate) * up"
-    return 18.0, 0.0, 8, "gelu_new (8 kernels)"
+        return accesses + GATE_MULTIPLY[0], 0.0, kernels + GATE_MULTIPLY[1], f"{act}(gate) * up"
+    return float(accesses), 0.0, kernels, f"{act} ({kernels} kernel{'s' if kernels > 1 else ''})"
 
 
 def attention_projections(arch: Architecture, tp: int) -> list[tuple[str, int, int]]:
@@ -260,6 +278,12 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     for name, out, inp in projections[:-1]:
         rows = shape.batch * shape.context if latent_cache and name == "kv_b_proj" else T
         ops.append(gemm(name, "forward", rows, out, inp, calls=calls, element_bytes=e))
+    if arch.uses_mla:
+        # DeepseekV3Attention normalises each latent before its up-projection: q_a_layernorm over q_lora_rank (where
+        # the query is low-rank) and kv_a_layernorm over kv_lora_rank.
+        latent = arch.kv_lora_rank + (arch.q_lora_rank or 0)
+        ops.append(memory_op("latent norms (q_a, kv_a)", "forward", T * latent, norm_bytes, 1, calls=calls,
+                             kernels=norm_kernels * (2 if arch.q_lora_rank else 1)))
     if latent_cache:
         keys = shape.batch * a * shape.context * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
         ops.append(memory_op("keys assembled (k_nope, shared k_rot)", "forward", keys, 2, e, calls=calls, kernels=2,
@@ -284,11 +308,18 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     scores = gemm("attention scores q·kᵀ", "forward", shape.queries, shape.context, d, calls=calls,
                   element_bytes=e, batch=heads, fraction=fraction)
     ops.append(replace(scores, bytes=e * heads * (shape.queries * d + shape.queries * shape.context) + kv_read))
+    if attention == "eager" and g < a:
+        # eager_attention_forward's repeat_kv: each key and value head copied out for the a/g query heads sharing it.
+        copies = 2 * shape.batch * a * shape.context * d
+        ops.append(memory_op("repeat_kv (keys, values)", "forward", copies, 1 + g / a, e, calls=calls, kernels=2,
+                             formula=f"{copies:,} elements written, 1/{a // g} of them read"))
     if attention == "eager" and shape.queries > 1:
         score_elements = heads * shape.queries * shape.context
         # transformers eager_attention_forward: + mask, softmax in fp32, cast back.
         ops.append(memory_op("eager softmax", "forward", score_elements, 3 * e + 2 * FP32 + FP32 + e, 1, calls=calls,
                              kernels=3))
+    if attention == "eager" and arch.attn_logit_softcapping:
+        ops.append(softcap_op("score soft-capping", heads * shape.queries * shape.context, e, calls))
     context = gemm("attention context p·v", "forward", shape.queries, dv, shape.context, calls=calls,
                    element_bytes=e, batch=heads, fraction=fraction)
     ops.append(replace(context, bytes=e * heads * (shape.queries * shape.context + shape.queries * dv)
@@ -297,13 +328,18 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     name, out, inp = projections[-1]
     ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
     ops.append(memory_op("residual add", "forward", T * h, 3, e, calls=calls))
-    ops.append(memory_op("post-attention norm", "forward", T * h, norm_bytes, 1, calls=calls, kernels=norm_kernels))
+    # Norms beyond the input norm, as the family has them (norms_per_layer): one before the MLP (Llama), none where
+    # attention and MLP share the input norm (Falcon's parallel block), three more with Gemma-2's norms after
+    # attention and MLP.
+    if arch.norms_per_layer > 1:
+        ops.append(memory_op("post-attention norm", "forward", T * h, norm_bytes, 1,
+                             calls=calls * (arch.norms_per_layer - 1), kernels=norm_kernels))
     if moe_layer:
         ops += _moe_forward(arch, T, tp, ep, e, calls)
     else:
         for name, out, inp in mlp_projections(arch, arch.intermediate_size, tp)[:-1]:
             ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
-        accesses, _, kernels, what = _activation_accesses(arch)
+        accesses, _, kernels, what = activation_accesses(arch)
         ops.append(memory_op(what, "forward", T * arch.intermediate_size // tp, accesses, e, calls=calls,
                              kernels=kernels))
         name, out, inp = mlp_projections(arch, arch.intermediate_size, tp)[-1]
@@ -313,6 +349,13 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
         ops.append(memory_op("dropout", "forward", 2 * T * h, 2 + 1 / e, e, calls=calls, kernels=2,
                              formula="two residual dropouts: read, write, and a 1-byte mask per element"))
     return ops
+
+
+def softcap_op(name: str, elements: int, e: int, calls: int) -> Operation:
+    """Gemma-2's soft-capping, `x = x / cap; x = tanh(x); x = x * cap` (Gemma2Attention's eager scores and
+    Gemma2ForCausalLM's logits): three elementwise passes, a read and a write each."""
+    return memory_op(name, "forward", elements, 6, e, calls=calls, kernels=3,
+                     formula=f"{elements:,} x (divide, tanh, multiply): 6 accesses x {e} B")
 
 
 def _moe_forward(arch: Architecture, T: int, tp: int, ep: int, e: int, calls: int) -> list[Operation]:
@@ -326,22 +369,38 @@ def _moe_forward(arch: Architecture, T: int, tp: int, ep: int, e: int, calls: in
     # Experts a step touches: with uniform top-k routing an expert is missed by one token with probability
     # 1 - k/E, so the T·ep tokens routed to this rank's group touch local·(1 - (1 - k/E)^(T·ep)) of its experts
     # in expectation: two at batch 1 in decode (top-2), nearly all in training.
-    touched = min(local, max(1, round(local * (1 - (1 - k / arch.num_experts) ** (T * ep)))))
-    rows = max(1, math.ceil(T * k / touched))  # rows per touched expert on this rank
-    local = touched
+    routed_rows = max(1, math.ceil(T * k / ep))  # (token, expert) rows this rank's experts multiply
+    touched = min(local, routed_rows, max(1, round(local * (1 - (1 - k / arch.num_experts) ** (T * ep)))))
+    # The rows spread evenly over the touched experts, `extra` of them one row more: exactly T·k rows in all.
+    rows, extra = divmod(routed_rows, touched)
     ops = [gemm("router", "forward", T, arch.num_experts, h, calls=calls, element_bytes=e),
            memory_op("router softmax + top-k", "forward", T * arch.num_experts, 4, FP32, calls=calls, kernels=3),
-           memory_op("token dispatch (gather) + combine (scatter)", "forward", T * k * h, 4, e, calls=calls, kernels=4),
-           gemm("experts gate_up", "forward", rows, (2 if arch.gated_mlp else 1) * f, h, calls=calls * local,
-                element_bytes=e),
-           memory_op("experts activation", "forward", rows * local * f, 5, e, calls=calls, kernels=2),
-           gemm("experts down", "forward", rows, h, f, calls=calls * local, element_bytes=e)]
+           # transformers' grouped_mm experts (integrations/moe.py grouped_mm_experts_forward, the default where
+           # torch has grouped_mm): the T·k (token, expert) rows gathered in expert order, each output row scaled by
+           # its routing weight, put back in token order, then summed over the k experts of a token: three passes
+           # reading and writing T·k·h, one reading it and writing T·h.
+           memory_op("token dispatch (gather) + combine (scatter)", "forward", T * k * h, 7 + 1 / k, e, calls=calls,
+                     kernels=4),
+           ]
+    width = (2 if arch.gated_mlp else 1) * f
+    groups = [(count, m) for count, m in ((touched - extra, rows), (extra, rows + 1)) if count and m]
+    ops += [gemm("experts gate_up", "forward", m, width, h, calls=calls * count, element_bytes=e) for count, m in groups]
+    ops.append(memory_op("experts activation", "forward", routed_rows * f, activation_accesses(arch)[0], e,
+                         calls=calls, kernels=activation_accesses(arch)[2]))
+    ops += [gemm("experts down", "forward", m, h, f, calls=calls * count, element_bytes=e) for count, m in groups]
     if arch.shared_expert_intermediate_size:
         fs = arch.shared_expert_intermediate_size // tp
         ops += [gemm("shared expert gate", "forward", T, fs, h, calls=calls, element_bytes=e),
                 gemm("shared expert up", "forward", T, fs, h, calls=calls, element_bytes=e),
                 memory_op("shared expert activation", "forward", T * fs, 5, e, calls=calls, kernels=2),
                 gemm("shared expert down", "forward", T, h, fs, calls=calls, element_bytes=e)]
+        # The shared expert's output added to the routed experts' (Qwen2MoeSparseMoeBlock, DeepseekV3MoE), after
+        # Qwen2-MoE's sigmoid gate (an h -> 1 linear, its sigmoid, and the multiply over T·h).
+        gate = 3 if arch.shared_expert_gate else 0
+        if gate:
+            ops.append(gemm("shared expert sigmoid gate", "forward", T, 1, h, calls=calls, element_bytes=e))
+        ops.append(memory_op("shared expert gate + add", "forward", T * h, 3 + gate, e, calls=calls,
+                             kernels=1 + (2 if gate else 0)))
     return ops
 
 
@@ -365,6 +424,8 @@ def model_ends_forward(arch: Architecture, *, shape: PassShape, tp: int, e: int,
         rows = logits_tokens if logits_tokens is not None else T
         vocab = math.ceil(arch.vocab_size / tp)
         ops.append(gemm("lm_head", "forward", rows, vocab, h, calls=calls, element_bytes=e))
+        if arch.final_logit_softcapping:
+            ops.append(softcap_op("logit soft-capping", rows * vocab, e, calls))
         if loss:
             upcast = 0 if e == FP32 else e + FP32
             ops.append(memory_op("cross-entropy (fp32 logits)", "forward", rows * vocab, upcast + 3 * FP32, 1,

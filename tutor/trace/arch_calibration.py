@@ -50,6 +50,7 @@ from tutor.theory.calibrated import (
 )
 from tutor.theory.models import (
     SPELLINGS,
+    code_mechanisms,
     SUPPORTED_MODEL_TYPES,
     Architecture,
     MeasuredLayer,
@@ -61,7 +62,8 @@ from tutor.theory.models import (
 if TYPE_CHECKING:
     from tutor.files.models import ModelConfig
 
-CALIBRATION_FORMAT = 3  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns
+CALIBRATION_FORMAT = 4  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
+# code read too (gated MLP, norm kind and count, activation: _layer_code), which the step's operations count
 CACHE_FOLDER = "calibrations"
 TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds transformers)"
 # (batch, seq_len) traced for the fit, by the basis terms it needs (as many shapes as terms): the
@@ -309,22 +311,51 @@ def _measure(config: dict) -> dict:
     sliding = tuple(i for i, t in enumerate(layer_types) if t == "sliding_attention") if window else ()
     dropout = any(isinstance(getattr(text, k, 0), (int, float)) and (getattr(text, k, 0) or 0) > 0
                   for k in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"))
+    dense = [i for i in range(layers_count) if i not in moe_layers]
+    gated, norm, norms = _layer_code(layers[dense[0] if dense else 0], per_layer[dense[0]]["mlp"] if dense else None,
+                                     hidden * intermediate)
     architecture = dict(
         model_type=config["model_type"], hidden_size=hidden, num_layers=layers_count, num_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate,
-        vocab_size=embedding // hidden if hidden else 0, tie_word_embeddings=tied, gated_mlp=True, norm="rmsnorm",
-        norms_per_layer=2, qkv_bias=False, qk_norm=False, learned_positions=positions // hidden if hidden else 0,
+        vocab_size=embedding // hidden if hidden else 0, tie_word_embeddings=tied, gated_mlp=gated, norm=norm,
+        norms_per_layer=norms, qkv_bias=False, qk_norm=False, learned_positions=positions // hidden if hidden else 0,
         max_position_embeddings=int(_get(text, ("max_position_embeddings", "n_positions"), 0) or 0),
         dropout=dropout, sliding_window=window if sliding else None, sliding_window_layers=len(sliding),
         num_experts=experts if moe_layers else 0, experts_per_token=min(top_k, experts) if moe_layers else 0,
         num_shared_experts=0,
-        moe_intermediate_size=(per_layer[moe_layers[0]]["routed"] // experts // (3 * hidden)) if moe_layers else 0,
+        moe_intermediate_size=_expert_width(per_layer[moe_layers[0]]["routed"] // experts, hidden, text)
+        if moe_layers else 0,
         shared_expert_intermediate_size=0, dense_layers=layers_count - len(moe_layers), q_lora_rank=None,
         kv_lora_rank=0, qk_nope_head_dim=0, qk_rope_head_dim=0, v_head_dim=0, num_nextn_predict_layers=0,
         dense_layer_indices=[i for i in range(layers_count) if i not in moe_layers],
-        sliding_window_layer_indices=list(sliding), measured=measured,
+        sliding_window_layer_indices=list(sliding), measured=measured, **code_mechanisms(config),
     )
     return architecture
+
+
+def _expert_width(per_expert: int, hidden: int, text) -> int:
+    """One routed expert's width f: the config's (moe_intermediate_size, else intermediate_size) where the expert's
+    parameters are its three h x f matrices and at most their biases (GPT-OSS: 2f + h more), else those
+    parameters over 3h."""
+    for name in ("moe_intermediate_size", "intermediate_size"):
+        width = _get(text, (name,), None)
+        if isinstance(width, int) and 0 < width and 3 * hidden * width <= per_expert <= 3 * hidden * width + 3 * width + hidden:
+            return width
+    return per_expert // (3 * hidden)
+
+
+def _layer_code(layer, mlp_params: int | None, hidden_by_width: int) -> tuple[bool, str, int]:
+    """(gated MLP, norm kind, norms) of one decoder layer as built: gated where the dense MLP holds three h x f
+    matrices, not two (its parameters over h·f; an all-MoE model's experts are gated, as transformers' stacked
+    gate_up_proj is); the norms are the layer's own norm modules (not the q/k norms inside attention), a
+    "layernorm" where one subtracts the mean (a torch LayerNorm or a class named so: Cohere's, Nemotron's), else
+    "rmsnorm"."""
+    import torch
+
+    gated = True if mlp_params is None or not hidden_by_width else mlp_params >= 2.5 * hidden_by_width
+    norms = [module for _name, module in layer.named_children() if "norm" in type(module).__name__.lower()]
+    layer_norm = any(isinstance(m, torch.nn.LayerNorm) or "layernorm" in type(m).__name__.lower() for m in norms)
+    return gated, "layernorm" if layer_norm else "rmsnorm", len(norms) or 2
 
 
 # ---------------------------------------------------------------------------------------------

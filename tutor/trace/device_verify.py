@@ -174,7 +174,7 @@ def verification_config(config: dict, request: FitRequest, device: str) -> dict:
     """The config the verification builds: MODEL's own where its step fits in MEMORY_SHARE of `device`'s free
     memory, else with fewer decoder layers (layers_that_fit). Refuses in one line what a GPU verification cannot
     run."""
-    from tutor.theory.models import architecture_from_config
+    from tutor.trace.step_verify import scaled_architecture
 
     train = request.mode == "train"
     if train and request.recipe not in GPU_RECIPES:
@@ -184,7 +184,7 @@ def verification_config(config: dict, request: FitRequest, device: str) -> dict:
         raise UserError("--verify on a GPU runs full training steps; a LoRA step is verified on the CPU")
     if request.devices != 1:
         raise UserError("--verify runs one device: leave --dp, --tp, --pp and --devices at 1")
-    arch = architecture_from_config(config)
+    arch = scaled_architecture(config, str(config.get("model_type")))
     if device.startswith("cuda"):
         import torch
 

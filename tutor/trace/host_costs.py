@@ -7,8 +7,9 @@ transformers against a 3.4 ms bandwidth floor, measured by this project); on a C
 kernels' own time. How much it costs depends on the family's code (a mixture-of-experts layer runs
 one expert's code per expert its tokens touch) and on this host, so it is measured, per family and
 device, the way `time --verify` measures it: the same family at width 64 with 1 and 3 layers, per
-layer the difference (tutor.trace.step_verify.framework_seconds), for a prefill and for decode steps
-at batch 1 and 8.
+layer the difference (tutor.trace.step_verify.framework_seconds), for a prefill, for decode steps
+at batch 1 and 8, and for a training step's forward (with the loss) and backward (modes TRAIN_FORWARD and
+TRAIN_BACKWARD): on a CPU that code runs on the same cores as the kernels, so a training step pays it too.
 
 A measurement takes a few seconds (torch and transformers load); it is kept in the user cache folder
 (`host-costs.json`), keyed by the family's code at that size, the device, the CPU and the torch and
@@ -31,10 +32,12 @@ from tutor.theory.step_operations import LAYER_CODE, MODEL_CODE
 from tutor.theory.step_time import HostCosts
 
 CACHE_FILE = "host-costs.json"
-FORMAT = 1
+FORMAT = 2  # 2: the training step's forward and backward measured too
 CACHE_LIMIT_BYTES = 1 << 20
 MEASURE_ENV = "TENSOR_TUTOR_MEASURE_HOST"
 DECODE_BATCHES = (1, 8)
+TRAIN_FORWARD, TRAIN_BACKWARD = "train-forward", "train-backward"
+"""HostCosts modes of a training step's phases (batch 1, sequence of 8 at width 64: the code, not the work)."""
 REFERENCE_MODEL = "llama-3.1-8b"
 """The family the card-by-name host assumption was measured on (its per-layer code; tutor.bench.ceilings)."""
 
@@ -139,14 +142,18 @@ def measure_host_costs(config: dict, device: str = "cpu") -> HostCosts:
                 for key, seconds in framework_seconds(torch, config, mode, device=device, batch=batch):
                     name = key.split(":", 1)[1]
                     rows.append((mode, name, batch, seconds))
+            for key, seconds in framework_seconds(torch, config, "train", device=device):
+                phase, name = key.split(":", 1)
+                rows.append((TRAIN_FORWARD if phase == "forward" else TRAIN_BACKWARD, name, 1, seconds))
     finally:
         torch.set_num_threads(threads)
         transformers.logging.set_verbosity(verbosity)
     clock = "wall clock after the queue drains" if device.startswith("cuda") else "this thread's CPU time"
     where = _device_name(torch, device) if device.startswith("cuda") else f"the CPU ({_cpu_name()})"
     source = (f"measured {stamp} on {where}: {config.get('model_type', 'this')} family's own code at width 64 with "
-              f"1 and 3 layers, per layer the difference ({clock}; prefill at batch 1, decode at batch "
-              f"{' and '.join(map(str, DECODE_BATCHES))}; torch {torch.__version__})")
+              f"1 and 3 layers (training: 1 and 2), per layer the difference ({clock}; prefill at batch 1, decode at "
+              f"batch {' and '.join(map(str, DECODE_BATCHES))}, a training step's forward and backward; torch "
+              f"{torch.__version__})")
     return HostCosts(tuple(rows), source)
 
 
@@ -179,4 +186,17 @@ def per_layer_decode(costs: HostCosts, batch: int = 1) -> float:
     return costs.seconds("decode", LAYER_CODE, batch) or 0.0
 
 
-__all__ = ["host_costs_for", "measure_host_costs", "per_layer_decode", "LAYER_CODE", "MODEL_CODE"]
+def training_framework_seconds(costs: HostCosts) -> tuple[tuple[str, float], ...]:
+    """The training step's framework code as Ceilings.named_seconds ("forward:" and "backward:" LAYER_CODE and
+    MODEL_CODE, seconds per call), from the measured rows; empty where the training step was not measured."""
+    out = []
+    for mode, phase in ((TRAIN_FORWARD, "forward"), (TRAIN_BACKWARD, "backward")):
+        for name in (LAYER_CODE, MODEL_CODE):
+            seconds = costs.seconds(mode, name, 1)
+            if seconds is not None:
+                out.append((f"{phase}:{name}", seconds))
+    return tuple(out)
+
+
+__all__ = ["host_costs_for", "measure_host_costs", "per_layer_decode", "training_framework_seconds", "LAYER_CODE",
+           "MODEL_CODE"]

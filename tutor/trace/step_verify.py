@@ -41,6 +41,8 @@ from tutor.theory.step_operations import (
     LINEAR_ROLES,
     LORA_SCALE_ADD,
     MODEL_CODE,
+    activation_accesses,
+    activation_name,
     adapter_params_on_device,
     inference_operations,
     training_operations,
@@ -69,6 +71,10 @@ DECODE_STEPS = 12
 GEMM_REPEATS = 3
 
 
+MLP_WIDTH_KEYS = ("intermediate_size", "ffn_hidden_size", "ffn_dim")
+"""The names a config gives its dense MLP width by (transformers' configs; Falcon: ffn_hidden_size)."""
+
+
 def scaled_config(config: dict, size: str) -> dict:
     """MODEL's config with its sizes scaled to `size` (SIZES): the same family, head-dim rule, GQA ratio,
     MLP ratio, tying and norms; dropout off so steps repeat exactly."""
@@ -92,11 +98,19 @@ def sized_config(config: dict, *, layers: int, hidden: int, heads: int, seq: int
     orig_heads = out.get("num_attention_heads") or heads
     kv = out.get("num_key_value_heads") or orig_heads
     group = max(1, orig_heads // kv)
-    ratio = (out.get("intermediate_size") or 4 * orig_hidden) / orig_hidden
+    # The MLP width under each name a family reads it by (Falcon: ffn_hidden_size), each scaled by its own ratio;
+    # intermediate_size is set where no other name holds the width (a family that reads another name ignores it).
+    widths = {key: out[key] for key in MLP_WIDTH_KEYS if isinstance(out.get(key), int) and out[key] > 0}
+    if not widths:
+        widths = {"intermediate_size": 4 * orig_hidden}
+    for key, width in widths.items():
+        out[key] = int(round(hidden * width / orig_hidden / 64)) * 64
     out.update(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-               num_key_value_heads=max(1, heads // group), intermediate_size=int(round(hidden * ratio / 64)) * 64,
+               num_key_value_heads=max(1, heads // group),
                vocab_size=vocab, max_position_embeddings=max(out.get("max_position_embeddings") or 0, 4 * seq),
                attention_dropout=0.0)
+    if isinstance(out.get("num_kv_heads"), int):  # Falcon's spelling of the KV heads (new_decoder_architecture)
+        out["num_kv_heads"] = max(1, heads // max(1, orig_heads // max(1, out["num_kv_heads"])))
     if "head_dim" in out or kind in ("qwen3", "gemma", "gemma2"):
         out["head_dim"] = hidden // heads
     if out.get("moe_intermediate_size"):
@@ -335,6 +349,8 @@ def _named_rates(torch, ops, arch, request, reuse_bytes: int | None = None,
         var = x.pow(2).mean(-1, keepdim=True)
         return w * (x * torch.rsqrt(var + 1e-6))
 
+    activation_op_name = activation_accesses(arch)[3]
+
     def make(name):
         """(function, inputs needing grad) for one op name; None for names measured otherwise."""
         a = arch.num_heads
@@ -366,14 +382,18 @@ def _named_rates(torch, ops, arch, request, reuse_bytes: int | None = None,
         if name == "residual add":
             x, y = torch.randn(T, h, requires_grad=True), torch.randn(T, h, requires_grad=True)
             return (lambda: x + y), (x, y)
-        if name == "silu(gate) * up":
-            x, y = torch.randn(T, f, requires_grad=True), torch.randn(T, f, requires_grad=True)
-            return (lambda: F.silu(x) * y), (x, y)
-        if name.startswith("gelu_new"):
-            import math
+        if name == activation_op_name:  # the family's own activation module (transformers ACT2FN), gated or not
+            from transformers.activations import ACT2FN
 
-            x = torch.randn(T, f, requires_grad=True)
-            return (lambda: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))), (x,)
+            act = ACT2FN[activation_name(arch)] if activation_name(arch) in ACT2FN else F.silu
+            x, y = torch.randn(T, f, requires_grad=True), torch.randn(T, f, requires_grad=True)
+            if arch.gated_mlp:
+                return (lambda: act(x) * y), (x, y)
+            return (lambda: act(x)), (x,)
+        if name.endswith("soft-capping"):
+            cap = arch.attn_logit_softcapping if name.startswith("score") else arch.final_logit_softcapping
+            x = torch.randn(forward[name].bytes // (6 * 4), requires_grad=True)
+            return (lambda: torch.tanh(x / cap) * cap), (x,)
         if name.startswith("cross-entropy"):
             x = torch.randn(T, V, requires_grad=True)
             labels = torch.randint(0, V, (T,))
@@ -694,6 +714,18 @@ def _seconds(ceilings: Ceilings, ops) -> dict[str, float]:
     return phases
 
 
+def scaled_architecture(config: dict, name: str):
+    """The Architecture of a scaled config: its hand profile, or for a model type without one the real class counted
+    on the meta device (tutor.trace.arch_calibration.measured_architecture), as `time` answers for it."""
+    from tutor.theory.models import SUPPORTED_MODEL_TYPES
+
+    if config.get("model_type") in SUPPORTED_MODEL_TYPES:
+        return architecture_from_config(config, name=name)
+    from tutor.trace.arch_calibration import measured_architecture
+
+    return measured_architecture(config, name)
+
+
 @dataclass(frozen=True)
 class VerifySetup:
     config: dict
@@ -712,7 +744,7 @@ def verify_setup(config: dict, size: str = "medium", recipe: str = "fp32") -> Ve
         raise UserError(f"--verify runs {', '.join(VERIFY_RECIPES)} steps on this machine; {recipe!r} needs "
                         "what it cannot run here (qlora: bitsandbytes' 4-bit kernels on a GPU)")
     scaled = scaled_config(config, size)
-    arch = architecture_from_config(scaled, name=f"{config.get('model_type')} scaled ({size})")
+    arch = scaled_architecture(scaled, f"{config.get('model_type')} scaled ({size})")
     _layers, _hidden, _heads, seq, batch, _vocab = SIZES[size]
     request = FitRequest(mode="train", recipe=recipe, dtype="fp32", optimizer="adamw", batch=batch, seq_len=seq,
                          attention="sdpa", gpu=False)
@@ -742,8 +774,11 @@ def _run(torch, config: dict, size: str, decode: bool, recipe: str) -> dict:
     arch, request = setup.arch, setup.request
     torch.manual_seed(0)
     model, hf_config = build_as_run(torch, setup.config, torch.float32)
-    # SDPA where the family has it, else eager (Gemma 2 in transformers 5): predicted as it runs.
+    # SDPA where the family has it, else eager (Gemma 2 in transformers 5): predicted as it runs, and said.
     request = replace(request, attention=hf_config._attn_implementation)
+    attention_note = "" if request.attention == "sdpa" else (
+        f"{type(model).__name__} has no SDPA path in transformers: predicted and run with {request.attention} "
+        "attention, which transformers uses for it")
     params = sum(p.numel() for p in model.parameters())
     trained = add_lora_adapters(torch, model, request) if request.adapter else list(model.parameters())
     model.train()
@@ -792,11 +827,12 @@ def _run(torch, config: dict, size: str, decode: bool, recipe: str) -> dict:
         "phases": {name: {"predicted_s": predicted.get(name, 0.0), "measured_s": measured[name]}
                    for name in ("forward", "backward", "optimizer")},
         "clock": "this thread's CPU time (torch on 1 thread); wall-clock beside it",
+        "attention": request.attention,
         "sources": ceilings.sources() if ceilings is not None else {},
         "notes": [f"median of {timed} steps after {WARMUP_STEPS} warm-up, in {ROUNDS} rounds each after its own "
                   "measurement of the ceilings (the prediction is the median of the rounds'), on one clock: this "
                   "thread's CPU time with torch on one thread, since the machine is shared; measured_wall_s is the "
-                  "wall-clock step"],
+                  "wall-clock step"] + ([attention_note] if attention_note else []),
     }
     if decode and not request.adapter:  # the adapters change training, not the base's inference
         result.update(_verify_inference(torch, model, arch, request, setup.config))
