@@ -1,0 +1,37 @@
+"""benchmarks/fit_unseen_set.py: a small runnable config of any causal-LM type, and its real run beside fit."""
+
+from __future__ import annotations
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from tests.benchmark_scripts import load
+
+unseen = load("fit_unseen_set")
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSOR_TUTOR_DATA_DIR", str(tmp_path / "data"))
+
+
+def test_a_narrowed_config_runs_small_and_keeps_the_type() -> None:
+    config, how = unseen.narrow_config("mistral")
+    assert config is not None, how
+    assert config["model_type"] == "mistral"
+    assert config["hidden_size"] < 4096 and "parameters" in how
+
+
+def test_a_skipped_type_says_why() -> None:
+    config, how = unseen.narrow_config("musicgen")
+    assert config is None and "encoder-decoder" in how
+
+
+def test_the_real_prefill_sits_beside_fit() -> None:
+    config, _ = unseen.narrow_config("llama")
+    result = unseen.compare("llama", config, "inference", 1, 96)
+    rows = {row.category: row for row in result.rows}
+    assert set(rows) == {"parameters", "weights", "kv_cache", "activations", "peak"}
+    assert rows["parameters"].measured == rows["parameters"].theory  # the hand profile counts exactly
+    assert rows["kv_cache"].measured > 0 and rows["kv_cache"].within
