@@ -141,6 +141,12 @@ def setup_key(*, mode: str, precision: str, attention: str, recompute: str, seq_
     return key
 
 
+def at_shape_key(key: str, batch: int, seq_len: int) -> str:
+    """The name of setup `key` traced at one shape itself (batch x seq_len tokens): where the fit of `key`
+    missed its own check, the answer at that shape comes from a trace there."""
+    return f"{key}/at-{batch}x{seq_len}"
+
+
 def calibrated_setup(arch, key: str) -> CalibratedSetup | None:
     """The calibrated setup `key` of `arch` (a tutor.theory.models.Architecture), or None when the
     architecture has a hand profile or was not calibrated for this setup."""
@@ -218,7 +224,7 @@ def kv_cache_bytes(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: 
     model keeps them in (a KV-cache dtype does not apply to them). Without, `layers` x the traced
     cache per decoder layer, rescaled the same way."""
     parts = cache_parts(setup, batch=batch, seq_len=seq_len, cache_layers=cache_layers)
-    if parts:
+    if parts is not None:
         kv = sum(n for (_kind, part), n in parts.items() if part == "kv")
         state = sum(n for (_kind, part), n in parts.items() if part == "state")
         return math.ceil((kv * element_bytes / setup.traced_element_bytes + state) / tp)
@@ -230,13 +236,17 @@ def kv_cache_bytes(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: 
 
 
 def cache_parts(setup: CalibratedSetup, *, batch: int, seq_len: int,
-                cache_layers: tuple[tuple[str, float], ...]) -> dict[tuple[str, str], float]:
+                cache_layers: tuple[tuple[str, float], ...]) -> dict[tuple[str, str], float] | None:
     """{(cache layer class, "kv" or "state"): traced bytes of all `count` layers of that class} for each
-    (class, count) of `cache_layers` that the setup traced per layer; {} when it traced none of them."""
+    (class, count) of `cache_layers`; None when a class with layers was not traced (no figure per layer)."""
     out: dict[tuple[str, str], float] = {}
+    if not cache_layers:
+        return None
     for kind, count in cache_layers:
-        for part in ("kv", "state"):
-            fitted = setup.quantity(f"{CACHE_PREFIX}{kind}:{part}")
+        found = [(part, setup.quantity(f"{CACHE_PREFIX}{kind}:{part}")) for part in ("kv", "state")]
+        if count and all(fitted is None for _, fitted in found):
+            return None
+        for part, fitted in found:
             if fitted is not None and count:
                 out[(kind, part)] = count * fitted.at(layers=1, batch=batch, seq_len=seq_len, head=False)
     return out
