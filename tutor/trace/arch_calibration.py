@@ -19,6 +19,11 @@ transformers can build is answered here, in two steps:
    is fitted as head + layers x per-layer terms, then checked against one more shape at the deeper
    depth that the fit never saw. Prompts longer than a sliding window are calibrated apart, beyond it.
    The coefficients go to tutor.theory, which answers at any shape as fast as its formulas do.
+   The cache is fitted per kind of cache layer (keys and values, conv and recurrent state), counted with
+   the whole model's layers of each kind as the DynamicCache transformers builds from the config lays them
+   out (cache_layer_counts). A scan that pads the prompt to whole chunks (scan_chunk) adds a b·S term,
+   S the padded length, traced at whole chunks and one length that pads up. A setup whose fit misses its
+   check by more than AT_SHAPE_ERROR is traced again at the requested shape itself.
 
 Both are cached in the data dir (calibrations/<hash>.json), keyed by a hash of the config and the
 torch and transformers versions (read from package metadata: a cached answer imports neither).
