@@ -6,11 +6,15 @@ counts its parameters on the meta device and traces one step of it (FakeTensorMo
 tracker of `fit --trace`, tutor.trace.memory_trace) at a few small shapes with two and with three
 decoder layers. Each traced quantity is fitted as
 
-    q(L, b, s) = head(b, s) + L x per_layer(b, s),   with   f(b, s) = c0 + c1·b + c2·b·s + c3·b·s²
+    q(L, b, s) = head(b, s) + L x per_layer(b, s),   with   f(b, s) = c0 + c1·b + c2·b·s + c3·b·s² + c4·b·S
 
 (a constant, a per-sequence term such as the last position's logits, the per-token terms of the
-Korthikanti et al. 2022 activation model (arXiv 2205.05198 §4) and the s x s terms of attention that
-keeps its scores), checked against one more traced shape, and evaluated here at the requested shape.
+Korthikanti et al. 2022 activation model (arXiv 2205.05198 §4), the s x s terms of attention that
+keeps its scores, and for a model whose scan runs in chunks the per-token terms of the prompt padded
+to whole chunks, S = ceil(s / chunk) x chunk: Mamba-2's SSD scan pads the sequence to a multiple of
+its chunk_size, transformers/models/mamba2/modeling_mamba2.py torch_forward, a step in s that no
+polynomial in s follows), checked against one more traced shape, and evaluated here at the requested
+shape.
 This module holds the fitted coefficients and evaluates them: pure data, no torch, no files.
 
 Quantities (bytes unless named elements):
@@ -22,9 +26,11 @@ Quantities (bytes unless named elements):
                 last gradient is made). Within a region the moment is the same code at every shape,
                 so it is linear in L, b·s, b·s², where the step's overall maximum can jump between
                 regions as the layers or the shape grow: theory takes the largest.
-    inference   "kv_cache" (the cache's storages after prefill) and "activations@<region>" (the live
-                activations' maximum while the prefill is inside <region>: attention, mlp, head, other;
-                the prefill peak is the largest)
+    inference   "kv_cache" (the cache's storages after prefill), "kv_cache@<layer class>:<part>" (per
+                cache layer of that class: its keys and values, "kv", or its conv and recurrent
+                states, "state"; counted in the whole model by Calibration.cache_layers) and
+                "activations@<region>" (the live activations' maximum while the prefill is inside
+                <region>: attention, mlp, head, other; the prefill peak is the largest)
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ import math
 from dataclasses import dataclass
 from typing import TypedDict
 
-BASIS = ("1", "b", "b*s", "b*s^2")
+BASIS = ("1", "b", "b*s", "b*s^2", "b*S")  # S: the prompt padded to whole chunks (padded_length)
 TRAIN_QUANTITIES = ("activations", "activations_end_of_backward", "gradient_elements_at_activation_peak")
 KV_CACHE = "kv_cache"
+CACHE_PREFIX = "kv_cache@"   # + "<cache layer class>:kv" or ":state": per cache layer of that class
 REGION_PREFIX = "activations@"
 GRADIENTS_PREFIX = "gradient_elements@"
 TRAIN_REGIONS = ("forward", "backward-head", "backward-top", "backward-bottom", "backward-embedding")
@@ -52,9 +59,16 @@ class _StepShape(TypedDict):
     layer_copies: float
 
 
-def basis_values(batch: int, seq_len: int) -> tuple[int, ...]:
-    """The basis terms (BASIS) at one shape."""
-    return (1, batch, batch * seq_len, batch * seq_len * seq_len)
+def padded_length(seq_len: int, chunk: int) -> int:
+    """The prompt's length padded to whole chunks of `chunk` tokens (0: no chunks, the length itself), as
+    a chunked scan pads it: pad_size = (chunk_size - seq_len % chunk_size) % chunk_size
+    (transformers/models/mamba2/modeling_mamba2.py, Mamba2Mixer.torch_forward)."""
+    return -(-seq_len // chunk) * chunk if chunk > 0 else seq_len
+
+
+def basis_values(batch: int, seq_len: int, chunk: int = 0) -> tuple[int, ...]:
+    """The basis terms (BASIS) at one shape; without chunks b·S is 0 (no fit holds that term)."""
+    return (1, batch, batch * seq_len, batch * seq_len * seq_len, batch * padded_length(seq_len, chunk) if chunk else 0)
 
 
 @dataclass(frozen=True)
@@ -63,11 +77,12 @@ class Fitted:
 
     head: tuple[float, ...]
     per_layer: tuple[float, ...]
+    chunk: int = 0   # the scan's chunk in tokens (b·S's padding), 0 without one
 
     def at(self, *, layers: int, batch: int, seq_len: int, head: bool = True, layer_copies: float = 1) -> int:
         """The quantity at `layers` decoder layers (x layer_copies micro-batches in flight) and the
         head's terms if `head`; never below zero."""
-        terms = basis_values(batch, seq_len)
+        terms = basis_values(batch, seq_len, self.chunk)
         per_layer = sum(c * x for c, x in zip(self.per_layer, terms))
         head_part = sum(c * x for c, x in zip(self.head, terms)) if head else 0.0
         return max(0, math.ceil(head_part + layers * layer_copies * per_layer))
@@ -107,6 +122,8 @@ class Calibration:
     config_json: str = ""    # the config calibrated, as JSON text (what a later setup's traces build)
     window: int = 0          # the config's shortest sliding window (0: none): prompts longer than it are
                              # calibrated apart (masks appear), at lengths beyond it
+    chunk: int = 0           # the chunk a scan pads the prompt to (0: none): the b·S term's
+    cache_layers: tuple[tuple[str, int], ...] = ()   # (cache layer class, how many the whole model's cache has)
 
     def setup(self, key: str) -> CalibratedSetup | None:
         return next((s for s in self.setups if s.key == key), None)
@@ -122,6 +139,12 @@ def setup_key(*, mode: str, precision: str, attention: str, recompute: str, seq_
     if window:
         key += f"/{'beyond' if seq_len > window else 'within'}-window-{window}"
     return key
+
+
+def at_shape_key(key: str, batch: int, seq_len: int) -> str:
+    """The name of setup `key` traced at one shape itself (batch x seq_len tokens): where the fit of `key`
+    missed its own check, the answer at that shape comes from a trace there."""
+    return f"{key}/at-{batch}x{seq_len}"
 
 
 def calibrated_setup(arch, key: str) -> CalibratedSetup | None:
@@ -192,11 +215,38 @@ def training_timeline(setup: CalibratedSetup, *, batch: int, seq_len: int, layer
 
 
 def kv_cache_bytes(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, element_bytes: float,
-                   tp: int = 1) -> int | None:
-    """The traced KV cache at a shape, rescaled from the traced dtype to `element_bytes` per value;
-    None when the setup traced no cache (training)."""
+                   tp: int = 1, cache_layers: tuple[tuple[str, float], ...] = ()) -> int | None:
+    """The traced cache at a shape; None when the setup traced no cache (training).
+
+    With `cache_layers` ((cache layer class, how many of them on this device), as the model's own cache
+    lays its layers out) each class's traced bytes per layer: keys and values, rescaled from the
+    traced dtype to `element_bytes` per value, and conv and recurrent states, kept in the dtype the
+    model keeps them in (a KV-cache dtype does not apply to them). Without, `layers` x the traced
+    cache per decoder layer, rescaled the same way."""
+    parts = cache_parts(setup, batch=batch, seq_len=seq_len, cache_layers=cache_layers)
+    if parts is not None:
+        kv = sum(n for (_kind, part), n in parts.items() if part == "kv")
+        state = sum(n for (_kind, part), n in parts.items() if part == "state")
+        return math.ceil((kv * element_bytes / setup.traced_element_bytes + state) / tp)
     fitted = setup.quantity(KV_CACHE)
     if fitted is None:
         return None
     traced = fitted.at(layers=layers, batch=batch, seq_len=seq_len, head=False)
     return math.ceil(traced * element_bytes / (setup.traced_element_bytes * tp))
+
+
+def cache_parts(setup: CalibratedSetup, *, batch: int, seq_len: int,
+                cache_layers: tuple[tuple[str, float], ...]) -> dict[tuple[str, str], float] | None:
+    """{(cache layer class, "kv" or "state"): traced bytes of all `count` layers of that class} for each
+    (class, count) of `cache_layers`; None when a class with layers was not traced (no figure per layer)."""
+    out: dict[tuple[str, str], float] = {}
+    if not cache_layers:
+        return None
+    for kind, count in cache_layers:
+        found = [(part, setup.quantity(f"{CACHE_PREFIX}{kind}:{part}")) for part in ("kv", "state")]
+        if count and all(fitted is None for _, fitted in found):
+            return None
+        for part, fitted in found:
+            if fitted is not None and count:
+                out[(kind, part)] = count * fitted.at(layers=1, batch=batch, seq_len=seq_len, head=False)
+    return out

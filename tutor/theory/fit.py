@@ -15,7 +15,14 @@ from typing import TypedDict, Unpack
 
 from tutor.errors import UserError
 from tutor.theory.checks import positive_int
-from tutor.theory.calibrated import calibrated_setup, prefill_peak, setup_key, training_timeline
+from tutor.theory.calibrated import (
+    at_shape_key,
+    cache_parts,
+    calibrated_setup,
+    prefill_peak,
+    setup_key,
+    training_timeline,
+)
 from tutor.theory.calibrated import kv_cache_bytes as calibrated_kv_cache_bytes
 from tutor.theory.activations import (
     ATTENTION_KINDS,
@@ -378,21 +385,34 @@ def _layer_split(arch: Architecture, layer: LayerParams, expert_params: int, tp:
     return dense, math.ceil(Fraction(routed, ep * tp))
 
 
+def _distinct_layers(arch: Architecture, layers: tuple[LayerParams, ...],
+                     stage_layers: range) -> tuple[tuple[LayerParams, int, int], ...]:
+    """(layer, its linear weights, how many such layers) for each distinct layer among `stage_layers`: every
+    layer of one shape holds the same parameters, so each is computed once and counted (its cost does not
+    grow with depth). A calibrated-trace architecture's layers are each the real model's (tutor.theory.models.
+    MeasuredParams): a hybrid model's Mamba and attention layers differ, and a block shared by several layers
+    (Zamba2's shared transformer block) is counted in the first layer that holds it, none after."""
+    counts: dict[tuple[LayerParams, int], int] = {}
+    by_shape = {} if arch.measured is not None else {is_moe: quantizable_weights_per_layer(arch, moe_layer=is_moe)
+                                                     for is_moe in {layers[index].is_moe for index in stage_layers}}
+    for index in stage_layers:
+        layer = layers[index]
+        linear = arch.measured.layers[index].linear if arch.measured is not None else by_shape[layer.is_moe]
+        counts[(layer, linear)] = counts.get((layer, linear), 0) + 1
+    return tuple((layer, linear, count) for (layer, linear), count in counts.items())
+
+
 def _stage_params(arch: Architecture, params: ParamCount, layers: tuple[LayerParams, ...], request: FitRequest,
                   stage, stage_layers: range, final_norm: int) -> _StageParams:
     tp, ep = request.tp, request.ep
-    # Linear weights per layer shape (dense or MoE), counted once rather than once per layer.
-    linear_weights = {is_moe: quantizable_weights_per_layer(arch, moe_layer=is_moe)
-                      for is_moe in {layers[index].is_moe for index in stage_layers}}
     dense = expert = quantizable = cast = 0
-    for is_moe, count in _layer_shape_counts(arch, stage_layers):
-        layer = next(layers[index] for index in stage_layers if layers[index].is_moe == is_moe)
+    for layer, linear, count in _distinct_layers(arch, layers, stage_layers):
         routed = arch.num_experts * params.expert if layer.is_moe else 0
         layer_dense, layer_expert = _layer_split(arch, layer, params.expert, tp, ep)
         dense += count * layer_dense
         expert += count * layer_expert
         cast += count * autocast_cast_parameters(arch, layer, routed, tp)
-        quantizable += count * (math.ceil(Fraction(linear_weights[is_moe] - routed, tp)) + layer_expert)
+        quantizable += count * (math.ceil(Fraction(linear - routed, tp)) + layer_expert)
     if stage.input_embedding:
         dense += math.ceil(Fraction(params.embedding, tp)) + params.position_embedding
     if stage.output_head:
@@ -623,9 +643,13 @@ class _ActivationTimeline:
 
 
 def _calibration_key(arch: Architecture, request: FitRequest) -> str:
+    """The calibrated setup that answers `request`: traced at its own shape where the fit at small shapes
+    missed its check (tutor.trace.arch_calibration.AT_SHAPE_ERROR) and that trace was made, else the fit."""
     window = arch.calibration.window if arch.calibration is not None else 0
-    return setup_key(mode=request.mode, precision=activation_precision(request), attention=request.attention,
-                     recompute=request.recompute, seq_len=request.seq_len, window=window)
+    key = setup_key(mode=request.mode, precision=activation_precision(request), attention=request.attention,
+                    recompute=request.recompute, seq_len=request.seq_len, window=window)
+    at_shape = at_shape_key(key, request.batch, request.seq_len)
+    return at_shape if calibrated_setup(arch, at_shape) is not None else key
 
 
 def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range,
@@ -634,9 +658,17 @@ def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_l
     at this stage's layers and shape (the head on the last stage only; split over tp)."""
     b, s, t, n = request.batch, request.seq_len, request.tp, len(stage_layers)
     last = stage.index == request.pp - 1
-    where = (f"calibrated trace of {arch.calibration.model_class} ({calibrated.key}): fitted head + {n} layers x "
-             f"per-layer terms in b, b·s, b·s² (checked at {calibrated.check[0]} layers, {calibrated.check[1]} x "
-             f"{calibrated.check[2]} tokens: {calibrated.check_error:.1%} off)" + (f", / tp {t}" if t > 1 else ""))
+    if calibrated.key.endswith(at_shape_key("", b, s)):
+        where = (f"trace of {arch.calibration.model_class} at this shape ({calibrated.key}; the fit at small shapes "
+                 f"missed its check): head + {n} layers x the per-layer bytes traced at {calibrated.fitted_shapes[0][0]} "
+                 f"and {calibrated.fitted_shapes[-1][0]} layers" + (f", / tp {t}" if t > 1 else ""))
+    else:
+        padded = (f", b·S (the prompt padded to whole {arch.calibration.chunk}-token chunks of the scan)"
+                  if arch.calibration.chunk else "")
+        where = (f"calibrated trace of {arch.calibration.model_class} ({calibrated.key}): fitted head + {n} layers x "
+                 f"per-layer terms in b, b·s, b·s²{padded} (checked at {calibrated.check[0]} layers, "
+                 f"{calibrated.check[1]} x {calibrated.check[2]} tokens: {calibrated.check_error:.1%} off)"
+                 + (f", / tp {t}" if t > 1 else ""))
     if request.mode == Mode.INFERENCE:
         peak, region = prefill_peak(calibrated, batch=b, seq_len=s, layers=n)
         component = Component("activations", math.ceil(Fraction(peak, t)), f"prefill peak in the {region}: {where}")
@@ -961,9 +993,18 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
     if not len(stage_layers):
         return Component("kv_cache", 0, "no layers on this stage")
     calibrated = calibrated_setup(arch, _calibration_key(arch, request))
+    # The model's cache layers of each kind on this stage (its share of the decoder layers).
+    share = Fraction(len(stage_layers), arch.num_layers)
+    cache_layers = tuple((kind, float(count * share)) for kind, count in
+                         (arch.calibration.cache_layers if arch.calibration is not None else ()))
     traced = None if calibrated is None else calibrated_kv_cache_bytes(
         calibrated, batch=request.batch, seq_len=request.seq_len, layers=len(stage_layers), element_bytes=element,
-        tp=request.tp)
+        tp=request.tp, cache_layers=cache_layers)
+    parts = None if calibrated is None else cache_parts(calibrated, batch=request.batch, seq_len=request.seq_len,
+                                                        cache_layers=cache_layers)
+    if traced is not None and parts is not None:
+        return Component("kv_cache", traced, _cache_per_kind_formula(arch, request, cache_layers, parts, element,
+                                                                      kv_name))
     if traced is not None:
         return Component("kv_cache", traced, f"{len(stage_layers)} layers x the traced cache per layer (fitted in b·s; "
                          f"{arch.calibration.model_class}) x {request.batch} x {request.seq_len} tokens, "
@@ -991,6 +1032,26 @@ def _kv_cache(arch: Architecture, request: FitRequest, stage_layers: range) -> C
     return Component("kv_cache", n_bytes, formula)
 
 
+def _cache_per_kind_formula(arch: Architecture, request: FitRequest, cache_layers: tuple[tuple[str, float], ...],
+                            parts: dict[tuple[str, str], float], element: float, kv_name: str) -> str:
+    """The words of a cache counted per kind of layer (tutor.theory.calibrated.cache_parts): how many layers of
+    each kind of the model's cache, what each keeps (keys and values for the prompt, or a conv and recurrent
+    state per sequence) and its traced bytes at this shape."""
+    counts = dict(cache_layers)
+    state = any(part == "state" and n for (_kind, part), n in parts.items())
+    pieces = []
+    for (kind, part), n in parts.items():
+        if not n:
+            continue
+        what = (f"keys and values of {request.batch} x {request.seq_len} tokens, {element:g} B ({kv_name})"
+                if part == "kv" else f"conv and recurrent state of {request.batch} sequences (constant in the prompt)")
+        pieces.append(f"{counts[kind]:g} {kind} x {what}: {n:,.0f} B traced")
+    name = "KV cache and recurrent state" if state else "KV cache"
+    return (f"{name}, per kind of layer of {arch.calibration.model_class}'s cache (traced per layer): "
+            + ("; ".join(pieces) or "no layer keeps a cache")
+            + (f"; / tp {request.tp}" if request.tp > 1 else ""))
+
+
 def _overhead(request: FitRequest, activation_bytes: int) -> Component:
     """Explicit runtime terms: the CUDA context (GPU only) and allocator slack on the transient
     activations (weights and states are allocated once, in large blocks that waste little)."""
@@ -1010,7 +1071,13 @@ def _overhead(request: FitRequest, activation_bytes: int) -> Component:
 
 def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
     notes = [arch.profile_note] if arch.profile_note else []
-    if arch.calibration is not None and calibrated_setup(arch, _calibration_key(arch, request)) is None:
+    key = _calibration_key(arch, request)
+    if arch.calibration is not None and key.endswith(at_shape_key("", request.batch, request.seq_len)):
+        fitted = calibrated_setup(arch, key[: -len(at_shape_key("", request.batch, request.seq_len))])
+        missed = f" by {fitted.check_error:.0%}" if fitted is not None else ""
+        notes.append(f"the calibration's fit at small shapes missed its own check{missed}: this shape "
+                     f"({request.batch} x {request.seq_len} tokens) was traced itself, at small layer counts")
+    if arch.calibration is not None and calibrated_setup(arch, key) is None:
         notes.append(f"no calibrated trace for {_calibration_key(arch, request)}: activations follow the Llama-like "
                      "transformers formulas on this config's sizes (approximate)")
     if arch.tie_word_embeddings and request.pp > 1:

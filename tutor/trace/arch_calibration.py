@@ -19,6 +19,11 @@ transformers can build is answered here, in two steps:
    is fitted as head + layers x per-layer terms, then checked against one more shape at the deeper
    depth that the fit never saw. Prompts longer than a sliding window are calibrated apart, beyond it.
    The coefficients go to tutor.theory, which answers at any shape as fast as its formulas do.
+   The cache is fitted per kind of cache layer (keys and values, conv and recurrent state), counted with
+   the whole model's layers of each kind as the DynamicCache transformers builds from the config lays them
+   out (cache_layer_counts). A scan that pads the prompt to whole chunks (scan_chunk) adds a b·S term,
+   S the padded length, traced at whole chunks and one length that pads up. A setup whose fit misses its
+   check by more than AT_SHAPE_ERROR is traced again at the requested shape itself.
 
 Both are cached in the data dir (calibrations/<hash>.json), keyed by a hash of the config and the
 torch and transformers versions (read from package metadata: a cached answer imports neither).
@@ -37,6 +42,7 @@ from tutor.errors import UserError
 from tutor.trace import announce
 from tutor.theory.calibrated import (
     BASIS,
+    CACHE_PREFIX,
     GRADIENTS_PREFIX,
     KV_CACHE,
     training_moment_names,
@@ -46,6 +52,8 @@ from tutor.theory.calibrated import (
     CalibratedSetup,
     Fitted,
     basis_values,
+    padded_length,
+    at_shape_key,
     setup_key,
 )
 from tutor.theory.models import (
@@ -62,8 +70,9 @@ from tutor.theory.models import (
 if TYPE_CHECKING:
     from tutor.files.models import ModelConfig
 
-CALIBRATION_FORMAT = 4  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
-# code read too (gated MLP, norm kind and count, activation: _layer_code), which the step's operations count
+CALIBRATION_FORMAT = 5  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
+# code read too (gated MLP, norm kind and count, activation: _layer_code), which the step's operations count; 5: the
+# cache per kind of layer (KV, conv and recurrent state), chunked scans' padding
 CACHE_FOLDER = "calibrations"
 TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds transformers)"
 # (batch, seq_len) traced for the fit, by the basis terms it needs (as many shapes as terms): the
@@ -76,6 +85,14 @@ FIT_SHAPES: dict[tuple[str, ...], tuple[tuple[int, int], ...]] = {
     ("1", "b*s", "b*s^2"): ((1, 32), (1, 64), (1, 96)),
     ("1", "b", "b*s", "b*s^2"): ((1, 32), (2, 32), (1, 64), (1, 96))}
 CHECK_SHAPE = (2, 128)                                        # never fitted: the check
+# A scan that pads the prompt to whole chunks (chunk_size: Mamba-2, Bamba, Zamba2, ...) is traced at
+# lengths in chunks, two of them padded to the same whole chunks, so that the per-token terms that
+# follow the prompt (b·s) and those that follow its padded length (b·S) separate: (batch, chunks).
+CHUNKED_SHAPES = {"1": (1, 1.0), "b*s": (1, 2.0), "b*S": (1, 1.5), "b": (2, 1.0), "b*s^2": (1, 3.0)}
+CHUNKED_CHECK = (2, 2.5)                                      # padded to 3 chunks, never traced
+# A setup whose fit missed its own check by more than this is traced again at the requested shape itself
+# (fake tensors cost the same at any length: only the layer count is small) and answered from that.
+AT_SHAPE_ERROR = 0.10
 FIT_LAYERS = (2, 3)   # with one layer the top layer is the bottom one: two regions would be one
 CHECK_LAYERS = 3
 # FIT_LAYERS is for a model whose layers are all of one kind. A model that mixes kinds (sliding and
@@ -165,7 +182,8 @@ def measured_architecture(config: dict, name: str = "") -> Architecture:
     _require_transformers(model_type)
     entry = _read_cache(config)
     if "architecture" not in entry:
-        entry = {"architecture": _measure(config), "setups": {}, "traced_layers": list(traced_depths(config))}
+        entry = {"architecture": _measure(config), "setups": {}, "traced_layers": list(traced_depths(config)),
+                 "cache_layers": cache_layer_counts(config), "chunk": scan_chunk(config)}
         _write_cache(config, entry)
     return _architecture_from_entry(entry, config, name)
 
@@ -180,16 +198,24 @@ def _architecture_from_entry(entry: dict, config: dict, name: str) -> Architectu
     calibration = Calibration(model_class=measured["model_class"], versions=versions(), setups=setups,
                               config_json=json.dumps(config, sort_keys=True, default=str), window=shortest_window(config))
     low, high = entry.get("traced_layers", FIT_LAYERS)
+    chunk = int(entry.get("chunk") or 0)
+    calibration = replace(calibration, chunk=chunk,
+                          cache_layers=tuple((str(kind), int(n)) for kind, n in entry.get("cache_layers") or ()))
+    padded = f" and in the prompt padded to whole {chunk}-token chunks of its scan" if chunk else ""
+    cache = ("; the cache counted per kind of layer (attention keys and values, conv and recurrent state)"
+             if calibration.cache_layers else "")
     note = (f"model_type {fields['model_type']!r} has no hand profile: parameters counted on "
             f"{measured['model_class']} built on the meta device (exact); activations and the peak from "
-            f"traces of the real model with {low} and {high} layers at small shapes, fitted in b·s and b·s² "
-            f"(calibrated-trace, {versions()})")
+            f"traces of the real model with {low} and {high} layers at small shapes, fitted in b·s and b·s²{padded}"
+            f"{cache} (calibrated-trace, {versions()})")
     return Architecture(name=name or fields["model_type"], measured=MeasuredParams(**measured), calibration=calibration,
                         profile=PROFILE, profile_note=note, **fields)
 
 
 def _setup_from_json(key: str, value: dict) -> CalibratedSetup:
-    quantities = tuple((name, Fitted(tuple(q["head"]), tuple(q["per_layer"]))) for name, q in value["quantities"].items())
+    chunk = int(value.get("chunk") or 0)
+    quantities = tuple((name, Fitted(tuple(q["head"]), tuple(q["per_layer"]), chunk))
+                       for name, q in value["quantities"].items())
     return CalibratedSetup(key=key, quantities=quantities, check=tuple(value["check"]),
                            check_error=value["check_error"], traced_element_bytes=value["traced_element_bytes"],
                            fitted_shapes=tuple(tuple(s) for s in value["fitted_shapes"]))
@@ -198,7 +224,8 @@ def _setup_from_json(key: str, value: dict) -> CalibratedSetup:
 def _setup_json(setup: CalibratedSetup) -> dict:
     return {"quantities": {name: {"head": list(f.head), "per_layer": list(f.per_layer)} for name, f in setup.quantities},
             "check": list(setup.check), "check_error": setup.check_error,
-            "traced_element_bytes": setup.traced_element_bytes, "fitted_shapes": [list(s) for s in setup.fitted_shapes]}
+            "traced_element_bytes": setup.traced_element_bytes, "fitted_shapes": [list(s) for s in setup.fitted_shapes],
+            "chunk": next((f.chunk for _, f in setup.quantities), 0)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,14 +259,20 @@ def _classify(name: str) -> str:
     return "mlp"
 
 
-def _decoder_layers(model, num_layers: int | None = None):
-    """(path, ModuleList) of the decoder layers: the ModuleList of num_layers modules, or (the config
+def _decoder_layers(model, num_layers: int | tuple[int, ...] | None = None):
+    """(path, ModuleList) of the decoder layers: the outermost ModuleList of num_layers modules (or of any
+    of the counts given: LongCat-Flash's config has num_layers decoder layers and num_hidden_layers, twice
+    as many, for their two attention sublayers each, held in a ModuleList inside each layer), or (the config
     names its layers otherwise: BART-style decoder_layers) the one holding the most parameters."""
     import torch
 
+    counts = num_layers if isinstance(num_layers, tuple) else (num_layers,)
     lists = [(name, module) for name, module in model.named_modules()
              if isinstance(module, torch.nn.ModuleList) and len(module)]
-    exact = [(name, module) for name, module in lists if len(module) == num_layers]
+    exact = [(name, module) for name, module in lists if len(module) in counts]
+    if exact:
+        outermost = min(name.count(".") for name, _ in exact)
+        exact = [(name, module) for name, module in exact if name.count(".") == outermost]
     candidates = exact or lists
     if not candidates:
         raise UserError(f"cannot find the decoder layers of {type(model).__name__}")
@@ -257,7 +290,9 @@ def _measure(config: dict) -> dict:
         text = hf_config.get_text_config()
         with torch.device("meta"):
             model = build_model(config, TraceSetup(mode="inference", dtype="bf16", attention="eager"))
-    prefix, layers = _decoder_layers(model, _get(text, SPELLINGS["num_hidden_layers"] + ("decoder_layers",)))
+    counts = tuple(n for name in SPELLINGS["num_hidden_layers"] + ("decoder_layers",)
+                   if isinstance(n := _get(text, (name,)), int) and not isinstance(n, bool))
+    prefix, layers = _decoder_layers(model, counts or None)
     layers_count = len(layers)
     seen: set[int] = set()
     per_layer = []
@@ -376,10 +411,20 @@ def calibrated_for(arch: Architecture, request) -> Architecture:
     window = arch.calibration.window
     key = setup_key(mode=request.mode, precision=precision, attention=request.attention, recompute=recompute,
                     seq_len=request.seq_len, window=window)
-    if arch.calibration.setup(key) is not None:
-        return arch
     beyond = window if window and request.seq_len > window else 0
-    return _with_setup(arch, key, request.mode, precision, TRACE_ATTENTION[request.attention], recompute, beyond)
+    traced = TRACE_ATTENTION[request.attention]
+    if arch.calibration.setup(key) is None:
+        arch = _with_setup(arch, key, request.mode, precision, traced, recompute, beyond)
+    fitted = arch.calibration.setup(key) if arch.calibration is not None else None
+    if fitted is None or fitted.check_error <= AT_SHAPE_ERROR:
+        return arch
+    # The fit missed its own check: a quantity follows the shape in a way its basis cannot (a step, a
+    # threshold), so this shape is traced itself, at the same two small depths.
+    at_key = at_shape_key(key, request.batch, request.seq_len)
+    if arch.calibration.setup(at_key) is not None:
+        return arch
+    return _with_setup(arch, at_key, request.mode, precision, traced, recompute, beyond,
+                       at_shape=(request.batch, request.seq_len), missed=fitted.check_error)
 
 
 # Keys that hold a window length (not sliding_window_pattern, max_window_layers: counts of layers).
@@ -394,7 +439,7 @@ def shortest_window(config: dict) -> int:
 
 
 def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attention: str, recompute: str,
-                beyond: int = 0) -> Architecture:
+                beyond: int = 0, at_shape: tuple[int, int] | None = None, missed: float = 0.0) -> Architecture:
     config = json.loads(arch.calibration.config_json)
     entry = _read_cache(config)
     took = [float(t) for value in (entry.get("setups") or {}).values() if isinstance(value, dict)
@@ -402,19 +447,64 @@ def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attenti
     from tutor.formatting import format_duration
 
     low, high = traced_depths(config)
+    shape = (f" at {at_shape[0]} x {at_shape[1]} tokens itself (the fit at small shapes missed its check by "
+             f"{missed:.0%})") if at_shape else ""
     announce(f"tracing {arch.calibration.model_class} at {low} and {high} layers on fake tensors to calibrate {mode} "
-              f"memory ({precision}, {attention} attention): first time for this setup, "
+              f"memory ({precision}, {attention} attention){shape}: first time for this setup, "
               + (f"about {format_duration(max(took))} (its slowest setup so far)" if took else
                  "typically 2-30 s on 2 cores") + f"; kept in {cache_file(config)}")
     started = time.perf_counter()
     setup = calibrate(config, key, mode=mode, precision=precision, attention=attention, recompute=recompute,
-                      beyond_window=beyond, window=arch.calibration.window)
+                      beyond_window=beyond, window=arch.calibration.window, chunk=arch.calibration.chunk,
+                      at_shape=at_shape)
     entry = _read_cache(config)
     if "architecture" in entry:
         entry.setdefault("setups", {})[key] = {**_setup_json(setup), "seconds": time.perf_counter() - started}
         _write_cache(config, entry)
     calibration = replace(arch.calibration, setups=arch.calibration.setups + (setup,))
     return replace(arch, calibration=calibration)
+
+
+def cache_layer_counts(config: dict) -> list[list]:
+    """[[cache layer class, how many], ...] of the cache generate() gives the whole model: DynamicCache built
+    from its config, one layer per decoder layer of the kind its config says (transformers/cache_utils.py,
+    get_layer_types_and_kwargs: full or sliding attention, linear attention for Mamba, gated delta-net and
+    short-convolution layers, hybrid for a layer with both, dummy for one without a cache), read from the
+    cache object, not from a table of model types; [] where the model keeps a cache of its own."""
+    from collections import Counter
+
+    from tutor.trace.memory_trace import _causal_lm_class, _quiet, build_config, import_trace_dependencies
+
+    _, transformers = import_trace_dependencies()
+    with _quiet():
+        hf_config = build_config(config, "eager")
+        supports = getattr(_causal_lm_class(transformers, hf_config), "_supports_default_dynamic_cache", None)
+        if callable(supports) and not supports():
+            return []
+        try:
+            cache = transformers.DynamicCache(config=hf_config.get_text_config(decoder=True))
+        except Exception:  # noqa: BLE001 - a config the cache cannot read: the cache is fitted per decoder layer
+            return []
+    return [[kind, n] for kind, n in Counter(type(layer).__name__ for layer in getattr(cache, "layers", ())).items()]
+
+
+# The config keys that name a chunk length but are no scan's padding: chunked attention's window (Llama-4's
+# attention_chunk_size), the feed-forward's chunking of the batch (chunk_size_feed_forward, 0 unless set).
+NOT_A_SCAN_CHUNK = ("attention", "feed_forward")
+
+
+def scan_chunk(config: dict) -> int:
+    """The chunk a scan pads the prompt to, as the config's class reads it (chunk_size of Mamba-2, Zamba2,
+    NemotronH; mamba_chunk_size of Bamba, GraniteMoeHybrid, Falcon-H1), 0 for none: the chunked SSD scan
+    pads the sequence to whole chunks (transformers/models/mamba2/modeling_mamba2.py, torch_forward)."""
+    from tutor.trace.layer_count import class_view, layer_section
+
+    written, _ = class_view(config)
+    found = layer_section(written)
+    section = found[0] if found else written
+    chunks = [v for k, v in section.items() if k.endswith("chunk_size") and not any(w in k for w in NOT_A_SCAN_CHUNK)
+              and isinstance(v, int) and not isinstance(v, bool) and v > 1]
+    return max(chunks, default=0)
 
 
 def traced_depths(config: dict) -> tuple[int, int]:
@@ -520,6 +610,28 @@ def _region_quantities(tracker) -> dict[str, float]:
     return best
 
 
+def _cache_per_kind(cache) -> dict[str, float]:
+    """The cache after prefill, per layer of each cache layer class: "kv_cache@<class>:kv" (keys and values)
+    and "kv_cache@<class>:state" (conv and recurrent states), the bytes of their storages (each once)
+    over the number of layers of that class."""
+    from tutor.trace.memory_trace import cache_layer_parts
+
+    totals: dict[str, float] = {}
+    layers: dict[str, int] = {}
+    seen: set[int] = set()
+    for kind, parts in cache_layer_parts(cache):
+        layers[kind] = layers.get(kind, 0) + 1
+        for part, tensors in parts.items():
+            name = f"{CACHE_PREFIX}{kind}:{part}"
+            totals.setdefault(name, 0)
+            for tensor in tensors:
+                storage = tensor.untyped_storage()
+                if storage._cdata not in seen:  # a storage two layers share counts once (the tracker's key)
+                    seen.add(storage._cdata)
+                    totals[name] += storage.nbytes()
+    return {name: total / layers[name[len(CACHE_PREFIX):].rsplit(":", 1)[0]] for name, total in totals.items()}
+
+
 def _region_hooks(model, num_layers: int, tracker):
     """Forward hooks that name the region of the prefill the tracker's events fall in."""
     _, layers = _decoder_layers(model, num_layers)
@@ -612,11 +724,12 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
                 tracker.set_phase("head")
                 logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
             tracker.mark(cache_tensors(cache), "kv_cache")
+            per_kind = _cache_per_kind(cache)
             del logits, out, cache
         finally:
             for handle in handles:
                 handle.remove()
-        return _region_quantities(tracker)
+        return {**_region_quantities(tracker), **per_kind}
 
 
 # What a trace on fake tensors (torch's FakeTensorMode: shapes and dtypes, no values) cannot run, by the
@@ -702,22 +815,39 @@ def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) 
 SQUARE_REFIT_ERROR = 0.05
 
 
+# The cache per layer of a kind (CACHE_PREFIX quantities): keys and values grow with the prompt, conv and
+# recurrent states are one per sequence; neither has a head, and neither is padded to chunks.
+CACHE_TERMS = ("b", "b*s")
+
+
 def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape,
-               depths: tuple[int, int] = FIT_LAYERS) -> tuple[list, float]:
+               depths: tuple[int, int] = FIT_LAYERS, chunk: int = 0) -> tuple[list, float]:
     """Every traced quantity fitted over `terms` from the traces at the two `depths` (layer counts) at
-    `fit_shapes`, and the largest relative error at `check_shape` (the deeper one; quantities above 1 KiB)."""
+    `fit_shapes`, and the largest relative error at `check_shape` (the deeper one; quantities above 1 KiB).
+    The cache per layer of a kind is already per layer: fitted over CACHE_TERMS from both depths' traces."""
     low, high = depths
-    names = sorted(measured[low][fit_shapes[0]])
+    names = sorted({name for layers in depths for shape in fit_shapes for name in measured[layers][shape]})
     quantities = []
     worst = 0.0
     for name in names:
+        if name.startswith(CACHE_PREFIX):
+            own = tuple(t for t in CACHE_TERMS if t in terms) or ("1",)
+            points = [(basis_values(shape[0], shape[1], chunk), measured[layers][shape].get(name, 0))
+                      for layers in depths for shape in fit_shapes]
+            fitted = Fitted((0.0,) * len(BASIS), _solve(points, own), chunk)
+            truth = measured[high][check_shape].get(name, 0)
+            predicted = fitted.at(layers=1, batch=check_shape[0], seq_len=check_shape[1], head=False)
+            quantities.append((name, fitted))
+            if max(truth, predicted) > 1024:
+                worst = max(worst, abs(predicted - truth) / max(truth, 1))
+            continue
         # Parameter gradients do not grow with the batch or the prompt: a constant (per layer and head).
         own = ("1",) if name.startswith(GRADIENTS_PREFIX) else terms
-        one = _solve([(basis_values(*shape), measured[low][shape].get(name, 0)) for shape in fit_shapes], own)
-        two = _solve([(basis_values(*shape), measured[high][shape].get(name, 0)) for shape in fit_shapes], own)
+        one = _solve([(basis_values(shape[0], shape[1], chunk), measured[low][shape].get(name, 0)) for shape in fit_shapes], own)
+        two = _solve([(basis_values(shape[0], shape[1], chunk), measured[high][shape].get(name, 0)) for shape in fit_shapes], own)
         per_layer = tuple(float(f"{(b - a) / (high - low):.6g}") for a, b in zip(one, two))
         head = tuple(float(f"{a - low * p:.6g}") for a, p in zip(one, per_layer))
-        fitted = Fitted(head, per_layer)
+        fitted = Fitted(head, per_layer, chunk)
         quantities.append((name, fitted))
         truth = measured[high][check_shape].get(name, 0)
         predicted = fitted.at(layers=high, batch=check_shape[0], seq_len=check_shape[1])
@@ -726,10 +856,23 @@ def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape,
     return quantities, worst
 
 
+def fit_shapes(terms: tuple[str, ...], chunk: int = 0) -> tuple[tuple[tuple[int, int], ...], tuple[int, int]]:
+    """(the traced (batch, seq_len) shapes, the check shape) for the basis `terms`: FIT_SHAPES and CHECK_SHAPE,
+    or for a scan that pads to whole chunks of `chunk` tokens, CHUNKED_SHAPES in chunks with b·S among the
+    terms (two lengths that pad to the same whole chunks) and CHUNKED_CHECK, which pads to a chunk never traced."""
+    if not chunk:
+        return FIT_SHAPES[terms], CHECK_SHAPE
+    shapes = tuple((CHUNKED_SHAPES[t][0], int(CHUNKED_SHAPES[t][1] * chunk)) for t in BASIS if t in terms + ("b*S",))
+    return shapes, (CHUNKED_CHECK[0], int(CHUNKED_CHECK[1] * chunk))
+
+
 def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str,
-              beyond_window: int = 0, window: int = 0) -> CalibratedSetup:
-    """Trace the setup at its FIT_SHAPES at two depths (traced_depths), fit every quantity, check at CHECK_SHAPE;
-    a check off by more than SQUARE_REFIT_ERROR without s x s terms traces one more shape and refits with them."""
+              beyond_window: int = 0, window: int = 0, chunk: int = 0,
+              at_shape: tuple[int, int] | None = None) -> CalibratedSetup:
+    """Trace the setup at its fit_shapes at two depths (traced_depths), fit every quantity, check at the check
+    shape; a check off by more than SQUARE_REFIT_ERROR without s x s terms traces one more shape and refits
+    with them. `chunk`: the scan's chunk (scan_chunk), b·S among the terms. `at_shape` (batch, seq_len):
+    traced at that shape alone, each quantity a constant per layer and head (exact there, and nowhere else)."""
     import torch  # noqa: F401 - imported before FakeTensorMode, as torch requires
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -771,18 +914,25 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                                          f"its transformers code failed in the trace: {_one_line(exc)}")) from None
 
     def traced_fit(terms: tuple[str, ...]):
-        fit_shapes, check_shape = traced_lengths(FIT_SHAPES[terms], CHECK_SHAPE, window=window,
-                                                 beyond_window=beyond_window)
-        trace({layers: fit_shapes + ((check_shape,) if layers == check_layers else ()) for layers in depths})
-        return fit_shapes, check_shape, *_fit_setup(measured, terms, fit_shapes, check_shape, depths)
+        shapes, check = fit_shapes(terms, chunk)
+        shapes, check = traced_lengths(shapes, check, window=window, beyond_window=beyond_window)
+        with_padding = terms + (("b*S",) if chunk else ())
+        trace({layers: shapes + ((check,) if layers == check_layers else ()) for layers in depths})
+        return shapes, check, *_fit_setup(measured, with_padding, shapes, check, depths, chunk)
 
-    terms = basis_terms(config, mode, attention, beyond_window)
     with _quiet():
-        fit_shapes, check_shape, quantities, worst = traced_fit(terms)
+        if at_shape is not None:
+            trace({layers: (at_shape,) for layers in depths})
+            quantities, worst = _fit_setup(measured, ("1",), (at_shape,), at_shape, depths)
+            return CalibratedSetup(key=key, quantities=tuple(quantities), check=(check_layers, *at_shape),
+                                   check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
+                                   fitted_shapes=tuple((layers, *at_shape) for layers in depths))
+        terms = basis_terms(config, mode, attention, beyond_window)
+        fit_shapes_used, check_shape, quantities, worst = traced_fit(terms)
         if worst > SQUARE_REFIT_ERROR and "b*s^2" not in terms:
             square = traced_fit(terms + ("b*s^2",))
             if square[3] < worst:
-                fit_shapes, check_shape, quantities, worst = square
+                fit_shapes_used, check_shape, quantities, worst = square
     return CalibratedSetup(key=key, quantities=tuple(quantities), check=(check_layers, *check_shape),
                            check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
-                           fitted_shapes=tuple((layers, *shape) for layers in depths for shape in fit_shapes))
+                           fitted_shapes=tuple((layers, *shape) for layers in depths for shape in fit_shapes_used))

@@ -339,6 +339,16 @@ def class_view(config: dict) -> tuple[dict, LayerPlan | None]:
     with _quiet():
         hf_config = build_config(config, "eager")
         written = hf_config.to_dict()
+        if layer_section(written) is None:
+            # A class that derives its layer count from a per-layer list and does not write it (NemotronH's
+            # num_hidden_layers is len(layers_block_type)): the count it derives is written, as it accepts it.
+            text = hf_config.get_text_config()
+            section = written.get("text_config") if text is not hf_config and isinstance(
+                written.get("text_config"), dict) else written
+            count = next(((n, v) for n in LAYER_COUNT_NAMES if isinstance(v := getattr(text, n, None), int)
+                          and not isinstance(v, bool)), None)
+            if count is not None:
+                section[count[0]] = count[1]
         return written, layer_plan(written, derived_per_layer(hf_config))
 
 

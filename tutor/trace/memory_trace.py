@@ -638,15 +638,36 @@ def cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def cache_tensors(cache) -> list:
-    """The key and value tensors a transformers 5 Cache holds (one pair per layer)."""
-    tensors = []
+# What a transformers 5 cache layer stores, by attribute (transformers/cache_utils.py): an attention layer's keys and
+# values (DynamicLayer, DynamicSlidingWindowLayer: they grow with the prompt) and a linear-attention layer's
+# conv and recurrent states, one of each per state index (LinearAttentionLayer for Mamba, Mamba-2, gated
+# delta-net and short-convolution layers, a fixed size per sequence); a hybrid layer
+# (LinearAttentionAndFullAttentionLayer: Zamba2's shared attention beside its Mamba, Falcon-H1's parallel
+# heads) holds both.
+CACHE_PARTS = {"kv": ("keys", "values"), "state": ("conv_states", "recurrent_states")}
+
+
+def cache_layer_parts(cache) -> list[tuple[str, dict[str, list]]]:
+    """Each layer of a transformers 5 Cache: (its class name, {"kv": key and value tensors, "state": conv and
+    recurrent state tensors}), in layer order; a layer without storage (DummyLayer) has empty lists."""
+    out = []
     for layer in getattr(cache, "layers", ()):
-        for name in ("keys", "values"):
-            value = getattr(layer, name, None)
-            if value is not None:
-                tensors.append(value)
-    return tensors
+        parts: dict[str, list] = {}
+        for part, names in CACHE_PARTS.items():
+            found: list = []
+            for name in names:
+                value = getattr(layer, name, None)
+                values = value.values() if isinstance(value, dict) else (value,)
+                found.extend(v for v in values if v is not None and hasattr(v, "untyped_storage"))
+            parts[part] = found
+        out.append((type(layer).__name__, parts))
+    return out
+
+
+def cache_tensors(cache) -> list:
+    """Every tensor a transformers 5 Cache holds: attention layers' keys and values, and linear-attention
+    (SSM, gated delta-net, short-convolution) layers' conv and recurrent states (cache_layer_parts)."""
+    return [t for _kind, parts in cache_layer_parts(cache) for tensors in parts.values() for t in tensors]
 
 
 def measure_prefill(model, ids) -> StepMeasurement:
