@@ -1044,7 +1044,8 @@ def _cache_per_kind_formula(arch: Architecture, request: FitRequest, cache_layer
         if not n:
             continue
         what = (f"keys and values of {request.batch} x {request.seq_len} tokens, {element:g} B ({kv_name})"
-                if part == "kv" else f"conv and recurrent state of {request.batch} sequences (constant in the prompt)")
+                if part == "kv" else f"conv and recurrent state of {request.batch} sequence{'s' if request.batch != 1 else ''} "
+                                          "(constant in the prompt)")
         pieces.append(f"{counts[kind]:g} {kind} x {what}: {n:,.0f} B traced")
     name = "KV cache and recurrent state" if state else "KV cache"
     return (f"{name}, per kind of layer of {arch.calibration.model_class}'s cache (traced per layer): "
