@@ -1010,7 +1010,10 @@ def _overhead(request: FitRequest, activation_bytes: int) -> Component:
 
 def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
     notes = [arch.profile_note] if arch.profile_note else []
-    if arch.calibration is not None and calibrated_setup(arch, _calibration_key(arch, request)) is None:
+    calibrated = calibrated_setup(arch, _calibration_key(arch, request))
+    if calibrated is not None:
+        notes.extend(f"calibrated trace: {assumption}" for assumption in calibrated.assumptions)
+    if arch.calibration is not None and calibrated is None:
         notes.append(f"no calibrated trace for {_calibration_key(arch, request)}: activations follow the Llama-like "
                      "transformers formulas on this config's sizes (approximate)")
     if arch.tie_word_embeddings and request.pp > 1:
