@@ -60,6 +60,19 @@ CALIBRATED: dict[str, dict] = {
     "helium": dict(SMALL, head_dim=32),  # HeliumAttention's o_proj assumes heads x head_dim = hidden
     "seed_oss": dict(SMALL),
     "gpt_oss": dict(SMALL, num_local_experts=4, num_experts_per_tok=2, sliding_window=64, head_dim=32),
+    # Types a fake trace once could not run. jetmoe and dbrx read their routing's values (the trace
+    # routes tokens evenly; these real runs route as their random weights do); inkling_text and hy_v4 cast
+    # modules at construction; xlm reads its sequence lengths; hrm_text's count is of its stacks' slots.
+    "jetmoe": dict(SMALL, num_local_experts=4, num_experts_per_tok=2, kv_channels=32),
+    "dbrx": dict(n_layers=4, d_model=128, n_heads=4, vocab_size=VOCAB, max_seq_len=1024,
+                 rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                 attn_config={"kv_n_heads": 2, "clip_qkv": 8, "rope_theta": 500000.0},  # its own rope_theta
+                 ffn_config={"ffn_hidden_size": 256, "moe_num_experts": 4, "moe_top_k": 2}),
+    "inkling_text": dict(SMALL, head_dim=32),
+    "hy_v4": dict(SMALL, head_dim=32),
+    "xlm": dict(emb_dim=128, n_layers=4, n_heads=4, vocab_size=VOCAB, max_position_embeddings=1024, is_decoder=True,
+                causal=True, pad_index=0),
+    "hrm_text": dict(SMALL, head_dim=32),
 }
 HAND: dict[str, dict] = {
     "llama": dict(SMALL),

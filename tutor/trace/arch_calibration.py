@@ -780,4 +780,4 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     return CalibratedSetup(key=key, quantities=tuple(quantities), check=(check_layers, *check_shape),
                            check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
                            fitted_shapes=tuple((layers, *shape) for layers in depths for shape in fit_shapes),
-                           assumptions=tuple(assumptions))
+                           assumptions=tuple(dict.fromkeys(assumptions)))

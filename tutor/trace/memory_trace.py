@@ -846,16 +846,16 @@ def fake_values_class():
                     raise
                 out, error = None, exc
             ran = False
-            if out is None or (func not in not_copied and self._small(out)):
-                if known and (tensors or out is not None):
+            if error is not None or (func not in not_copied and self._small(out)):
+                if known and (tensors or error is None):
                     result = self._on_copies(func, leaves, spec, entries)
                     if result is not None:
                         ran = True
-                        out = self._fake_like(result, tensors[0].device) if out is None else self._pair(out, *result)
-                elif tensors and out is not None:
+                        out = self._fake_like(result, tensors[0].device) if error else self._pair(out, *result)
+                elif tensors:
                     self._stand_in(func, args, kwargs, out)
-            if out is None:
-                raise error  # type: ignore[misc]  # set with out None
+            if error is not None and not ran:
+                raise error
             if func._schema.is_mutable and not ran:
                 self._mark_written(func, args, kwargs)
             return out
