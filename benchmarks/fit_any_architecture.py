@@ -93,6 +93,19 @@ CALIBRATED: dict[str, dict] = {
                           num_layers=2, num_key_value_heads=4, ffn_hidden_size=256, q_lora_rank=64, kv_lora_rank=32,
                           qk_nope_head_dim=32, qk_rope_head_dim=16, head_dim=16, v_head_dim=32,
                           n_routed_experts=4, moe_topk=2, zero_expert_num=2, expert_ffn_hidden_size=128),
+    # Types a fake trace once could not run. jetmoe and dbrx read their routing's values (the trace
+    # routes tokens evenly; these real runs route as their random weights do); inkling_text and hy_v4 cast
+    # modules at construction; xlm reads its sequence lengths; hrm_text's count is of its stacks' slots.
+    "jetmoe": dict(SMALL, num_local_experts=4, num_experts_per_tok=2, kv_channels=32),
+    "dbrx": dict(n_layers=4, d_model=128, n_heads=4, vocab_size=VOCAB, max_seq_len=1024,
+                 rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                 attn_config={"kv_n_heads": 2, "clip_qkv": 8, "rope_theta": 500000.0},  # its own rope_theta
+                 ffn_config={"ffn_hidden_size": 256, "moe_num_experts": 4, "moe_top_k": 2}),
+    "inkling_text": dict(SMALL, head_dim=32),
+    "hy_v4": dict(SMALL, head_dim=32),
+    "xlm": dict(emb_dim=128, n_layers=4, n_heads=4, vocab_size=VOCAB, max_position_embeddings=1024, is_decoder=True,
+                causal=True, pad_index=0),
+    "hrm_text": dict(SMALL, head_dim=32),
 }
 HAND: dict[str, dict] = {
     "llama": dict(SMALL),

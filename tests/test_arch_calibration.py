@@ -215,7 +215,7 @@ def test_a_check_the_fit_misses_refits_with_square_terms(monkeypatch) -> None:
     multi-query path) is caught by the check shape: the fit is redone with b·s² terms."""
     traced = []
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
         traced.append((layers, batch, seq_len))
         bs = batch * seq_len
         return {"activations@attention": 4096 + 7 * batch + layers * (50 * bs + 3 * bs * seq_len), "kv_cache": 0}
@@ -233,7 +233,7 @@ def test_a_check_the_fit_misses_refits_with_square_terms(monkeypatch) -> None:
 def test_a_check_the_fit_passes_traces_no_square_shape(monkeypatch) -> None:
     traced = []
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
         traced.append((layers, batch, seq_len))
         return {"activations@attention": 4096 + 7 * batch + layers * 50 * batch * seq_len, "kv_cache": 0}
 
@@ -245,3 +245,24 @@ def test_a_check_the_fit_passes_traces_no_square_shape(monkeypatch) -> None:
     assert sorted(traced) == sorted([(layers, *shape) for layers in arch_calibration.FIT_LAYERS
                                      for shape in arch_calibration.FIT_SHAPES[("1", "b", "b*s")]]
                                     + [(arch_calibration.CHECK_LAYERS, *arch_calibration.CHECK_SHAPE)])
+
+
+def test_what_a_trace_assumed_is_kept_with_its_setup_and_said_in_the_answer(monkeypatch) -> None:
+    """A stand-in for values a fake tensor lacks (an even routing) reaches the answer's notes."""
+    from dataclasses import replace
+
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+        assumptions.append("tokens routed evenly")
+        return {"activations@attention": 4096 + layers * 50 * batch * seq_len, "kv_cache": 0}
+
+    monkeypatch.setattr(arch_calibration, "_measure_shape", synthetic)
+    config = written("granite", **dict(SMALL, num_hidden_layers=2))
+    setup = arch_calibration.calibrate(config, "k", mode="inference", precision="bf16", attention="sdpa",
+                                       recompute="none")
+    assert setup.assumptions == ("tokens routed evenly",)  # once, however many shapes were traced
+    assert arch_calibration._setup_from_json("k", arch_calibration._setup_json(setup)) == setup
+    request = fitting.FitRequest(mode=fitting.Mode.INFERENCE, batch=1, seq_len=64)
+    arch = arch_calibration.measured_architecture(config)
+    key = fitting._calibration_key(arch, request)
+    arch = replace(arch, calibration=replace(arch.calibration, setups=(replace(setup, key=key),)))
+    assert "calibrated trace: tokens routed evenly" in fitting.estimate(arch, request).notes

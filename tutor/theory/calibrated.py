@@ -94,7 +94,9 @@ class CalibratedSetup:
 
     check: the shape the fit was checked against (layers, batch, seq_len), never used to fit;
     check_error: the largest relative error of any quantity there; traced_element_bytes: the bytes
-    of one value of the traced dtype (to rescale the KV cache to another cache dtype).
+    of one value of the traced dtype (to rescale the KV cache to another cache dtype);
+    assumptions: what the traces took as given where the model's code read values a fake tensor does
+    not have (an even routing, say), in words for the answer's notes.
     """
 
     key: str
@@ -103,6 +105,7 @@ class CalibratedSetup:
     check_error: float
     traced_element_bytes: int
     fitted_shapes: tuple[tuple[int, int, int], ...] = ()
+    assumptions: tuple[str, ...] = ()
 
     def quantity(self, name: str) -> Fitted | None:
         return dict(self.quantities).get(name)

@@ -1078,7 +1078,10 @@ def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
         missed = f" by {fitted.check_error:.0%}" if fitted is not None else ""
         notes.append(f"the calibration's fit at small shapes missed its own check{missed}: this shape "
                      f"({request.batch} x {request.seq_len} tokens) was traced itself, at small layer counts")
-    if arch.calibration is not None and calibrated_setup(arch, key) is None:
+    calibrated = calibrated_setup(arch, key)
+    if calibrated is not None:
+        notes.extend(f"calibrated trace: {assumption}" for assumption in calibrated.assumptions)
+    if arch.calibration is not None and calibrated is None:
         notes.append(f"no calibrated trace for {_calibration_key(arch, request)}: activations follow the Llama-like "
                      "transformers formulas on this config's sizes (approximate)")
     if arch.tie_word_embeddings and request.pp > 1:

@@ -218,14 +218,15 @@ def _setup_from_json(key: str, value: dict) -> CalibratedSetup:
                        for name, q in value["quantities"].items())
     return CalibratedSetup(key=key, quantities=quantities, check=tuple(value["check"]),
                            check_error=value["check_error"], traced_element_bytes=value["traced_element_bytes"],
-                           fitted_shapes=tuple(tuple(s) for s in value["fitted_shapes"]))
+                           fitted_shapes=tuple(tuple(s) for s in value["fitted_shapes"]),
+                           assumptions=tuple(str(a) for a in value.get("assumptions", ())))
 
 
 def _setup_json(setup: CalibratedSetup) -> dict:
     return {"quantities": {name: {"head": list(f.head), "per_layer": list(f.per_layer)} for name, f in setup.quantities},
             "check": list(setup.check), "check_error": setup.check_error,
             "traced_element_bytes": setup.traced_element_bytes, "fitted_shapes": [list(s) for s in setup.fitted_shapes],
-            "chunk": next((f.chunk for _, f in setup.quantities), 0)}
+            "chunk": next((f.chunk for _, f in setup.quantities), 0), "assumptions": list(setup.assumptions)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -677,7 +678,10 @@ def _forward_backward(model, ids, labels, tracker) -> None:
     del loss
 
 
-def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: int) -> dict[str, float]:
+def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: int,
+                   assumptions: list[str] | None = None) -> dict[str, float]:
+    """One traced step (training: forward and backward; inference: a prefill) at one shape: its quantities.
+    `assumptions` gets what the trace took as given for values fake tensors lack (FakeValues)."""
     import torch
 
     from tutor.trace.memory_trace import (
@@ -695,7 +699,10 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
     register_model_states(tracker, model, optimizer)
     tracker.register(ids, "activations")
     element = 4 if setup.dtype == "fp32" else 2
-    with _fake_tensor_workarounds(True):
+    noted = assumptions if assumptions is not None else []
+    with _fake_tensor_workarounds(True) as values:
+        values.give_token_ids(ids, vocab)
+        values.assumptions = noted  # the stand-ins this trace rests on, as they are first read
         if setup.mode == "train":
             labels = ids.clone()
             tracker.register(labels, "activations")
@@ -714,9 +721,21 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
         try:
             with tracker, torch.no_grad():
                 tracker.set_phase("prefill")
-                cache: object
+                cache: object = None
+                use_cache = True
                 if _default_cache(model):
-                    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+                    try:
+                        cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+                    except AttributeError:
+                        # A config with no layer count at its top (BLT: four stacks, each counted in its
+                        # sub-config) gives transformers no cache to make; its own tests generate with
+                        # use_cache=False, and so is it traced.
+                        use_cache = False
+                        if NO_CACHE not in noted:
+                            noted.append(NO_CACHE)
+                if not use_cache:
+                    out = model(input_ids=ids, use_cache=False, logits_to_keep=1)
+                elif cache is not None:
                     out = model(input_ids=ids, **{cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
                 else:  # as generate() leaves it: the model makes its own cache (MiniMax's MiniMaxCache)
                     out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
@@ -730,6 +749,10 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
             for handle in handles:
                 handle.remove()
         return {**_region_quantities(tracker), **per_kind}
+
+
+NO_CACHE = ("no KV cache: transformers makes none from this config (it names no layer count at its top), so the "
+            "prefill is traced as generate(use_cache=False) runs it, each new token recomputing the prompt")
 
 
 # What a trace on fake tensors (torch's FakeTensorMode: shapes and dtypes, no values) cannot run, by the
@@ -884,6 +907,7 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     depths = traced_depths(config)
     check_layers = depths[1]
     measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {layers: {} for layers in depths}
+    assumptions: list[str] = []
 
     def trace(wanted: dict[int, tuple[tuple[int, int], ...]]) -> None:
         for layers, shapes in wanted.items():
@@ -902,7 +926,7 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                         if run.recompute:
                             enable_recompute(model)
                     for shape in shapes:
-                        measured[layers][shape] = _measure_shape(model, None, run, *shape, layers)
+                        measured[layers][shape] = _measure_shape(model, None, run, *shape, layers, assumptions)
             except UserError as error:
                 limit = fake_tensor_limit(error)
                 if limit is None:
@@ -926,7 +950,8 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
             quantities, worst = _fit_setup(measured, ("1",), (at_shape,), at_shape, depths)
             return CalibratedSetup(key=key, quantities=tuple(quantities), check=(check_layers, *at_shape),
                                    check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
-                                   fitted_shapes=tuple((layers, *at_shape) for layers in depths))
+                                   fitted_shapes=tuple((layers, *at_shape) for layers in depths),
+                                   assumptions=tuple(dict.fromkeys(assumptions)))
         terms = basis_terms(config, mode, attention, beyond_window)
         fit_shapes_used, check_shape, quantities, worst = traced_fit(terms)
         if worst > SQUARE_REFIT_ERROR and "b*s^2" not in terms:
@@ -935,4 +960,5 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                 fit_shapes_used, check_shape, quantities, worst = square
     return CalibratedSetup(key=key, quantities=tuple(quantities), check=(check_layers, *check_shape),
                            check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
-                           fitted_shapes=tuple((layers, *shape) for layers in depths for shape in fit_shapes_used))
+                           fitted_shapes=tuple((layers, *shape) for layers in depths for shape in fit_shapes_used),
+                           assumptions=tuple(dict.fromkeys(assumptions)))

@@ -162,6 +162,27 @@ def _class_derived(model_type: str, count_name: str, layers: int) -> dict[str, o
             and not isinstance(v, (list, tuple, dict)) and isinstance(v, (int, float))}
 
 
+@functools.lru_cache(maxsize=256)
+def _count_kept_in(model_type: str, count_name: str) -> str | None:
+    """The field a configuration class keeps the layer count it is given in, when it writes another count
+    in its place (HRM-Text: given 16 decoder layers per stack, it keeps 16 in num_layers_per_stack and
+    writes num_hidden_layers = 16 x H_cycles x (L_cycles + 1), the cache slots its cycles fill); None
+    where the class keeps the count as given. Read from the class built at two counts."""
+    try:
+        from transformers import AutoConfig
+
+        found = [layer_section(AutoConfig.for_model(model_type, **{count_name: n}).to_dict()) for n in (2, 3)]
+    except Exception:  # noqa: BLE001 - a class that does not build at these counts tells nothing
+        return None
+    if found[0] is None or found[1] is None:
+        return None
+    two, three = found[0][0], found[1][0]
+    if two.get(count_name) == 2 and three.get(count_name) == 3:
+        return None
+    return next((key for key, value in two.items() if key != count_name and value == 2 and three.get(key) == 3
+                 and isinstance(value, int) and not isinstance(value, bool)), None)
+
+
 def _sized_by_layers(key: str, model_type: object, layers: int) -> bool:
     """Whether a list field as long as the layer count is one entry per layer: the class's default config
     has it as long as its own layer count (falcon_h1's two mlp_multipliers are no per-layer list in a
@@ -257,11 +278,20 @@ def with_layers(config: dict, layers: int, plan: LayerPlan | None = None) -> dic
     out = copy.deepcopy(config)
     found = layer_section(out)
     if found is None:
-        out["num_hidden_layers"] = layers
+        # No count to change (BLT's four stacks each count their own in a sub-config; Nemotron-H's is a
+        # property of its layers_block_type): the model is built whole at every depth. A count added here
+        # would be read by nothing but DynamicCache(config=...), which would then hold fewer layers than run.
         return out
     section, count_name = found
+    model_type = _model_type(config, section)
+    kept_in = _count_kept_in(model_type, count_name) if isinstance(model_type, str) and model_type else None
+    if kept_in is not None and isinstance(section.get(kept_in), int):
+        # The count the class was given, in place of the one it derived from it: given the new count,
+        # the class derives both again (HRM-Text: its stacks' layers, and their cache slots).
+        section[count_name] = section.pop(kept_in)
+        plan = None  # the plan counted the derived slots
     original = section[count_name]
-    plan = plan or layer_plan(config)
+    plan = plan or layer_plan(out)
     assert plan is not None  # layer_section found a count
     fields = per_layer_fields(section, original, count_name, _model_type(config, section))
     for name in LAYER_COUNT_NAMES:
@@ -288,7 +318,6 @@ def with_layers(config: dict, layers: int, plan: LayerPlan | None = None) -> dic
             width = max(len(k) for k in keys.values())
             section[f.key] = {str(i).zfill(width): copy.deepcopy(value[keys[s]])
                               for i, s in enumerate(sources) if s in keys}
-    model_type = _model_type(config, section)
     derived = _class_derived(model_type, count_name, original) if isinstance(model_type, str) and model_type else {}
     for key, value in derived.items():
         if section.get(key) == value:

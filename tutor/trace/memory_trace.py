@@ -435,7 +435,12 @@ def build_model(config: dict, setup: TraceSetup, seed: int | None = None):
     try:
         if seed is None:
             with no_init_weights():
-                model = model_class._from_config(hf_config, attn_implementation=setup.attention, dtype=dtype)
+                try:
+                    model = model_class._from_config(hf_config, attn_implementation=setup.attention, dtype=dtype)
+                except RuntimeError as exc:
+                    if "Couldn't swap" not in str(exc) or _active_fake_mode() is None:
+                        raise
+                    model = _built_on_meta_then_faked(model_class, hf_config, setup.attention, dtype)
             model.tie_weights()  # skipped with the initialisation; from_config and from_pretrained tie them
             return model
         torch.manual_seed(seed)
@@ -444,6 +449,44 @@ def build_model(config: dict, setup: TraceSetup, seed: int | None = None):
         # arbitrary fields raises anything (asserts included); the user sees one line, exit 2, not a traceback
         raise UserError(f"transformers {transformers.__version__} cannot build {model_class.__name__} from this "
                         f"config: {_one_line(exc)}") from None
+
+
+def _active_fake_mode():
+    """The FakeTensorMode in force, or None."""
+    torch = _torch()
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+
+
+def _built_on_meta_then_faked(model_class, hf_config, attention: str, dtype):
+    """The model built on the meta device, each parameter and buffer then given a fake tensor of its
+    shape, dtype and requires_grad in the FakeTensorMode in force (shared tensors stay shared).
+
+    A constructor that casts a module (DeepSeek-V4's fp32 norms, `.to(dtype=torch.float32)` on a module
+    just built) cannot run under FakeTensorMode: Module._apply swaps a fake parameter for its cast
+    (torch.utils.swap_tensors), which torch refuses for a tensor that the fake mode's memo holds a weakref
+    to. On the meta device the cast is an ordinary one; the tensors hold no values either way."""
+    torch = _torch()
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.device("meta"):
+        model = model_class._from_config(hf_config, attn_implementation=attention, dtype=dtype)
+    faked: dict[int, Any] = {}
+
+    def fake_of(tensor):
+        if id(tensor) not in faked:
+            made = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
+            faked[id(tensor)] = (torch.nn.Parameter(made, requires_grad=tensor.requires_grad)
+                                 if isinstance(tensor, torch.nn.Parameter) else made)
+        return faked[id(tensor)]
+
+    for module in model.modules():
+        for name, tensor in list(module._parameters.items()):
+            if tensor is not None:
+                module._parameters[name] = fake_of(tensor)
+        for name, tensor in list(module._buffers.items()):
+            if tensor is not None:
+                module._buffers[name] = fake_of(tensor)
+    return model
 
 
 def token_ids(vocab: int, batch: int, seq_len: int, seed: int | None = None):
@@ -726,6 +769,212 @@ def _traced_prefill(model, ids, mark_layers: bool):
     return tracker, marks, tuple(notes)
 
 
+# ---------------------------------------------------------------------------------------------
+# Values on fake tensors. A fake tensor has a shape and no values, so code that reads one (.item(),
+# .tolist(), a Python `if` on a tensor: aten._local_scalar_dense) or makes a tensor sized by them
+# (aten.nonzero, boolean indexing) stops a fake trace. Most such values are small and follow from the
+# token ids and positions alone (XLM's sequence lengths, Reformer's largest position id); the rest come
+# from the weights (an MoE router's choice of experts, BLT's patch boundaries from its entropy model),
+# whose values a fake model does not have, and a real model at random initialisation would not give
+# the trained model's either. FakeValues carries a real copy of every small tensor computable from
+# known values, and gives the weight-derived ones a stated stand-in, recorded as an assumption.
+
+# A tensor of more elements than this gets no real copy: the calibration's inputs are a few hundred
+# tokens, and their masks s x s; anything larger is hidden states, which no value read needs.
+VALUE_COPY_ELEMENTS = 1 << 18
+# Ops whose indices pick among values the trace does not have: the stand-in spreads them evenly.
+_PICKING_OPS = ("topk", "argmax", "argmin", "max", "min", "sort", "argsort")
+_COMPARISONS = ("gt", "ge", "lt", "le", "eq", "ne")
+# Stated in the answer's note when a value read rested on the stand-in.
+UNIFORM_PICK = ("the trace routes tokens evenly: where the model's code reads which experts, buckets or "
+                "positions its weights pick (top-k, argmax), each is picked equally often (tokens per expert: "
+                "the uniform share)")
+COMPARISON_TRUE = ("the trace takes comparisons of weight-derived values as true at every position where the "
+                   "model reads them (BLT's entropy patcher: a patch at every byte, the most patches)")
+
+
+def fake_values_class():
+    """The TorchDispatchMode subclass FakeValues (built on first use, as storage_tracker_class)."""
+    global _FakeValues
+    if _FakeValues is not None:
+        return _FakeValues
+    import torch
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        unset_fake_temporarily,
+    )
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+    from torch.utils.weak import WeakTensorKeyDictionary
+
+    aten = torch.ops.aten
+    read_ops = {aten._local_scalar_dense.default}
+    not_copied = {aten.detach.default, aten.empty.memory_format, aten.empty_strided.default,
+                  aten.empty_like.default, aten.new_empty.default}
+    sized_by_values = (DataDependentOutputException, DynamicOutputShapeException)
+
+    class FakeValues(TorchDispatchMode):
+        """Under a FakeTensorMode: a real copy (`copies`) of each small tensor whose inputs all have one,
+        made by running the op on those copies; a value read or a value-sized op on such a tensor is
+        answered from its copy, and its fake result made at the copy's size. Indices picked from values
+        without a copy (top-k, argmax) are spread evenly, and comparisons of such values are true: a
+        stand-in whose first read records `assumptions`. A write from values without a copy drops the
+        copies of the storage written (any view of it)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.copies = WeakTensorKeyDictionary()    # fake tensor -> (real tensor, stand-in reason, version)
+            self._written: dict[int, int] = {}          # storage -> writes from unknown values
+            self.assumptions: list[str] = []
+
+        def give_token_ids(self, ids, vocab: int) -> None:
+            """Values for fake token ids made before: random ids below `vocab`, as the real trace's."""
+            with unset_fake_temporarily():
+                real = torch.randint(0, vocab, tuple(ids.shape), generator=torch.Generator().manual_seed(1))
+            self.copies[ids] = (real, "", self._version(ids))
+
+        def _version(self, tensor) -> int:
+            return self._written.get(tensor.untyped_storage()._cdata, 0)
+
+        def _copy(self, tensor):
+            entry = self.copies.get(tensor)
+            if entry is None or entry[2] != self._version(tensor):
+                return None
+            return entry
+
+        def _read(self, entry) -> None:
+            if entry[1] and entry[1] not in self.assumptions:
+                self.assumptions.append(entry[1])
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            leaves, spec = tree_flatten((args, kwargs))
+            tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+            entries = [self._copy(t) for t in tensors]
+            known = all(entry is not None for entry in entries)
+            if func in read_ops:
+                if known and entries:
+                    self._read(entries[0])
+                    with unset_fake_temporarily():
+                        return entries[0][0].item()
+                return func(*args, **kwargs)
+            error = None
+            try:
+                out = func(*args, **kwargs)
+            except sized_by_values as exc:
+                if not (known and tensors):
+                    raise
+                out, error = None, exc
+            ran = False
+            if error is not None or (func not in not_copied and self._small(out)):
+                if known and (tensors or error is None):
+                    result = self._on_copies(func, leaves, spec, entries)
+                    if result is not None:
+                        ran = True
+                        out = self._fake_like(result, tensors[0].device) if error else self._pair(out, *result)
+                elif tensors:
+                    self._stand_in(func, args, kwargs, out)
+            if error is not None and not ran:
+                raise error
+            if func._schema.is_mutable and not ran:
+                self._mark_written(func, args, kwargs)
+            return out
+
+        def _mark_written(self, func, args, kwargs) -> None:
+            """A write the copies did not follow: the copies of the storages written are stale."""
+            for index, argument in enumerate(func._schema.arguments):
+                if argument.alias_info is not None and argument.alias_info.is_write:
+                    written = args[index] if index < len(args) else kwargs.get(argument.name)
+                    if isinstance(written, torch.Tensor):
+                        cdata = written.untyped_storage()._cdata
+                        self._written[cdata] = self._written.get(cdata, 0) + 1
+
+        @staticmethod
+        def _small(out) -> bool:
+            flat, _ = tree_flatten(out)
+            outs = [o for o in flat if isinstance(o, torch.Tensor)]
+            return bool(outs) and all(o.numel() <= VALUE_COPY_ELEMENTS and not o.is_meta for o in outs)
+
+        def _on_copies(self, func, leaves, spec, entries):
+            """(the op's real result on the copies, the stand-in it rests on), or None if it fails."""
+            reals = iter(entry[0] for entry in entries)
+            args, kwargs = tree_unflatten([next(reals) if isinstance(leaf, torch.Tensor) else leaf
+                                           for leaf in leaves], spec)
+            try:
+                with unset_fake_temporarily():
+                    real = func(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a copy that cannot be made is a value not known, as before
+                return None
+            return real, next((entry[1] for entry in entries if entry[1]), "")
+
+        def _pair(self, out, real, reason):
+            fakes, _ = tree_flatten(out)
+            reals, _ = tree_flatten(real)
+            for fake, value in zip(fakes, reals):
+                if isinstance(fake, torch.Tensor) and isinstance(value, torch.Tensor) and fake.shape == value.shape:
+                    self.copies[fake] = (value, reason, self._version(fake))
+            return out
+
+        def _fake_like(self, result, device):
+            """The fake result of a value-sized op: empty fakes at its real result's sizes."""
+            real, reason = result
+
+            def fake_of(value):
+                if not isinstance(value, torch.Tensor):
+                    return value
+                fake = torch.empty(value.shape, dtype=value.dtype, device=device)
+                self.copies[fake] = (value, reason, self._version(fake))
+                return fake
+
+            if reason:  # the result's size itself rests on the stand-in
+                self._read((None, reason))
+            return tree_map(fake_of, real)
+
+        def _stand_in(self, func, args, kwargs, out) -> None:
+            """Values for the indices an op picks, or the truth of a comparison, among values not known."""
+            name = func.__name__.split(".")[0]
+            if name in _COMPARISONS and isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+                with unset_fake_temporarily():
+                    self.copies[out] = (torch.ones(out.shape, dtype=torch.bool), COMPARISON_TRUE, self._version(out))
+                return
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            indices = next((o for o in reversed(outs) if isinstance(o, torch.Tensor) and o.dtype == torch.int64), None)
+            if name not in _PICKING_OPS or indices is None or not isinstance(args[0], torch.Tensor):
+                return
+            dim = None
+            for index, argument in enumerate(func._schema.arguments):
+                if argument.name == "dim":
+                    dim = args[index] if index < len(args) else kwargs.get("dim", argument.default_value)
+            with unset_fake_temporarily():
+                picks = _even_picks(torch, tuple(indices.shape), tuple(args[0].shape), dim)
+            self.copies[indices] = (picks, UNIFORM_PICK, self._version(indices))
+
+    _FakeValues = FakeValues
+    return FakeValues
+
+
+_FakeValues: type | None = None
+
+
+def _even_picks(torch, shape, source_shape, dim):
+    """Indices of `shape` into a dimension of `source_shape` picked evenly: along `dim` (None: the
+    flattened tensor), row r's j-th pick is (r * k + j) mod n, k picks per row among n, so that each of
+    the n is picked equally often (to one) and a row picks no index twice while k <= n."""
+    if dim is None:
+        n = max(1, int(torch.Size(source_shape).numel()))
+        count = int(torch.Size(shape).numel())
+        return (torch.arange(count) % n).reshape(shape)
+    ndim = len(shape)
+    dim = dim % max(ndim, 1)
+    n = source_shape[dim] if len(source_shape) == ndim else max(1, int(torch.Size(source_shape).numel()))
+    k = shape[dim] if ndim else 1
+    moved = list(shape[:dim]) + list(shape[dim + 1:]) + [k]
+    rows = int(torch.Size(moved[:-1]).numel())
+    picks = (torch.arange(rows).unsqueeze(1) * k + torch.arange(k).unsqueeze(0)) % max(n, 1)
+    return picks.reshape(moved).movedim(-1, dim).contiguous() if ndim else picks.reshape(())
+
+
 @contextmanager
 def _fake_tensor_workarounds(fake: bool):
     """Make transformers take, on fake tensors, the path it takes on real ones (checked: same bytes).
@@ -741,11 +990,18 @@ def _fake_tensor_workarounds(fake: bool):
        tensor lacks. transformers 5.25 wraps it in an op with a shape-only fake; older ones (5.17)
        run it as Python and the traced backward stops at aten._local_scalar_dense. There the
        fallback runs as `_grouped_mm_on_fake_tensors`, which allocates and saves what it does.
+    4. Code that reads values (FakeValues): small tensors carry real copies, and what the weights
+       would decide gets a stated stand-in. Yields the FakeValues mode (None on real tensors): give it
+       the token ids (`give_token_ids`), and read its `assumptions` after the step.
+    5. copy.deepcopy of a fake tensor (Inkling-2-Loop copies its cache layers for the looped passes)
+       fails inside torch (Tensor.__deepcopy__ sets a fake tensor's meta storage on a CPU one); a copy
+       by clone() makes the same new storage of the same size.
     """
     if not fake:
-        yield
+        yield None
         return
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor
     from transformers import masking_utils
     from transformers.integrations import moe
 
@@ -755,7 +1011,8 @@ def _fake_tensor_workarounds(fake: bool):
         return can_use_grouped_mm(input, weight, offs) and weight.dtype == torch.bfloat16
 
     patches: list[Any] = [patch.object(masking_utils, "find_packed_sequence_indices", lambda position_ids: None),
-               patch.object(moe, "_can_use_grouped_mm", grouped_mm_on_meta)]
+               patch.object(moe, "_can_use_grouped_mm", grouped_mm_on_meta),
+               patch.object(FakeTensor, "__deepcopy__", _fake_deepcopy, create=True)]
     if hasattr(moe, "_grouped_mm") and not hasattr(torch.ops.transformers, "grouped_mm_fallback_backward"):
         grouped_mm = moe._grouped_mm
         fallback = _grouped_mm_on_fake_tensors()
@@ -769,7 +1026,15 @@ def _fake_tensor_workarounds(fake: bool):
     with contextlib.ExitStack() as stack:
         for active in patches:
             stack.enter_context(active)
-        yield
+        yield stack.enter_context(fake_values_class()())
+
+
+def _fake_deepcopy(tensor, memo):
+    """copy.deepcopy of a fake tensor: a clone (a new storage of its size), a leaf's requires_grad kept."""
+    if id(tensor) not in memo:
+        copied = tensor.detach().clone()
+        memo[id(tensor)] = copied.requires_grad_(tensor.requires_grad) if tensor.is_leaf else copied
+    return memo[id(tensor)]
 
 
 def _grouped_mm_on_fake_tensors():
@@ -869,7 +1134,9 @@ def _measured_step(model, optimizer, setup: TraceSetup, transformers_version: st
     vocab = model.config.get_text_config().vocab_size
     ids = token_ids(vocab, setup.batch, setup.seq_len, seed=None if setup.fake else setup.seed + 1)
     try:
-        with _fake_tensor_workarounds(setup.fake):
+        with _fake_tensor_workarounds(setup.fake) as values:
+            if values is not None:
+                values.give_token_ids(ids, vocab)
             if setup.mode == "inference":
                 moments, measured = measure_prefill_timeline(model, ids)
                 return measured, tuple(moment.to_json() for moment in moments)
