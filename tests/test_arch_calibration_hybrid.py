@@ -132,7 +132,7 @@ def test_a_chunked_scan_is_fitted_as_a_step_in_the_padded_length(monkeypatch) ->
 
     traced = []
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
         traced.append((layers, batch, seq_len))
         return {"activations@mlp": truth(layers, batch, seq_len), "kv_cache": 0}
 
@@ -170,7 +170,7 @@ def test_a_fit_that_misses_its_check_answers_from_a_trace_at_the_shape(monkeypat
 
     traced = []
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
         traced.append((layers, batch, seq_len))
         return {"activations@mlp": truth(layers, batch, seq_len), "kv_cache": 0}
 
