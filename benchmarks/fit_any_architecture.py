@@ -60,6 +60,13 @@ CALIBRATED: dict[str, dict] = {
     "helium": dict(SMALL, head_dim=32),  # HeliumAttention's o_proj assumes heads x head_dim = hidden
     "seed_oss": dict(SMALL),
     "gpt_oss": dict(SMALL, num_local_experts=4, num_experts_per_tok=2, sliding_window=64, head_dim=32),
+    # Tied-embedding families in their own spellings (GPT-BigCode's attribute map, BLOOM's n_layer/n_head
+    # and its 4h MLP); GPT-BigCode keeps its default dropouts (0.1), as SantaCoder and StarCoder ship.
+    "gpt_bigcode": dict(n_embd=128, n_inner=256, n_layer=4, n_head=4, vocab_size=VOCAB, n_positions=1024,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "bloom": dict(hidden_size=128, n_layer=4, n_head=4, vocab_size=VOCAB, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2),
+    "ernie4_5": dict(SMALL, head_dim=32),
 }
 HAND: dict[str, dict] = {
     "llama": dict(SMALL),

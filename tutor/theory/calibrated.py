@@ -16,12 +16,16 @@ This module holds the fitted coefficients and evaluates them: pure data, no torc
 Quantities (bytes unless named elements):
     train       for each region of the step (TRAIN_REGIONS: the forward; backward before any layer,
                 the loss head's; inside the top layer's backward, the first gone back through, its
-                re-run with full recompute; inside the bottom layer's; the embedding's), at the
-                region's activation maximum and at its gradient maximum ("<region>:acts", "<region>:grads"):
-                "activations@<moment>" and "gradient_elements@<moment>" (parameter gradients alive then); and "activations_end_of_backward" (alive when the
-                last gradient is made). Within a region the moment is the same code at every shape,
-                so it is linear in L, b·s, b·s², where the step's overall maximum can jump between
-                regions as the layers or the shape grow: theory takes the largest.
+                re-run with full recompute; inside the bottom layer's; the embedding's), at the ops
+                of the region that can hold its maximum ("<region>@op<n>": the n-th op of the region,
+                counted from the forward's end, from a backward region's start):
+                "activations@<moment>" and "gradient_elements@<moment>" (parameter gradients alive
+                then); and "activations_end_of_backward" (alive when the last gradient is made). One
+                op is the same code at every shape, so what is alive there is linear in L, b·s, b·s²;
+                the region's maximum is not: it can move from one op to another as the shape grows
+                (a tied head's V x h weight gradient tops the loss head's b·s·V logits' gradient at
+                short prompts, not at long ones), so every op that is the largest somewhere is kept,
+                and theory takes the largest at the shape asked, as it does across regions.
     inference   "kv_cache" (the cache's storages after prefill) and "activations@<region>" (the live
                 activations' maximum while the prefill is inside <region>: attention, mlp, head, other;
                 the prefill peak is the largest)
@@ -133,22 +137,24 @@ def calibrated_setup(arch, key: str) -> CalibratedSetup | None:
     return calibration.setup(key)
 
 
-def training_moment_names() -> tuple[str, ...]:
-    """Each region's two moments: "<region>:acts" (its activation maximum), "<region>:grads" (its
-    gradient maximum)."""
-    return tuple(f"{region}:{what}" for region in TRAIN_REGIONS for what in ("acts", "grads"))
+def moment_region(moment: str) -> str | None:
+    """The training region (TRAIN_REGIONS) of a moment's name ("backward-head@op11"), or None."""
+    region = moment.split("@")[0].split(":")[0]
+    return region if region in TRAIN_REGIONS else None
 
 
 def training_moments(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, head: bool = True,
                      layer_copies: float = 1) -> tuple[tuple[str, int, int], ...]:
-    """(moment, activation bytes, gradient elements) at each training region's two moments."""
+    """(moment, activation bytes, gradient elements) at each training moment the setup kept."""
     out = []
-    for region in training_moment_names():
-        acts, grads = setup.quantity(REGION_PREFIX + region), setup.quantity(GRADIENTS_PREFIX + region)
-        if acts is None:
+    quantities = dict(setup.quantities)
+    shape = _StepShape(layers=layers, batch=batch, seq_len=seq_len, head=head, layer_copies=layer_copies)
+    for name, acts in setup.quantities:
+        moment = name[len(REGION_PREFIX):]
+        if not name.startswith(REGION_PREFIX) or moment_region(moment) is None:
             continue
-        shape = _StepShape(layers=layers, batch=batch, seq_len=seq_len, head=head, layer_copies=layer_copies)
-        out.append((region, acts.at(**shape), grads.at(**shape) if grads is not None else 0))
+        grads = quantities.get(GRADIENTS_PREFIX + moment)
+        out.append((moment, acts.at(**shape), grads.at(**shape) if grads is not None else 0))
     return tuple(out)
 
 
@@ -185,10 +191,11 @@ def training_timeline(setup: CalibratedSetup, *, batch: int, seq_len: int, layer
     shape = _StepShape(batch=batch, seq_len=seq_len, layers=layers, head=head, layer_copies=layer_copies)
     moments = tuple((name, split(acts), split(grads)) for name, acts, grads in training_moments(setup, **shape))
     maximum = max((acts for _, acts, _ in moments), default=0)
-    stored = next((acts for name, acts, _ in moments if name == "forward:acts"), maximum)
+    forward = [acts for name, acts, _ in moments if moment_region(name) == "forward"]
+    stored = max(forward) if forward else maximum
     end = setup.quantity("activations_end_of_backward")
     return TrainingTimeline(maximum=maximum, stored=stored, end_of_backward=split(end.at(**shape)) if end else 0,
-                            moments=tuple(m for m in moments if not m[0].startswith("forward")))
+                            moments=tuple(m for m in moments if moment_region(m[0]) != "forward"))
 
 
 def kv_cache_bytes(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, element_bytes: float,
