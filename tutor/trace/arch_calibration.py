@@ -42,6 +42,7 @@ from tutor.theory.calibrated import (
     moment_region,
     REGION_PREFIX,
     TRACE_ATTENTION,
+    WEIGHT_COPIES_PREFIX,
     Calibration,
     CalibratedSetup,
     Fitted,
@@ -422,15 +423,19 @@ def _timeline_quantities(tracker, element_bytes: int, layers: int, starts: dict[
     region's maximum may move from one op to another (`_fit_setup` keeps those that are the largest
     somewhere). Also the activations alive when the gradients peak (the end of backward)."""
     live: dict[str, int] = {}
-    at: dict[str, tuple[int, int]] = {}
+    at: dict[str, tuple[int, int, int]] = {}
     g_max = a_at_g = 0
     forward_ops = tracker.ops_in_phase.get("forward", 0)
+    # The weights made during the step are autocast's 16-bit copies (the tracker counts them as weights).
+    parameters = sum(size for size, role, (made_in, _) in zip(tracker.size, tracker.role, tracker.made_by)
+                     if role == "weights" and made_in == "setup")
     for key, delta, phase, index, _op in tracker.events:
         category = tracker.role[key]
         live[category] = live.get(category, 0) + delta
         if delta <= 0:
             continue
         acts, grads = live.get("activations", 0), live.get("gradients", 0)
+        copies = max(0, live.get("weights", 0) - parameters)
         if category == "gradients" and grads >= g_max:
             g_max, a_at_g = grads, acts
         if phase.startswith("backward-layer:"):
@@ -444,14 +449,16 @@ def _timeline_quantities(tracker, element_bytes: int, layers: int, starts: dict[
         else:
             regions = []
         for region in regions:
-            at[f"{region}{OP_MARK}{index}"] = (acts, grads)  # an op's outputs come before any free
+            at[f"{region}{OP_MARK}{index}"] = (acts, grads, copies)  # an op's outputs come before any free
             whole = region.split("@")[0] + REGION_MAXIMUM
-            if acts > at.get(whole, (-1, 0))[0]:
-                at[whole] = (acts, grads)
+            if acts > at.get(whole, (-1, 0, 0))[0]:
+                at[whole] = (acts, grads, copies)
     out: dict[str, float] = {"activations_end_of_backward": a_at_g}
-    for moment, (acts, grads) in at.items():
+    for moment, (acts, grads, copies) in at.items():
         out[REGION_PREFIX + moment] = acts
         out[GRADIENTS_PREFIX + moment] = grads / element_bytes
+        if tracker.autocast_dtype is not None:
+            out[WEIGHT_COPIES_PREFIX + moment] = copies
     return out
 
 
@@ -730,8 +737,9 @@ def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape,
     names = plain + per_op
     by_terms: dict[tuple[str, ...], list[str]] = {}
     for name in names:
-        # Parameter gradients do not grow with the batch or the prompt: a constant (per layer and head).
-        by_terms.setdefault(("1",) if name.startswith(GRADIENTS_PREFIX) else terms, []).append(name)
+        # Parameter gradients and weight copies do not grow with the batch or the prompt: a constant
+        # (per layer and head).
+        by_terms.setdefault(("1",) if name.startswith(WEIGHTS_LIKE) else terms, []).append(name)
     fitted: dict[str, Fitted] = {}
     for own, group in by_terms.items():
         shapes = [basis_values(*shape) for shape in fit_shapes]
@@ -748,7 +756,7 @@ def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape,
     # Per-op moments are checked as theory reads them, region by region, by their largest: one op's
     # position can shift at the check's batch (Starcoder2's loss clones its labels when b > 1).
     compared = [(check.get(name, 0), fitted[name].at(**shape)) for name in plain
-                if not name.startswith(GRADIENTS_PREFIX)]
+                if not name.startswith(WEIGHTS_LIKE)]
     def region_of(name: str) -> str | None:
         return moment_region(name[len(REGION_PREFIX):]) if name.startswith(REGION_PREFIX) and OP_MARK in name else None
 
@@ -758,6 +766,9 @@ def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape,
     worst = max((abs(predicted - truth) / max(truth, 1) for truth, predicted in compared
                  if max(truth, predicted) > 1024), default=0.0)
     return quantities, worst
+
+
+WEIGHTS_LIKE = (GRADIENTS_PREFIX, WEIGHT_COPIES_PREFIX)  # per-moment quantities sized by the parameters
 
 
 def _forward_layers_later(name: str) -> int:
@@ -771,9 +782,9 @@ def _forward_layers_later(name: str) -> int:
 def _moments_that_peak(fitted: dict[str, Fitted], per_op: list[str], depths: tuple[int, int],
                        element_bytes: int) -> set[str]:
     """The per-op moments worth keeping: in each region, every op whose activations, or activations
-    plus gradient bytes (what the step's peak adds up), are the region's largest at some depth and
-    shape (the traced ones, ENVELOPE_DEPTHS, ENVELOPE_SHAPES), with the loss head and without it;
-    each with its gradient elements."""
+    plus gradient and weight-copy bytes (what the step's peak adds up), are the region's largest at
+    some depth and shape (the traced ones, ENVELOPE_DEPTHS, ENVELOPE_SHAPES), with the loss head and
+    without it; each with its gradient elements and weight copies."""
     import numpy
 
     moments = [name[len(REGION_PREFIX):] for name in per_op if name.startswith(REGION_PREFIX)]
@@ -795,12 +806,12 @@ def _moments_that_peak(fitted: dict[str, Fitted], per_op: list[str], depths: tup
     kept: set[str] = set()
     for head in (True, False):
         acts = values(REGION_PREFIX, head)
-        total = acts + element_bytes * values(GRADIENTS_PREFIX, head)
+        total = acts + element_bytes * values(GRADIENTS_PREFIX, head) + values(WEIGHT_COPIES_PREFIX, head)
         for region in set(regions):
             columns = numpy.flatnonzero(regions == region)
             for table in (acts, total):
                 for best in set(columns[numpy.argmax(table[:, columns], axis=1)]):
-                    kept.update((REGION_PREFIX + moments[best], GRADIENTS_PREFIX + moments[best]))
+                    kept.update(prefix + moments[best] for prefix in (REGION_PREFIX, *WEIGHTS_LIKE))
     return kept & set(fitted)
 
 
