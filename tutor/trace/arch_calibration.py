@@ -15,9 +15,11 @@ transformers can build is answered here, in two steps:
    (tutor.trace.memory_trace's StorageTracker, the tracker of `fit --trace`; forward and backward,
    the optimizer is fit's formula) at two to four small shapes, as many as the basis terms the setup
    can hold (FIT_SHAPES: a constant, b·s, and b for a prefill's last logits, b·s² for eager scores,
-   dropout or a sliding-window mask). Each quantity, per region of the step (tutor.theory.calibrated),
-   is fitted as head + layers x per-layer terms, then checked against one more shape at the deeper
-   depth that the fit never saw. Prompts longer than a sliding window are calibrated apart, beyond it.
+   dropout, a sliding-window mask, and in training always). Each quantity, per region of the step
+   (tutor.theory.calibrated; in training, op by op, keeping the ops that are a region's largest at
+   some shape), is fitted as head + layers x per-layer terms, then checked against one more shape at
+   the deeper depth that the fit never saw. Prompts longer than a sliding window are calibrated
+   apart, beyond it.
    The coefficients go to tutor.theory, which answers at any shape as fast as its formulas do.
 
 Both are cached in the data dir (calibrations/<hash>.json), keyed by a hash of the config and the
