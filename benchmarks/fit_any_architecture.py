@@ -1,14 +1,15 @@
 """`tensor-tutor fit` on architectures it has no hand profile for, against real transformers steps.
 
-For each model type (the 19 that fit once refused, and the hand-profiled ones) a small
-config in the type's own keys, with 4 decoder layers and a vocabulary that keeps the loss head a
-minority of the activations, is built by transformers (random weights, CPU) and run the way a user
-runs it (benchmarks/fit_vs_transformers.py: two training steps, the second measured; or a prefill as
-generate() runs it), each storage tracked by tutor.trace.memory_trace. Beside it: fit's answer for the
-matching request, from the architecture `tensor-tutor fit` resolves (tutor.trace.arch_calibration:
-the hand profile, or the real class counted on the meta device plus traces at small shapes fitted in
-b·s and b·s²). The measured shape (default 2 x 256 tokens, 4 layers) is never one the calibration
-traced (2 and 3 layers, up to 2 x 128 tokens).
+For each model type (the 19 that fit once refused, three tied-embedding families, and the
+hand-profiled ones) a small config in the type's own keys, with 4 decoder layers and a vocabulary
+that keeps the loss head a minority of the activations, is built by transformers (random weights,
+CPU) and run the way a user runs it (benchmarks/fit_vs_transformers.py: two training steps, the
+second measured; or a prefill as generate() runs it), each storage tracked by
+tutor.trace.memory_trace. Beside it: fit's answer for the matching request, from the architecture
+`tensor-tutor fit` resolves (tutor.trace.arch_calibration: the hand profile, or the real class
+counted on the meta device plus traces at small shapes fitted in b·s and b·s²). The measured shape
+(default 2 x 256 tokens, 4 layers) is never one the calibration traced (2 and 3 layers, up to
+2 x 128 tokens).
 
     python benchmarks/fit_any_architecture.py                       # every type, bf16 / recompute / inference
     python benchmarks/fit_any_architecture.py --arch gpt_oss --config bf16 --json
@@ -38,8 +39,8 @@ SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_at
              num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=1024, pad_token_id=0,
              bos_token_id=1, eos_token_id=2)
 MOE = dict(num_experts_per_tok=2, moe_intermediate_size=128)
-# The 19 model types fit once refused, each in its own keys (experts under the name its
-# configuration class uses).
+# The 19 model types fit once refused and three tied-embedding families, each in its own keys
+# (experts under the name its configuration class uses).
 CALIBRATED: dict[str, dict] = {
     "gemma3_text": dict(SMALL, head_dim=32, sliding_window=64),
     "granite": dict(SMALL),
@@ -106,6 +107,13 @@ CALIBRATED: dict[str, dict] = {
     "xlm": dict(emb_dim=128, n_layers=4, n_heads=4, vocab_size=VOCAB, max_position_embeddings=1024, is_decoder=True,
                 causal=True, pad_index=0),
     "hrm_text": dict(SMALL, head_dim=32),
+    # Tied-embedding families in their own spellings (GPT-BigCode's attribute map, BLOOM's n_layer/n_head
+    # and its 4h MLP); GPT-BigCode keeps its default dropouts (0.1), as SantaCoder and StarCoder ship.
+    "gpt_bigcode": dict(n_embd=128, n_inner=256, n_layer=4, n_head=4, vocab_size=VOCAB, n_positions=1024,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "bloom": dict(hidden_size=128, n_layer=4, n_head=4, vocab_size=VOCAB, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2),
+    "ernie4_5": dict(SMALL, head_dim=32),
 }
 HAND: dict[str, dict] = {
     "llama": dict(SMALL),

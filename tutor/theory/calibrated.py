@@ -20,12 +20,18 @@ This module holds the fitted coefficients and evaluates them: pure data, no torc
 Quantities (bytes unless named elements):
     train       for each region of the step (TRAIN_REGIONS: the forward; backward before any layer,
                 the loss head's; inside the top layer's backward, the first gone back through, its
-                re-run with full recompute; inside the bottom layer's; the embedding's), at the
-                region's activation maximum and at its gradient maximum ("<region>:acts", "<region>:grads"):
-                "activations@<moment>" and "gradient_elements@<moment>" (parameter gradients alive then); and "activations_end_of_backward" (alive when the
-                last gradient is made). Within a region the moment is the same code at every shape,
-                so it is linear in L, b·s, b·s², where the step's overall maximum can jump between
-                regions as the layers or the shape grow: theory takes the largest.
+                re-run with full recompute; inside the bottom layer's; the embedding's), at the ops
+                of the region that can hold its maximum ("<region>@op<n>": the n-th op of the region,
+                counted from the forward's end, from a backward region's start):
+                "activations@<moment>", "gradient_elements@<moment>" (parameter gradients alive
+                then) and "weight_copy_bytes@<moment>" (under torch.autocast, the 16-bit weight copies
+                still alive: cached for the forward, each freed by its layer's backward); and
+                "activations_end_of_backward" (alive when the last gradient is made). One
+                op is the same code at every shape, so what is alive there is linear in L, b·s, b·s²;
+                the region's maximum is not: it can move from one op to another as the shape grows
+                (a tied head's V x h weight gradient tops the loss head's b·s·V logits' gradient at
+                short prompts, not at long ones), so every op that is the largest somewhere is kept,
+                and theory takes the largest at the shape asked, as it does across regions.
     inference   "kv_cache" (the cache's storages after prefill), "kv_cache@<layer class>:<part>" (per
                 cache layer of that class: its keys and values, "kv", or its conv and recurrent
                 states, "state"; counted in the whole model by Calibration.cache_layers) and
@@ -45,6 +51,7 @@ KV_CACHE = "kv_cache"
 CACHE_PREFIX = "kv_cache@"   # + "<cache layer class>:kv" or ":state": per cache layer of that class
 REGION_PREFIX = "activations@"
 GRADIENTS_PREFIX = "gradient_elements@"
+WEIGHT_COPIES_PREFIX = "weight_copy_bytes@"  # autocast's 16-bit weight copies alive at a training moment
 TRAIN_REGIONS = ("forward", "backward-head", "backward-top", "backward-bottom", "backward-embedding")
 TRACE_ATTENTION = {"eager": "eager", "sdpa": "sdpa", "flash": "sdpa"}  # flash needs CUDA: traced as SDPA
 
@@ -159,22 +166,28 @@ def calibrated_setup(arch, key: str) -> CalibratedSetup | None:
     return calibration.setup(key)
 
 
-def training_moment_names() -> tuple[str, ...]:
-    """Each region's two moments: "<region>:acts" (its activation maximum), "<region>:grads" (its
-    gradient maximum)."""
-    return tuple(f"{region}:{what}" for region in TRAIN_REGIONS for what in ("acts", "grads"))
+def moment_region(moment: str) -> str | None:
+    """The training region (TRAIN_REGIONS) of a moment's name ("backward-head@op11"), or None."""
+    region = moment.split("@")[0].split(":")[0]
+    return region if region in TRAIN_REGIONS else None
 
 
 def training_moments(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, head: bool = True,
-                     layer_copies: float = 1) -> tuple[tuple[str, int, int], ...]:
-    """(moment, activation bytes, gradient elements) at each training region's two moments."""
+                     layer_copies: float = 1) -> tuple[tuple[str, int, int, int | None], ...]:
+    """(moment, activation bytes, gradient elements, autocast weight-copy bytes or None where the
+    setup did not trace them) at each training moment the setup kept."""
     out = []
-    for region in training_moment_names():
-        acts, grads = setup.quantity(REGION_PREFIX + region), setup.quantity(GRADIENTS_PREFIX + region)
-        if acts is None:
+    quantities = dict(setup.quantities)
+    shape = _StepShape(layers=layers, batch=batch, seq_len=seq_len, head=head, layer_copies=layer_copies)
+    # The copies are weights: one set whatever the micro-batches in flight.
+    weights_shape = _StepShape(layers=layers, batch=batch, seq_len=seq_len, head=head, layer_copies=1)
+    for name, acts in setup.quantities:
+        moment = name[len(REGION_PREFIX):]
+        if not name.startswith(REGION_PREFIX) or moment_region(moment) is None:
             continue
-        shape = _StepShape(layers=layers, batch=batch, seq_len=seq_len, head=head, layer_copies=layer_copies)
-        out.append((region, acts.at(**shape), grads.at(**shape) if grads is not None else 0))
+        grads, copies = quantities.get(GRADIENTS_PREFIX + moment), quantities.get(WEIGHT_COPIES_PREFIX + moment)
+        out.append((moment, acts.at(**shape), grads.at(**shape) if grads is not None else 0,
+                    copies.at(**weights_shape) if copies is not None else None))
     return tuple(out)
 
 
@@ -192,12 +205,13 @@ def prefill_peak(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: in
 class TrainingTimeline:
     """A calibrated training step on one device, in the terms tutor.theory.fit's peak moments use:
     the activations' maximum, those stored at the end of forward, those left at the end of backward,
-    and each backward moment's (name, activation bytes, gradient elements)."""
+    and each backward moment's (name, activation bytes, gradient elements, autocast weight-copy bytes
+    or None)."""
 
     maximum: int
     stored: int
     end_of_backward: int
-    moments: tuple[tuple[str, int, int], ...]
+    moments: tuple[tuple[str, int, int, int | None], ...]
 
 
 def training_timeline(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, head: bool = True,
@@ -209,12 +223,14 @@ def training_timeline(setup: CalibratedSetup, *, batch: int, seq_len: int, layer
         return math.ceil(n / tp)
 
     shape = _StepShape(batch=batch, seq_len=seq_len, layers=layers, head=head, layer_copies=layer_copies)
-    moments = tuple((name, split(acts), split(grads)) for name, acts, grads in training_moments(setup, **shape))
-    maximum = max((acts for _, acts, _ in moments), default=0)
-    stored = next((acts for name, acts, _ in moments if name == "forward:acts"), maximum)
+    moments = tuple((name, split(acts), split(grads), None if copies is None else split(copies))
+                    for name, acts, grads, copies in training_moments(setup, **shape))
+    maximum = max((acts for _, acts, _, _ in moments), default=0)
+    forward = [acts for name, acts, _, _ in moments if moment_region(name) == "forward"]
+    stored = max(forward) if forward else maximum
     end = setup.quantity("activations_end_of_backward")
     return TrainingTimeline(maximum=maximum, stored=stored, end_of_backward=split(end.at(**shape)) if end else 0,
-                            moments=tuple(m for m in moments if not m[0].startswith("forward")))
+                            moments=tuple(m for m in moments if moment_region(m[0]) != "forward"))
 
 
 def kv_cache_bytes(setup: CalibratedSetup, *, batch: int, seq_len: int, layers: int, element_bytes: float,

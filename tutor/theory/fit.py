@@ -681,7 +681,8 @@ def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_l
     # _training_peak adds a tied embedding's unsummed gradients at the end of backward; the trace has them.
     layers_part = timeline.stored - timeline.end_of_backward + _tied_gradient_bytes(arch, request, stage)
     reruns = tuple(_RerunMoment(f"backward, the {name} moment of the traced step ({where})", acts,
-                                min(grads, count_parameters(arch).total)) for name, acts, grads in timeline.moments)
+                                min(grads, count_parameters(arch).total), copies)
+                   for name, acts, grads, copies in timeline.moments)
     return _ActivationTimeline(component, timeline.stored, layers_part=layers_part, reruns=reruns)
 
 
@@ -748,12 +749,15 @@ def _hf_training_activations(arch: Architecture, request: FitRequest, stage, sta
 
 @dataclass(frozen=True)
 class _RerunMoment:
-    """Full recompute: a moment inside the backward of a re-run layer (activations, and the parameters
-    whose gradients exist by then, which `_training_peak` turns into bytes)."""
+    """A moment inside backward (full recompute: inside a re-run layer's; a calibrated trace: each
+    traced moment): activations, the parameters whose gradients exist by then, which `_training_peak`
+    turns into bytes, and (a trace under torch.autocast) the bytes of autocast's 16-bit weight copies
+    still alive (None: all of them, as at the end of forward)."""
 
     formula: str
     activations: int
     gradient_params: int
+    weight_copies: int | None = None
 
 
 def _layer_resident_params(arch: Architecture, layer: LayerParams, expert_params: int, request: FitRequest,
@@ -906,8 +910,13 @@ def _training_peak(arch: Architecture, request: FitRequest, stage, components: l
     ]
     for rerun in timeline.reruns:
         rerun_grads = math.ceil(Fraction(grads * rerun.gradient_params, max(resident.total, 1)))
-        moments.append(("backward", rerun.activations, rerun_grads, 0, weights,
-                        f"{rerun.formula}: its tensors + the checkpoints + the gradients made so far"))
+        # Each autocast copy is saved by its layer's forward and freed by its backward: a traced moment
+        # late in backward holds few of them, beside most of the gradients.
+        alive = weights if rerun.weight_copies is None else masters + min(rerun.weight_copies, weights - masters)
+        moments.append(("backward", rerun.activations, rerun_grads, 0, alive,
+                        f"{rerun.formula}: its tensors + the checkpoints + the gradients made so far"
+                        + (f" + the {rerun.weight_copies:,} B of autocast weight copies still alive"
+                           if rerun.weight_copies is not None and alive != weights else "")))
     phase, acts, grad_bytes, temp, weight_bytes, formula = max(moments, key=lambda m: m[1] + m[2] + m[3] + m[4])
     per_category = {"weights": weight_bytes, "gradients": grad_bytes, "optimizer": states, "activations": acts,
                     "kv_cache": 0, "optimizer_temporaries": temp}

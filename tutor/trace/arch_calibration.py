@@ -15,9 +15,11 @@ transformers can build is answered here, in two steps:
    (tutor.trace.memory_trace's StorageTracker, the tracker of `fit --trace`; forward and backward,
    the optimizer is fit's formula) at two to four small shapes, as many as the basis terms the setup
    can hold (FIT_SHAPES: a constant, b·s, and b for a prefill's last logits, b·s² for eager scores,
-   dropout or a sliding-window mask). Each quantity, per region of the step (tutor.theory.calibrated),
-   is fitted as head + layers x per-layer terms, then checked against one more shape at the deeper
-   depth that the fit never saw. Prompts longer than a sliding window are calibrated apart, beyond it.
+   dropout, a sliding-window mask, and in training always). Each quantity, per region of the step
+   (tutor.theory.calibrated; in training, op by op, keeping the ops that are a region's largest at
+   some shape), is fitted as head + layers x per-layer terms, then checked against one more shape at
+   the deeper depth that the fit never saw. Prompts longer than a sliding window are calibrated
+   apart, beyond it.
    The coefficients go to tutor.theory, which answers at any shape as fast as its formulas do.
    The cache is fitted per kind of cache layer (keys and values, conv and recurrent state), counted with
    the whole model's layers of each kind as the DynamicCache transformers builds from the config lays them
@@ -45,9 +47,10 @@ from tutor.theory.calibrated import (
     CACHE_PREFIX,
     GRADIENTS_PREFIX,
     KV_CACHE,
-    training_moment_names,
+    moment_region,
     REGION_PREFIX,
     TRACE_ATTENTION,
+    WEIGHT_COPIES_PREFIX,
     Calibration,
     CalibratedSetup,
     Fitted,
@@ -70,9 +73,12 @@ from tutor.theory.models import (
 if TYPE_CHECKING:
     from tutor.files.models import ModelConfig
 
-CALIBRATION_FORMAT = 5  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
+CALIBRATION_FORMAT = 6  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
 # code read too (gated MLP, norm kind and count, activation: _layer_code), which the step's operations count; 5: the
-# cache per kind of layer (KV, conv and recurrent state), chunked scans' padding
+# cache per kind of layer (KV, conv and recurrent state), chunked scans' padding; 6: training moments kept op by op
+# (a region's maximum may move between ops)
+OP_MARK = "@op"  # in a training moment's name: "<region>@op<n>", the n-th op of the region
+REGION_MAXIMUM = ":maximum"  # "<region>:maximum": the region's largest, kept where no op is in every trace
 CACHE_FOLDER = "calibrations"
 TRACE_EXTRA = "pip install -e '.[trace]' from a clone of tensor-tutor (it adds transformers)"
 # (batch, seq_len) traced for the fit, by the basis terms it needs (as many shapes as terms): the
@@ -528,53 +534,72 @@ def layer_config(config: dict, layers: int) -> dict:
     return config_at_depth(config, layers)
 
 
-def _timeline_quantities(tracker, element_bytes: int, layers: int) -> dict[str, float]:
+def _timeline_quantities(tracker, element_bytes: int, layers: int, starts: dict[int, int]) -> dict[str, float]:
     """Training, per region of the step (TRAIN_REGIONS: the forward; backward before any layer, the
     loss head's; inside the backward of the top layer, the first one gone back through; inside the
-    bottom layer's; the embedding's after it), two moments: where the activations are highest
-    and where the gradients are: the activations and the gradient elements alive at each. Within a
-    region each of those moments is the same code at every shape, so each is linear in layers,
-    b·s and b·s², where the step's overall maximum may jump from one region to another. Also the
-    activations alive when the gradients peak (the end of backward)."""
+    bottom layer's; the embedding's after it), at every op of the region that makes a tensor: the
+    activations and the gradient elements alive after it. A backward region is the same code at
+    every depth: its n-th op is "<region>@op<n>". The forward holds every layer, two at one depth and
+    three at another: its ops are counted from its end and named with the number of layers that
+    start after them, "forward@top<t>@op<n>" (`starts`: the forward's op count at each layer's start),
+    so that one name is one piece of code at both depths (the top layer and the head are t = 0).
+    One op is the same code at every shape, so each is linear in layers, b·s and b·s², where a
+    region's maximum may move from one op to another (`_fit_setup` keeps those that are the largest
+    somewhere). Also the activations alive when the gradients peak (the end of backward)."""
     live: dict[str, int] = {}
-    best: dict[str, tuple[int, int, int]] = {}
+    at: dict[str, tuple[int, int, int]] = {}
     g_max = a_at_g = 0
-    for key, delta, phase, _i, _op in tracker.events:
+    forward_ops = tracker.ops_in_phase.get("forward", 0)
+    # The weights made during the step are autocast's 16-bit copies (the tracker counts them as weights).
+    parameters = sum(size for size, role, (made_in, _) in zip(tracker.size, tracker.role, tracker.made_by)
+                     if role == "weights" and made_in == "setup")
+    for key, delta, phase, index, _op in tracker.events:
         category = tracker.role[key]
         live[category] = live.get(category, 0) + delta
         if delta <= 0:
             continue
         acts, grads = live.get("activations", 0), live.get("gradients", 0)
+        copies = max(0, live.get("weights", 0) - parameters)
         if category == "gradients" and grads >= g_max:
             g_max, a_at_g = grads, acts
         if phase.startswith("backward-layer:"):
-            index = int(phase.split(":")[1])
-            regions = [r for r, hit in (("backward-top", index == layers - 1), ("backward-bottom", index == 0)) if hit]
+            layer = int(phase.split(":")[1])
+            regions = [r for r, hit in (("backward-top", layer == layers - 1), ("backward-bottom", layer == 0)) if hit]
         elif phase in ("backward", "backward-embedding"):
             regions = ["backward-head" if phase == "backward" else phase]
         elif phase == "forward":
-            regions = ["forward"]
+            later = sum(start >= index for start in starts.values())
+            regions, index = [f"forward@top{later}"], forward_ops - index
         else:
             regions = []
         for region in regions:
-            for moment, value in ((f"{region}:acts", acts), (f"{region}:grads", grads)):
-                if value > best.get(moment, (-1, 0, 0))[0]:
-                    best[moment] = (value, acts, grads)
+            at[f"{region}{OP_MARK}{index}"] = (acts, grads, copies)  # an op's outputs come before any free
+            whole = region.split("@")[0] + REGION_MAXIMUM
+            if acts > at.get(whole, (-1, 0, 0))[0]:
+                at[whole] = (acts, grads, copies)
     out: dict[str, float] = {"activations_end_of_backward": a_at_g}
-    for moment in training_moment_names():
-        _, acts, grads = best.get(moment, (0, 0, 0))
+    for moment, (acts, grads, copies) in at.items():
         out[REGION_PREFIX + moment] = acts
         out[GRADIENTS_PREFIX + moment] = grads / element_bytes
+        if tracker.autocast_dtype is not None:
+            out[WEIGHT_COPIES_PREFIX + moment] = copies
     return out
 
 
-def _backward_hooks(model, num_layers: int, tracker):
+def _backward_hooks(model, num_layers: int, tracker, starts: dict[int, int] | None = None):
     """Forward hooks that put a gradient hook on each decoder layer's output: when backward reaches
-    layer i, the tracker's phase becomes "backward-layer:i" (a checkpointed layer's re-run included)."""
+    layer i, the tracker's phase becomes "backward-layer:i" (a checkpointed layer's re-run included);
+    and that note in `starts` the forward's op count when layer i's forward began."""
     import torch
 
     _, layers = _decoder_layers(model, num_layers)
     handles = []
+
+    def on_input(index):
+        def hook(_module, _args):
+            if starts is not None and tracker.phase == "forward":
+                starts.setdefault(index, tracker.ops_in_phase.get("forward", 0))
+        return hook
 
     def on_output(index):
         def hook(_module, _args, output):
@@ -585,6 +610,7 @@ def _backward_hooks(model, num_layers: int, tracker):
         return hook
 
     for index, layer in enumerate(layers):
+        handles.append(layer.register_forward_pre_hook(on_input(index)))
         handles.append(layer.register_forward_hook(on_output(index)))
 
     def on_embedding(_module, _args, output):
@@ -707,14 +733,15 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
             labels = ids.clone()
             tracker.register(labels, "activations")
             tracker.autocast_dtype = torch.bfloat16 if setup.autocast else None
-            handles = _backward_hooks(model, layers, tracker)
+            starts: dict[int, int] = {}
+            handles = _backward_hooks(model, layers, tracker, starts)
             try:
                 with tracker:
                     _forward_backward(model, ids, labels, tracker)
             finally:
                 for handle in handles:
                     handle.remove()
-            return _timeline_quantities(tracker, element, layers)
+            return _timeline_quantities(tracker, element, layers, starts)
         from transformers import DynamicCache
 
         handles = _region_hooks(model, layers, tracker)
@@ -795,10 +822,13 @@ def _default_cache(model) -> bool:
 
 def basis_terms(config: dict, mode: str, attention: str, beyond_window: int = 0) -> tuple[str, ...]:
     """The BASIS terms a setup's quantities can hold (FIT_SHAPES): s x s with eager attention, with
-    dropout (SDPA's math kernel on a CPU) and beyond a sliding window (its mask)."""
+    dropout (SDPA's math kernel on a CPU), beyond a sliding window (its mask), and in training always:
+    a model's own code may keep an s x s tensor for backward whatever its attention (Falcon turns its
+    mask into a 16-bit additive one in every layer, which SDPA saves: 2 MiB a layer at 1 x 1024
+    tokens, 1% of the activations at the check's 128 tokens, where no check can see it)."""
     dropout = any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                   for k, v in config.items() if "dropout" in k or k.endswith("_pdrop"))
-    square = attention == "eager" or dropout or bool(beyond_window)
+    square = attention == "eager" or dropout or bool(beyond_window) or mode == "train"
     return ("1",) + (("b",) if mode == "inference" else ()) + ("b*s",) + (("b*s^2",) if square else ())
 
 
@@ -817,18 +847,28 @@ def traced_lengths(shapes: tuple[tuple[int, int], ...], check: tuple[int, int], 
 
 def _solve(points: list[tuple[tuple[int, ...], float]], terms: tuple[str, ...]) -> tuple[float, ...]:
     """Least squares over `terms` of BASIS (numpy; the others 0), rounded to 6 significant digits."""
+    return _solve_many([x for x, _ in points], [[y] for _, y in points], terms)[0]
+
+
+def _solve_many(shapes: list[tuple[int, ...]], values: list[list[float]],
+                terms: tuple[str, ...]) -> list[tuple[float, ...]]:
+    """`_solve` for many quantities traced at the same shapes at once: values[i][j] is quantity j at
+    shapes[i] (basis values); one coefficient tuple per quantity."""
     import numpy
 
     columns = [BASIS.index(term) for term in terms]
-    matrix = numpy.array([[x[i] for i in columns] for x, _ in points], dtype=float)
-    values = numpy.array([y for _, y in points], dtype=float)
+    matrix = numpy.array([[x[i] for i in columns] for x in shapes], dtype=float)
     scale = matrix.max(axis=0)
     scale[scale == 0] = 1
-    solution, *_ = numpy.linalg.lstsq(matrix / scale, values, rcond=None)
-    full = [0.0] * len(BASIS)
-    for column, value in zip(columns, solution / scale):
-        full[column] = float(f"{value:.6g}")
-    return tuple(full)
+    solution, *_ = numpy.linalg.lstsq(matrix / scale, numpy.array(values, dtype=float), rcond=None)
+    solution = solution / scale[:, None]
+    out = []
+    for column_values in solution.T:
+        full = [0.0] * len(BASIS)
+        for column, value in zip(columns, column_values):
+            full[column] = float(f"{value:.6g}")
+        out.append(tuple(full))
+    return out
 
 
 # The check shape's largest relative error above which the fit without s x s terms is refitted with
@@ -843,40 +883,118 @@ SQUARE_REFIT_ERROR = 0.05
 CACHE_TERMS = ("b", "b*s")
 
 
+# Where the ops of a region are weighed against each other to keep those that can hold its maximum
+# (`_moments_that_peak`): the traced depths and deep models, the traced lengths and long prompts,
+# with the loss head (the last pipeline stage) and without it.
+ENVELOPE_DEPTHS = (16, 128)
+ENVELOPE_SHAPES = tuple((b, s) for b in (1, 8, 64) for s in (16, 128, 1024, 8192, 131072))
+
+
 def _fit_setup(measured: dict, terms: tuple[str, ...], fit_shapes, check_shape,
-               depths: tuple[int, int] = FIT_LAYERS, chunk: int = 0) -> tuple[list, float]:
+               depths: tuple[int, int] = FIT_LAYERS, element_bytes: int = 2, chunk: int = 0) -> tuple[list, float]:
     """Every traced quantity fitted over `terms` from the traces at the two `depths` (layer counts) at
     `fit_shapes`, and the largest relative error at `check_shape` (the deeper one; quantities above 1 KiB).
-    The cache per layer of a kind is already per layer: fitted over CACHE_TERMS from both depths' traces."""
+    The cache per layer of a kind is already per layer: fitted over CACHE_TERMS from both depths' traces.
+    A training step's per-op moments (`_timeline_quantities`) are fitted op by op, and only those that
+    are a region's largest at some depth and shape are kept (`_moments_that_peak`); the check then
+    compares each region's maximum too, where the fit answers the largest of its moments."""
     low, high = depths
-    names = sorted({name for layers in depths for shape in fit_shapes for name in measured[layers][shape]})
-    quantities = []
-    worst = 0.0
+    first = [measured[layers][shape] for layers in depths for shape in fit_shapes]
+    # An op of one trace that another lacks (a code path that differs with the shape) cannot be fitted;
+    # nor a forward op below the top `high - low` layers (one repeat of the layers' pattern): counted
+    # from the end, it is in another layer, or the embedding, at the other depth.
+    per_op = sorted(name for name in set.intersection(*({n for n in trace if OP_MARK in n} for trace in first))
+                    if _forward_layers_later(name) < high - low)
+    with_ops = {moment_region(name.split("@", 1)[1]) for name in per_op}
+    # A region's maximum as one quantity only where none of its ops could be fitted one by one.
+    plain = sorted({name for trace in first for name in trace if OP_MARK not in name and not (
+        REGION_MAXIMUM in name and moment_region(name.split("@", 1)[1]) in with_ops)})
+    caches = [name for name in plain if name.startswith(CACHE_PREFIX)]
+    plain = [name for name in plain if not name.startswith(CACHE_PREFIX)]
+    names = plain + per_op
+    by_terms: dict[tuple[str, ...], list[str]] = {}
     for name in names:
-        if name.startswith(CACHE_PREFIX):
-            own = tuple(t for t in CACHE_TERMS if t in terms) or ("1",)
-            points = [(basis_values(shape[0], shape[1], chunk), measured[layers][shape].get(name, 0))
-                      for layers in depths for shape in fit_shapes]
-            fitted = Fitted((0.0,) * len(BASIS), _solve(points, own), chunk)
-            truth = measured[high][check_shape].get(name, 0)
-            predicted = fitted.at(layers=1, batch=check_shape[0], seq_len=check_shape[1], head=False)
-            quantities.append((name, fitted))
-            if max(truth, predicted) > 1024:
-                worst = max(worst, abs(predicted - truth) / max(truth, 1))
-            continue
-        # Parameter gradients do not grow with the batch or the prompt: a constant (per layer and head).
-        own = ("1",) if name.startswith(GRADIENTS_PREFIX) else terms
-        one = _solve([(basis_values(shape[0], shape[1], chunk), measured[low][shape].get(name, 0)) for shape in fit_shapes], own)
-        two = _solve([(basis_values(shape[0], shape[1], chunk), measured[high][shape].get(name, 0)) for shape in fit_shapes], own)
-        per_layer = tuple(float(f"{(b - a) / (high - low):.6g}") for a, b in zip(one, two))
-        head = tuple(float(f"{a - low * p:.6g}") for a, p in zip(one, per_layer))
-        fitted = Fitted(head, per_layer, chunk)
-        quantities.append((name, fitted))
-        truth = measured[high][check_shape].get(name, 0)
-        predicted = fitted.at(layers=high, batch=check_shape[0], seq_len=check_shape[1])
-        if not name.startswith(GRADIENTS_PREFIX) and max(truth, predicted) > 1024:
-            worst = max(worst, abs(predicted - truth) / max(truth, 1))
+        # Parameter gradients and weight copies do not grow with the batch or the prompt: a constant
+        # (per layer and head).
+        by_terms.setdefault(("1",) if name.startswith(WEIGHTS_LIKE) else terms, []).append(name)
+    fitted: dict[str, Fitted] = {}
+    for own, group in by_terms.items():
+        shapes = [basis_values(shape[0], shape[1], chunk) for shape in fit_shapes]
+        one, two = (_solve_many(shapes, [[measured[layers][shape].get(name, 0) for name in group]
+                                         for shape in fit_shapes], own) for layers in depths)
+        for name, a_coeffs, b_coeffs in zip(group, one, two):
+            per_layer = tuple(float(f"{(b - a) / (high - low):.6g}") for a, b in zip(a_coeffs, b_coeffs))
+            head = tuple(float(f"{a - low * p:.6g}") for a, p in zip(a_coeffs, per_layer))
+            fitted[name] = Fitted(head, per_layer, chunk)
+    for name in caches:
+        own_terms = tuple(t for t in CACHE_TERMS if t in terms) or ("1",)
+        points = [(basis_values(shape[0], shape[1], chunk), measured[layers][shape].get(name, 0))
+                  for layers in depths for shape in fit_shapes]
+        fitted[name] = Fitted((0.0,) * len(BASIS), _solve(points, own_terms), chunk)
+    kept = plain + caches + sorted(_moments_that_peak(fitted, per_op, depths, element_bytes, chunk))
+    quantities = [(name, fitted[name]) for name in kept]
+    check = measured[high][check_shape]
+    shape = dict(layers=high, batch=check_shape[0], seq_len=check_shape[1])
+    # Per-op moments are checked as theory reads them, region by region, by their largest: one op's
+    # position can shift at the check's batch (Starcoder2's loss clones its labels when b > 1).
+    compared = [(check.get(name, 0), fitted[name].at(**shape)) for name in plain
+                if not name.startswith(WEIGHTS_LIKE)]
+    def region_of(name: str) -> str | None:
+        return moment_region(name[len(REGION_PREFIX):]) if name.startswith(REGION_PREFIX) and OP_MARK in name else None
+
+    for region in {region_of(name) for name, _ in quantities} - {None}:
+        truth = max((n for name, n in check.items() if region_of(name) == region), default=0)
+        compared.append((truth, max(f.at(**shape) for name, f in quantities if region_of(name) == region)))
+    worst = max((abs(predicted - truth) / max(truth, 1) for truth, predicted in compared
+                 if max(truth, predicted) > 1024), default=0.0)
     return quantities, worst
+
+
+WEIGHTS_LIKE = (GRADIENTS_PREFIX, WEIGHT_COPIES_PREFIX)  # per-moment quantities sized by the parameters
+
+
+def _forward_layers_later(name: str) -> int:
+    """t of a forward op's name "...forward@top<t>@op<n>" (the layers that start after it), else 0."""
+    marker = "forward@top"
+    if marker not in name:
+        return 0
+    return int(name.split(marker)[1].split("@")[0])
+
+
+def _moments_that_peak(fitted: dict[str, Fitted], per_op: list[str], depths: tuple[int, int],
+                       element_bytes: int, chunk: int = 0) -> set[str]:
+    """The per-op moments worth keeping: in each region, every op whose activations, or activations
+    plus gradient and weight-copy bytes (what the step's peak adds up), are the region's largest at
+    some depth and shape (the traced ones, ENVELOPE_DEPTHS, ENVELOPE_SHAPES), with the loss head and
+    without it; each with its gradient elements and weight copies."""
+    import numpy
+
+    moments = [name[len(REGION_PREFIX):] for name in per_op if name.startswith(REGION_PREFIX)]
+    if not moments:
+        return set()
+    probes = [(layers, b, s) for layers in (*depths, *ENVELOPE_DEPTHS) for b, s in ENVELOPE_SHAPES]
+    basis = numpy.array([basis_values(b, s, chunk) for _, b, s in probes], dtype=float)
+    layer_counts = numpy.array([layers for layers, _, _ in probes], dtype=float)
+
+    def values(prefix: str, head: bool) -> numpy.ndarray:
+        """(probe, moment) values of each moment's fitted quantity (0 where it has none)."""
+        zero = Fitted((0.0,) * len(BASIS), (0.0,) * len(BASIS))
+        quantities = [fitted.get(prefix + moment, zero) for moment in moments]
+        per_layer = numpy.array([q.per_layer for q in quantities], dtype=float)
+        layers_part = layer_counts[:, None] * (basis @ per_layer.T)
+        return layers_part + basis @ numpy.array([q.head for q in quantities], dtype=float).T if head else layers_part
+
+    regions = numpy.array([moment_region(moment) or "" for moment in moments])
+    kept: set[str] = set()
+    for head in (True, False):
+        acts = values(REGION_PREFIX, head)
+        total = acts + element_bytes * values(GRADIENTS_PREFIX, head) + values(WEIGHT_COPIES_PREFIX, head)
+        for region in set(regions):
+            columns = numpy.flatnonzero(regions == region)
+            for table in (acts, total):
+                for best in set(columns[numpy.argmax(table[:, columns], axis=1)]):
+                    kept.update(prefix + moments[best] for prefix in (REGION_PREFIX, *WEIGHTS_LIKE))
+    return kept & set(fitted)
 
 
 def fit_shapes(terms: tuple[str, ...], chunk: int = 0) -> tuple[tuple[tuple[int, int], ...], tuple[int, int]]:
@@ -942,12 +1060,14 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
         shapes, check = traced_lengths(shapes, check, window=window, beyond_window=beyond_window)
         with_padding = terms + (("b*S",) if chunk else ())
         trace({layers: shapes + ((check,) if layers == check_layers else ()) for layers in depths})
-        return shapes, check, *_fit_setup(measured, with_padding, shapes, check, depths, chunk)
+        return shapes, check, *_fit_setup(measured, with_padding, shapes, check, depths,
+                                          element_bytes=4 if dtype == "fp32" else 2, chunk=chunk)
 
     with _quiet():
         if at_shape is not None:
             trace({layers: (at_shape,) for layers in depths})
-            quantities, worst = _fit_setup(measured, ("1",), (at_shape,), at_shape, depths)
+            quantities, worst = _fit_setup(measured, ("1",), (at_shape,), at_shape, depths,
+                                           element_bytes=4 if dtype == "fp32" else 2)
             return CalibratedSetup(key=key, quantities=tuple(quantities), check=(check_layers, *at_shape),
                                    check_error=round(worst, 4), traced_element_bytes=4 if dtype == "fp32" else 2,
                                    fitted_shapes=tuple((layers, *at_shape) for layers in depths),
