@@ -81,10 +81,11 @@ SKIPPED: dict[str, str] = {
     "dots1": "transformers' default config of the class does not build (empty() takes 1 positional argument)",
 }
 # Types fit refuses, with one line naming the architecture and the reason (a word of the reason here).
-KNOWN_REFUSED: dict[str, str] = {
-    # Its looped layers are named by index (loop_layer_index_start/end, multiples of n_layers_per_attn_res_block),
-    # which tutor.trace.layer_count does not rebuild at another depth: the traced model's loop runs past its cache.
-    "inkling2_loop_text": "list index out of range",
+KNOWN_REFUSED: dict[str, str] = {}
+# Types whose small config keeps the class's own depth: fields index its layers in a way the rebuild at another
+# depth does not follow, so a config at fewer layers does not run (fit itself then traces the whole model).
+OWN_DEPTH: dict[str, str] = {
+    "inkling2_loop_text": "loop_layer_index_start/end index the looped layers (multiples of n_layers_per_attn_res_block)",
 }
 
 
@@ -108,7 +109,7 @@ def small_config(model_type: str) -> dict:
     from tutor.trace.layer_count import class_view, layer_section, with_layers
 
     written, plan = class_view(AutoConfig.for_model(model_type, **OVERRIDES.get(model_type, {})).to_dict())
-    if plan is not None:
+    if plan is not None and model_type not in OWN_DEPTH:
         written = with_layers(written, max(2, len(plan.lead) + 2 * plan.pattern_layers), plan)
     found = layer_section(written)
     section = found[0] if found is not None else written

@@ -184,6 +184,41 @@ def test_a_fit_that_misses_its_check_answers_from_a_trace_at_the_shape(monkeypat
     assert any("was traced itself" in note for note in estimate.notes)
 
 
+def test_a_model_whose_code_fails_at_fewer_layers_is_traced_whole_at_the_shape(monkeypatch) -> None:
+    """A model whose config indexes its layers in a way the rebuild at another depth does not follow (Inkling-2's
+    looped layers, loop_layer_index_start/end) fails at the small depths: the whole model is traced at the
+    requested shape instead of being refused, the answer is that trace's, and the notes say so."""
+    def truth(layers: int, batch: int, seq_len: int) -> float:
+        return 4096 + layers * 700 * batch * seq_len
+
+    traced = []
+
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+        traced.append((layers, batch, seq_len))
+        if layers != 4:
+            raise IndexError("list index out of range")  # what the looped model's code raised
+        return {"activations@mlp": truth(layers, batch, seq_len), "kv_cache": layers * 64 * batch * seq_len}
+
+    monkeypatch.setattr(arch_calibration, "_measure_shape", synthetic)
+    config = written("granite", **TINY, num_hidden_layers=4)
+    request = inference(2, 300)
+    arch = arch_calibration.calibrated_for(arch_calibration.measured_architecture(config), request)
+    assert traced[-1] == (4, 2, 300)
+    estimate = fitting.estimate(arch, request)
+    assert estimate.worst.component("activations") == pytest.approx(truth(4, 2, 300), rel=1e-6)
+    assert any("whole 4 layers were traced at this shape" in note for note in estimate.notes)
+
+
+def test_a_model_that_fails_at_its_own_depth_is_still_refused_in_one_line(monkeypatch) -> None:
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(arch_calibration, "_measure_shape", synthetic)
+    config = written("granite", **TINY, num_hidden_layers=4)
+    with pytest.raises(arch_calibration.UserError, match="its transformers code failed in the trace: "):
+        arch_calibration.calibrated_for(arch_calibration.measured_architecture(config), inference(2, 300))
+
+
 # -------------------------------------------------------------------------------------------------
 # Weights of models whose layers differ, or share a block
 

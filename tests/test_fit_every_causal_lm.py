@@ -34,7 +34,7 @@ def data_dir(tmp_path, monkeypatch):
 
 
 def test_the_lists_name_real_types_once() -> None:
-    for listed in (sweep.SKIPPED, sweep.KNOWN_REFUSED, sweep.OVERRIDES):
+    for listed in (sweep.SKIPPED, sweep.KNOWN_REFUSED, sweep.OVERRIDES, sweep.OWN_DEPTH):
         assert set(listed) <= set(TYPES), set(listed) - set(TYPES)
     assert not set(sweep.SKIPPED) & set(sweep.KNOWN_REFUSED)
     assert all(reason.strip() for reason in (*sweep.SKIPPED.values(), *sweep.KNOWN_REFUSED.values()))

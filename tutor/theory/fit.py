@@ -652,13 +652,23 @@ def _calibration_key(arch: Architecture, request: FitRequest) -> str:
     return at_shape if calibrated_setup(arch, at_shape) is not None else key
 
 
+def _traced_whole(setup) -> bool:
+    """Whether a calibrated setup is one trace of the whole model (tutor.trace.arch_calibration.whole_model_setup:
+    one traced depth, the model's own), not a fit over two small depths."""
+    return len(setup.fitted_shapes) == 1 and setup.fitted_shapes[0][0] == setup.check[0]
+
+
 def _calibrated_timeline(arch: Architecture, request: FitRequest, stage, stage_layers: range,
                          calibrated) -> _ActivationTimeline:
     """A calibrated-trace architecture (tutor.theory.calibrated): the fitted head + per-layer terms
     at this stage's layers and shape (the head on the last stage only; split over tp)."""
     b, s, t, n = request.batch, request.seq_len, request.tp, len(stage_layers)
     last = stage.index == request.pp - 1
-    if calibrated.key.endswith(at_shape_key("", b, s)):
+    if calibrated.key.endswith(at_shape_key("", b, s)) and _traced_whole(calibrated):
+        where = (f"trace of the whole {arch.calibration.model_class} ({calibrated.check[0]} layers) at this shape "
+                 f"({calibrated.key}), its bytes shared evenly by the layers: {n} of them here"
+                 + (f", / tp {t}" if t > 1 else ""))
+    elif calibrated.key.endswith(at_shape_key("", b, s)):
         where = (f"trace of {arch.calibration.model_class} at this shape ({calibrated.key}; the fit at small shapes "
                  f"missed its check): head + {n} layers x the per-layer bytes traced at {calibrated.fitted_shapes[0][0]} "
                  f"and {calibrated.fitted_shapes[-1][0]} layers" + (f", / tp {t}" if t > 1 else ""))
@@ -1084,9 +1094,15 @@ def _notes(arch: Architecture, request: FitRequest) -> tuple[str, ...]:
     key = _calibration_key(arch, request)
     if arch.calibration is not None and key.endswith(at_shape_key("", request.batch, request.seq_len)):
         fitted = calibrated_setup(arch, key[: -len(at_shape_key("", request.batch, request.seq_len))])
-        missed = f" by {fitted.check_error:.0%}" if fitted is not None else ""
-        notes.append(f"the calibration's fit at small shapes missed its own check{missed}: this shape "
-                     f"({request.batch} x {request.seq_len} tokens) was traced itself, at small layer counts")
+        traced = calibrated_setup(arch, key)
+        if traced is not None and _traced_whole(traced):
+            notes.append(f"{arch.calibration.model_class} cannot be rebuilt at fewer layers (its code failed there): "
+                         f"its whole {traced.check[0]} layers were traced at this shape ({request.batch} x "
+                         f"{request.seq_len} tokens) itself; another shape is traced anew")
+        else:
+            missed = f" by {fitted.check_error:.0%}" if fitted is not None else ""
+            notes.append(f"the calibration's fit at small shapes missed its own check{missed}: this shape "
+                         f"({request.batch} x {request.seq_len} tokens) was traced itself, at small layer counts")
     calibrated = calibrated_setup(arch, key)
     if calibrated is not None:
         notes.extend(f"calibrated trace: {assumption}" for assumption in calibrated.assumptions)

@@ -420,14 +420,19 @@ def calibrated_for(arch: Architecture, request) -> Architecture:
                     seq_len=request.seq_len, window=window)
     beyond = window if window and request.seq_len > window else 0
     traced = TRACE_ATTENTION[request.attention]
-    if arch.calibration.setup(key) is None:
-        arch = _with_setup(arch, key, request.mode, precision, traced, recompute, beyond)
+    at_key = at_shape_key(key, request.batch, request.seq_len)
+    if arch.calibration.setup(key) is None and arch.calibration.setup(at_key) is None:
+        try:
+            arch = _with_setup(arch, key, request.mode, precision, traced, recompute, beyond)
+        except DepthRebuildFailed as failed:
+            # A model that cannot be rebuilt at fewer layers is traced whole, at this shape itself.
+            return _with_setup(arch, at_key, request.mode, precision, traced, recompute, beyond,
+                               at_shape=(request.batch, request.seq_len), whole=str(failed))
     fitted = arch.calibration.setup(key) if arch.calibration is not None else None
     if fitted is None or fitted.check_error <= AT_SHAPE_ERROR:
         return arch
     # The fit missed its own check: a quantity follows the shape in a way its basis cannot (a step, a
     # threshold), so this shape is traced itself, at the same two small depths.
-    at_key = at_shape_key(key, request.batch, request.seq_len)
     if arch.calibration.setup(at_key) is not None:
         return arch
     return _with_setup(arch, at_key, request.mode, precision, traced, recompute, beyond,
@@ -446,24 +451,27 @@ def shortest_window(config: dict) -> int:
 
 
 def _with_setup(arch: Architecture, key: str, mode: str, precision: str, attention: str, recompute: str,
-                beyond: int = 0, at_shape: tuple[int, int] | None = None, missed: float = 0.0) -> Architecture:
+                beyond: int = 0, at_shape: tuple[int, int] | None = None, missed: float = 0.0,
+                whole: str = "") -> Architecture:
+    """`arch` with setup `key` traced now and cached; `whole`: why the model is traced whole (at at_shape)."""
     config = json.loads(arch.calibration.config_json)
     entry = _read_cache(config)
     took = [float(t) for value in (entry.get("setups") or {}).values() if isinstance(value, dict)
             and isinstance(t := value.get("seconds"), (int, float)) and not isinstance(t, bool) and t > 0]
     from tutor.formatting import format_duration
 
-    low, high = traced_depths(config)
-    shape = (f" at {at_shape[0]} x {at_shape[1]} tokens itself (the fit at small shapes missed its check by "
-             f"{missed:.0%})") if at_shape else ""
-    announce(f"tracing {arch.calibration.model_class} at {low} and {high} layers on fake tensors to calibrate {mode} "
+    low, high = (own_depth(config),) * 2 if whole else traced_depths(config)
+    depths = f"whole ({low} layers, as it cannot be rebuilt at fewer)" if whole else f"at {low} and {high} layers"
+    shape = "" if not at_shape else (f" at {at_shape[0]} x {at_shape[1]} tokens itself" + (
+        "" if whole else f" (the fit at small shapes missed its check by {missed:.0%})"))
+    announce(f"tracing {arch.calibration.model_class} {depths} on fake tensors to calibrate {mode} "
               f"memory ({precision}, {attention} attention){shape}: first time for this setup, "
               + (f"about {format_duration(max(took))} (its slowest setup so far)" if took else
                  "typically 2-30 s on 2 cores") + f"; kept in {cache_file(config)}")
     started = time.perf_counter()
     setup = calibrate(config, key, mode=mode, precision=precision, attention=attention, recompute=recompute,
                       beyond_window=beyond, window=arch.calibration.window, chunk=arch.calibration.chunk,
-                      at_shape=at_shape)
+                      at_shape=at_shape, whole=bool(whole))
     entry = _read_cache(config)
     if "architecture" in entry:
         entry.setdefault("setups", {})[key] = {**_setup_json(setup), "seconds": time.perf_counter() - started}
@@ -1007,13 +1015,43 @@ def fit_shapes(terms: tuple[str, ...], chunk: int = 0) -> tuple[tuple[tuple[int,
     return shapes, (CHUNKED_CHECK[0], int(CHUNKED_CHECK[1] * chunk))
 
 
+class DepthRebuildFailed(UserError):
+    """The model's code failed at a layer count other than its config's own (a structure the rebuilt config
+    does not keep: layers looped between indices, stacks counted in slots): traced whole instead."""
+
+
+def own_depth(config: dict) -> int:
+    """The decoder layers the config itself has (tutor.trace.layer_count.layer_section), 1 where it names none."""
+    from tutor.trace.layer_count import layer_section
+
+    found = layer_section(config)
+    return int(found[0][found[1]]) if found is not None else 1
+
+
+def whole_model_setup(key: str, traced: dict[str, float], layers: int, shape: tuple[int, int], *,
+                      traced_element_bytes: int, assumptions: tuple[str, ...] = ()) -> CalibratedSetup:
+    """The setup of one trace of the whole model at one shape: each quantity spread evenly over its `layers`
+    layers, none in the head (exact for the whole model at that shape; a pipeline stage gets its share of
+    the layers), the cache per layer of a kind as traced (already per layer)."""
+    def per_layer(value: float) -> Fitted:
+        return Fitted((0.0,) * len(BASIS), (float(f"{value:.9g}"),) + (0.0,) * (len(BASIS) - 1))
+
+    quantities = tuple((name, per_layer(value if name.startswith(CACHE_PREFIX) else value / layers))
+                       for name, value in sorted(traced.items()))
+    return CalibratedSetup(key=key, quantities=quantities, check=(layers, *shape), check_error=0.0,
+                           traced_element_bytes=traced_element_bytes, fitted_shapes=((layers, *shape),),
+                           assumptions=assumptions)
+
+
 def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: str, recompute: str,
               beyond_window: int = 0, window: int = 0, chunk: int = 0,
-              at_shape: tuple[int, int] | None = None) -> CalibratedSetup:
+              at_shape: tuple[int, int] | None = None, whole: bool = False) -> CalibratedSetup:
     """Trace the setup at its fit_shapes at two depths (traced_depths), fit every quantity, check at the check
     shape; a check off by more than SQUARE_REFIT_ERROR without s x s terms traces one more shape and refits
     with them. `chunk`: the scan's chunk (scan_chunk), b·S among the terms. `at_shape` (batch, seq_len):
-    traced at that shape alone, each quantity a constant per layer and head (exact there, and nowhere else)."""
+    traced at that shape alone, each quantity a constant per layer and head (exact there, and nowhere else);
+    with `whole`, the config as given, at its own depth (whole_model_setup). DepthRebuildFailed where the
+    model's code fails at a depth other than its own."""
     import torch  # noqa: F401 - imported before FakeTensorMode, as torch requires
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -1027,13 +1065,17 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {layers: {} for layers in depths}
     assumptions: list[str] = []
 
+    if whole:
+        depths = (own_depth(config),) * 2
+        measured = {depths[0]: {}}
+
     def trace(wanted: dict[int, tuple[tuple[int, int], ...]]) -> None:
         for layers, shapes in wanted.items():
             shapes = tuple(shape for shape in dict.fromkeys(shapes) if shape not in measured[layers])
             if not shapes:
                 continue
             try:
-                small = layer_config(config, layers)
+                small = config if whole else layer_config(config, layers)
                 traced_attention, _ = attention_to_run(small, attention)
                 run = replace(setup, attention=traced_attention)
                 with FakeTensorMode():
@@ -1052,6 +1094,9 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                 raise UserError(_refusal(config, f"it cannot be traced on fake tensors: {limit}")) from None
             except Exception as exc:  # noqa: BLE001 - the model's own code on the user's config may raise anything
                 limit = fake_tensor_limit(exc)
+                if limit is None and not whole and layers != own_depth(config):
+                    raise DepthRebuildFailed(_refusal(config, f"its transformers code failed in the trace at "
+                                                              f"{layers} layers: {_one_line(exc)}")) from None
                 raise UserError(_refusal(config, f"it cannot be traced on fake tensors: {limit}" if limit else
                                          f"its transformers code failed in the trace: {_one_line(exc)}")) from None
 
@@ -1064,6 +1109,11 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                                           element_bytes=4 if dtype == "fp32" else 2, chunk=chunk)
 
     with _quiet():
+        if whole and at_shape is not None:
+            trace({depths[0]: (at_shape,)})
+            return whole_model_setup(key, measured[depths[0]][at_shape], depths[0], at_shape,
+                                     traced_element_bytes=4 if dtype == "fp32" else 2,
+                                     assumptions=tuple(dict.fromkeys(assumptions)))
         if at_shape is not None:
             trace({layers: (at_shape,) for layers in depths})
             quantities, worst = _fit_setup(measured, ("1",), (at_shape,), at_shape, depths,
