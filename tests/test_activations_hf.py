@@ -356,3 +356,29 @@ def test_cause_11_gemma2_kv_cache_after_prefill() -> None:
     assert rows["kv_cache"].theory == rows["kv_cache"].measured
     fused = _rows("gemma2", "inference", batch=2, seq_len=160, impl="fused")
     assert fused["kv_cache"].theory < rows["kv_cache"].measured
+
+
+# Full recompute of grouped MoE experts: the re-run layer's backward starts by un-sorting the routed
+# output (three k x h gradients, in the routing-weight product's dtype) and reaches the experts' own
+# gradients only after their down projection freed its input and output. A wide hidden size with
+# narrow experts (Qwen3-MoE, bf16 routing weights) peaks at the first moment; narrow hidden with wide
+# experts (Mixtral, fp32 routing weights) at the second. A small vocabulary keeps the loss head below both.
+@pytest.mark.parametrize("kind, fields", [
+    ("qwen3_moe", dict(hidden_size=128, moe_intermediate_size=32, intermediate_size=256, num_experts=8,
+                       num_experts_per_tok=2, head_dim=32, decoder_sparse_step=1, mlp_only_layers=[])),
+    ("mixtral", dict(hidden_size=64, intermediate_size=256, num_local_experts=8, num_experts_per_tok=2)),
+])
+def test_full_recompute_moe_rerun_moments(kind: str, fields: dict) -> None:
+    config = {"model_type": kind, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 128, "max_position_embeddings": 512, **fields}
+    model = build_model(config, TraceSetup(mode="train", dtype="bf16", attention="sdpa", fake=False), seed=0)
+    model.train()
+    enable_recompute(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = token_ids(config["vocab_size"], BATCH, 96, seed=1)
+    training_step(model, optimizer, ids)
+    measured = measure_training_step(model, optimizer, ids).max_per_category["activations"]
+    request = fitting.FitRequest(mode="train", recipe="bf16", optimizer="adamw", recompute="full", batch=BATCH,
+                                 seq_len=96, attention="sdpa", gpu=False)
+    theory = fitting.estimate(architecture_from_config(model.config.to_dict()), request).worst.component("activations")
+    assert theory == pytest.approx(measured, rel=0.01)

@@ -662,7 +662,10 @@ def hf_rerun_layer_moments(
     - "MLP backward": everything the layer saves (`hf_layer_activation_terms`, recompute "none"),
       the gradient of the layer output (the residual stream) and the MLP's first gradients: of the
       down-projection input, of act(gate) and of up (3 tensors of the MLP width; GPT-2's gelu_new: 2;
-      MoE: k·f per token plus the shared expert);
+      MoE: k·f per token plus the shared expert, with the experts' down projection output and input
+      already freed);
+    - "MoE unsort backward" (MoE layers): everything the layer saves, the incoming gradient and three
+      k x h gradients of the routed output's un-sorting, the first step of the experts' backward;
     - "attention backward": the attention block's saved tensors up to its core (the MLP's and those
       after the core are freed) while the attention core goes back: for eager and math-SDPA attention, softmax's backward holds the
       saved probabilities, the gradient arriving at them and its own output, three s x s tensors in
@@ -679,6 +682,7 @@ def hf_rerun_layer_moments(
     h = shape.hidden
     v = 4 if precision == "fp32" else 2
     resid = 4 if precision in ("fp32", "amp") else 2
+    amp = precision == "amp"
     rep = Fraction(1, t) if sequence_parallel else Fraction(1)
     a = _heads_per_rank(shape.heads, t)
     g = kv_heads_per_rank(shape.kv_heads, t)
@@ -693,8 +697,29 @@ def hf_rerun_layer_moments(
     # the second linear's input and of one link of its chain (measured).
     count, what = (3, "down-projection input, act(gate), up") if shape.mlp_act == "glu" else \
         (2, "second linear input, one gelu_new step")
-    mlp = saved + (incoming, ActivationTerm(f"MLP gradients: {what} ({count} x MLP width)",
-                                            Fraction(count * v * width * tokens), "mlp"))
+    gradients = ActivationTerm(f"MLP gradients: {what} ({count} x MLP width)", Fraction(count * v * width * tokens),
+                               "mlp")
+    moments: dict[str, tuple[ActivationTerm, ...]] = {}
+    if shape.num_experts:
+        # Grouped experts (transformers integrations/moe.py, grouped_mm_experts_forward): the routed
+        # part's backward starts at the per-token sum over the k copies, whose expanded gradient is
+        # made contiguous by view's backward, then index's backward (weighted_out[inv_perm]) makes a
+        # zeroed k·T x h tensor and its scatter: three k x h gradients per token, in the dtype of the
+        # routing-weight product (fp32 where the routing weights are fp32: Mixtral, DeepSeek-V3).
+        # Every tensor is k·T rows whatever the routing, so no expert's load enters (measured, random
+        # routing, fit_unseen_set qwen3_moe and mixtral). By the time the expert MLP's gradients
+        # exist, the backward of the routing-weight multiply and of the down projection have freed
+        # what they saved: the down projection's output and input.
+        k = shape.experts_per_token
+        product = 4 if amp or precision == "fp32" or shape.router in ("sigmoid", "softmax_norm") else v
+        moments["MoE unsort backward"] = saved + (incoming, ActivationTerm(
+            "routed gradients at the unsort: the k copies' sum made contiguous, index's zeros and scatter "
+            "(3 x k x hidden)", Fraction(3 * product * k * h * tokens) * rep, "mlp"))
+        freed = ("down projection output per copy", "down projection input per copy")
+        moments["MLP backward"] = tuple(term for term in saved if not term.name.startswith(freed)) + (
+            incoming, gradients)
+    else:
+        moments["MLP backward"] = saved + (incoming, gradients)
 
     # What the attention block saves after its core (the output projection's input, Gemma-2's
     # post-attention norm, the residual dropout mask) is freed before the core's backward runs.
@@ -721,7 +746,8 @@ def hf_rerun_layer_moments(
             extra.append(ActivationTerm("s x s: saved probabilities" + (" and tanh" if shape.attn_softcap else "")
                                         + " + the gradient arriving at softmax and softmax's own gradient",
                                         at_softmax, "attention"))
-    return {"MLP backward": mlp, "attention backward": attention_saved + tuple(extra)}
+    moments["attention backward"] = attention_saved + tuple(extra)
+    return moments
 
 
 @lru_cache(maxsize=512)
