@@ -169,7 +169,7 @@ def compare(model_type: str, run_name: str, batch: int, seq_len: int) -> tuple[b
 
     from tutor.trace.arch_calibration import calibrated_for, measured_architecture
     from tutor.theory import fit as fitting
-    from tutor.theory.models import architecture_from_config, count_parameters
+    from tutor.theory.models import architecture_from_config
 
     torch.set_num_threads(1)
     run = base.CONFIGS[run_name]
@@ -182,14 +182,27 @@ def compare(model_type: str, run_name: str, batch: int, seq_len: int) -> tuple[b
     else:
         arch = architecture_from_config(config, model_type)
     answer_seconds = time.perf_counter() - started
+    result = beside_fit(model_type, run_name, model, arch, request, batch, seq_len)
+    info = {"profile": arch.profile, "calibration_seconds": round(answer_seconds, 2),
+            "check_error": next((s.check_error for s in arch.calibration.setups
+                                 if s.key == fitting._calibration_key(arch, request)), None) if arch.calibration else None}
+    return result, info
+
+
+def beside_fit(model_type: str, run_name: str, model, arch, request, batch: int, seq_len: int) -> base.RunResult:
+    """`model` run for real as `run_name` runs it (fit_vs_transformers: two training steps, the second measured;
+    or a prefill), each category beside fit's answer to `request` for `arch`."""
+    from tutor.theory import fit as fitting
+    from tutor.theory.models import count_parameters
+
+    run = base.CONFIGS[run_name]
     if run.mode == "train":
         measured = base.measure_training(model, run, batch, seq_len)
         categories = base.TRAIN_CATEGORIES
     else:
         measured = base.measure_inference(model, batch, seq_len)
         categories = base.INFERENCE_CATEGORIES
-    estimate = fitting.estimate(arch, request)
-    worst = estimate.worst
+    worst = fitting.estimate(arch, request).worst
     theory = {c.name: worst.component(c.name) for c in worst.components}
     rows = []
     for category in categories:
@@ -200,12 +213,8 @@ def compare(model_type: str, run_name: str, batch: int, seq_len: int) -> tuple[b
         else:
             rows.append(base.Row(model_type, run_name, category, measured.category_max.get(category, 0),
                                  theory.get(category, 0)))
-    result = base.RunResult(model_type, run_name, rows, measured.peak, worst.peak.phase, dict(worst.peak.per_category),
-                            measured.seconds, list(measured.notes))
-    info = {"profile": arch.profile, "calibration_seconds": round(answer_seconds, 2),
-            "check_error": next((s.check_error for s in arch.calibration.setups
-                                 if s.key == fitting._calibration_key(arch, request)), None) if arch.calibration else None}
-    return result, info
+    return base.RunResult(model_type, run_name, rows, measured.peak, worst.peak.phase, dict(worst.peak.per_category),
+                          measured.seconds, [f"profile {arch.profile}"] + list(measured.notes))
 
 
 def sweep() -> list[dict]:

@@ -33,6 +33,7 @@ if __package__ in (None, ""):
     sys.path.append(str(Path(__file__).resolve().parent.parent))
     sys.path.append(str(Path(__file__).resolve().parent))
 
+import fit_any_architecture as beside  # noqa: E402  (a real run beside fit's answer)
 import fit_every_causal_lm as every  # noqa: E402  (the small configs)
 import fit_vs_transformers as base  # noqa: E402  (the measuring and the comparison rows)
 
@@ -109,8 +110,6 @@ def compare(model_type: str, config: dict, run_name: str, batch: int, seq_len: i
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tutor.theory import fit as fitting
-    from tutor.theory.models import count_parameters
     from tutor.trace.arch_calibration import architecture_of, calibrated_for
     from tutor.files.models import ModelConfig
 
@@ -130,25 +129,7 @@ def compare(model_type: str, config: dict, run_name: str, batch: int, seq_len: i
     arch = architecture_of(ModelConfig(config=config, name=model_type, source="benchmark"))
     request = base.fit_request(run, "hf", batch, seq_len, base.attention_used(model))
     arch = calibrated_for(arch, request)
-    if run.mode == "train":
-        measured = base.measure_training(model, run, batch, seq_len)
-        categories = base.TRAIN_CATEGORIES
-    else:
-        measured = base.measure_inference(model, batch, seq_len)
-        categories = base.INFERENCE_CATEGORIES
-    worst = fitting.estimate(arch, request).worst
-    theory = {c.name: worst.component(c.name) for c in worst.components}
-    rows = []
-    for category in categories:
-        if category == "parameters":
-            rows.append(base.Row(model_type, run_name, category, measured.params, count_parameters(arch).total))
-        elif category == "peak":
-            rows.append(base.Row(model_type, run_name, category, measured.peak.bytes, worst.peak.bytes))
-        else:
-            rows.append(base.Row(model_type, run_name, category, measured.category_max.get(category, 0),
-                                 theory.get(category, 0)))
-    return base.RunResult(model_type, run_name, rows, measured.peak, worst.peak.phase, dict(worst.peak.per_category),
-                          measured.seconds, [f"profile {arch.profile}"] + list(measured.notes))
+    return beside.beside_fit(model_type, run_name, model, arch, request, batch, seq_len)
 
 
 def main(argv: list[str] | None = None) -> int:
