@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tutor.errors import UserError
+from tutor.safe_text import plain
 
 DAY = 86400.0
 MONTH = 30.44 * DAY
@@ -352,7 +353,18 @@ def _convert(number: float, typed: str, unit: Unit, block: Unit, block_text: str
 
 def read_number(text: str, unit: str = "") -> Reading:
     """`text` as a value in `unit` (the block's unit; "" for none), see the module's rules.
-    UserError with one line for what cannot be read."""
+    UserError with one line for what cannot be read: the typed text it quotes has its newlines and other
+    control characters written as escapes (a paste may hold them)."""
+    try:
+        return _read_number(text, unit)
+    except UserError as error:
+        message = str(error)
+        if message.isprintable():
+            raise
+        raise UserError(plain(message)) from None
+
+
+def _read_number(text: str, unit: str) -> Reading:
     typed = (text or "").strip()
     if not typed:
         raise UserError("type a number first")
