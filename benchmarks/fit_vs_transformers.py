@@ -31,7 +31,7 @@ storage has the category it ends the step with, from its creation on:
     gradients      storages that end the backward pass as some parameter's .grad
     optimizer      the optimizer's state tensors (exp_avg, exp_avg_sq, step)
     kv_cache       (inference) the storages of the returned cache's keys and values
-    buffers        the model's buffers (rotary inv_freq, ...): counted in the peak, no theory term
+    buffers        the model's buffers (rotary inv_freq, a causal-mask table, ...), persistent or not
     optimizer_temporaries  anything else created during opt.step() / zero_grad()
     activations    everything else alive during forward and backward, including the token ids, the
                    loss, saved tensors and the backward pass's intermediate gradients
@@ -99,7 +99,7 @@ class RunConfig:
     mode: str                 # "train" | "inference"
     recipe: str               # FitRequest.recipe (training)
     attention: str            # attn_implementation and FitRequest.attention
-    bf16_model: bool          # model.to(torch.bfloat16)
+    bf16_model: bool          # built in bf16, as from_pretrained(dtype=torch.bfloat16) builds it
     autocast: bool = False    # forward under torch.autocast("cpu", dtype=torch.bfloat16)
     recompute: str = "none"   # "full": model.gradient_checkpointing_enable()
 
@@ -113,8 +113,8 @@ CONFIGS: dict[str, RunConfig] = {c.name: c for c in (
     RunConfig("inference", "inference", "bf16", "sdpa", bf16_model=True),
 )}
 
-TRAIN_CATEGORIES = ("parameters", "weights", "gradients", "optimizer", "activations", "peak")
-INFERENCE_CATEGORIES = ("parameters", "weights", "kv_cache", "activations", "peak")
+TRAIN_CATEGORIES = ("parameters", "weights", "buffers", "gradients", "optimizer", "activations", "peak")
+INFERENCE_CATEGORIES = ("parameters", "weights", "buffers", "kv_cache", "activations", "peak")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,20 +162,21 @@ class Measurement:
 
 
 def build_model(model_type: str, run: RunConfig):
-    """A transformers model from this benchmark's small config, with random weights."""
+    """A transformers model from this benchmark's small config, with random weights. A 16-bit model is built as
+    from_pretrained(dtype=torch.bfloat16) builds it: parameters in bf16, the rotary buffers kept in fp32
+    (model.to(bfloat16) would cast those too, which no loading path does)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    dtype = {"dtype": torch.bfloat16} if run.bf16_model else {}
     torch.manual_seed(0)
     config = AutoConfig.for_model(model_type, **ARCHITECTURES[model_type])
     try:
-        model = AutoModelForCausalLM.from_config(config, attn_implementation=run.attention)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=run.attention, **dtype)
     except ValueError:  # e.g. Gemma-2 has no SDPA path in transformers 5: it runs its default (eager)
         torch.manual_seed(0)
         config = AutoConfig.for_model(model_type, **ARCHITECTURES[model_type])  # the failed try set sdpa on it
-        model = AutoModelForCausalLM.from_config(config)
-    if run.bf16_model:
-        model = model.to(torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(config, **dtype)
     return config, model
 
 

@@ -32,6 +32,7 @@ def test_the_real_prefill_sits_beside_fit() -> None:
     config, _ = unseen.narrow_config("llama")
     result = unseen.compare("llama", config, "inference", 1, 96)
     rows = {row.category: row for row in result.rows}
-    assert set(rows) == {"parameters", "weights", "kv_cache", "activations", "peak"}
+    assert set(rows) == {"parameters", "weights", "buffers", "kv_cache", "activations", "peak"}
+    assert rows["buffers"].measured > 0 and rows["buffers"].within  # RoPE's fp32 inv_freq and its copy
     assert rows["parameters"].measured == rows["parameters"].theory  # the hand profile counts exactly
     assert rows["kv_cache"].measured > 0 and rows["kv_cache"].within

@@ -3,7 +3,7 @@
 The benchmark builds a dense Llama and a Mixtral MoE from small configs (random weights, CPU), runs
 bf16 training with AdamW and a bf16 prefill, measures each with tutor.trace.memory_trace (the
 tracker `fit --trace` uses) and sets it beside fit: every category fit reports (parameters, weights,
-gradients, optimizer states, activations, KV cache, the peak) must be within 10% of what the tensors
+buffers, gradients, optimizer states, activations, KV cache, the peak) must be within 10% of what the tensors
 really held. The script runs in a subprocess (`--json`), so its own code is what is checked; the
 tracker itself is tested in tests/test_memory_trace.py.
 """
@@ -21,8 +21,8 @@ import torch  # noqa: F401  (a hard dependency: missing is a failure, not a skip
 pytest.importorskip("transformers")
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "fit_vs_transformers.py"
-TRAIN_ROWS = ("parameters", "weights", "gradients", "optimizer", "activations", "peak")
-INFERENCE_ROWS = ("parameters", "weights", "kv_cache", "activations", "peak")
+TRAIN_ROWS = ("parameters", "weights", "buffers", "gradients", "optimizer", "activations", "peak")
+INFERENCE_ROWS = ("parameters", "weights", "buffers", "kv_cache", "activations", "peak")
 
 
 @pytest.fixture(scope="module")

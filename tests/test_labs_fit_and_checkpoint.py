@@ -24,7 +24,9 @@ def test_fit_weights_of_llama_31_8b_in_bf16_come_from_the_published_count() -> N
     assert metrics["capacity_bytes"] == 24 * GiB
     assert metrics["fits"] == 1.0
     assert metrics["total_bytes"] == sum(metrics[f"{c}_bytes"] for c in
-                                         ("weights", "activations", "kv_cache", "overhead"))
+                                         ("weights", "buffers", "activations", "kv_cache", "overhead"))
+    # RoPE's inv_freq and its copy: 64 fp32 values each for a 128-wide head (transformers LlamaRotaryEmbedding)
+    assert metrics["buffers_bytes"] == 2 * 64 * 4
 
 
 def test_training_llama_31_8b_does_not_fit_an_80gb_card() -> None:

@@ -275,7 +275,7 @@ def test_theory_modules_keep_their_own_names() -> None:
     assert evaluate("fit.FitRequest(mode='train').mode") == "train"
     assert evaluate("models.count_parameters(preset('gpt2')).total") == evaluate("params('gpt2').total")
     assert evaluate("math.log2(1024)") == 10
-    assert evaluate("len(fit.COMPONENTS)") == 6
+    assert evaluate("len(fit.COMPONENTS)") == 7
 
 
 def test_only_the_safe_builtins() -> None:

@@ -58,6 +58,7 @@ from tutor.theory.models import (
     LayerParams,
     ParamCount,
     count_parameters,
+    model_buffers,
     parameters_per_layer,
     qk_norm_parameters,
 )
@@ -121,7 +122,7 @@ MODES = tuple(mode.value for mode in Mode)
 ADAPTER_RECIPES = (Recipe.LORA.value, Recipe.QLORA.value)
 RECIPES = tuple(TRAINING_RECIPES) + ADAPTER_RECIPES
 ZERO_STAGES = tuple(int(stage) for stage in ZeroStage)
-COMPONENTS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "overhead")
+COMPONENTS = ("weights", "buffers", "gradients", "optimizer", "activations", "kv_cache", "overhead")
 SIXTEEN_BIT = ("bf16", "fp16")
 # Formats that keep every tensor at full width; the others quantize only the blocks' linear weights.
 UNQUANTIZED = ("fp32", "tf32", "bf16", "fp16")
@@ -189,7 +190,7 @@ class PeakMoment:
 
     bytes: tensors live at that moment, without allocator slack or the CUDA context (those stay
     in the `overhead` component); phase: one of PHASES; per_category: bytes of each category
-    alive then (weights, gradients, optimizer, activations, kv_cache, optimizer_temporaries);
+    alive then (weights, buffers, gradients, optimizer, activations, kv_cache, optimizer_temporaries);
     formula: one line saying why the peak is there.
     """
 
@@ -469,6 +470,9 @@ def _stage_memory(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
         components.append(Component("weights", base.bytes + math.ceil(request.adapter_bytes * share),
                                     f"{base.formula} + {request.adapter_bytes:,} B of adapter tensors (its "
                                     f"safetensors headers){' x the same share' if share != 1 else ''}"))
+    buffers = _buffers(arch, request, stage_layers)
+    if buffers.bytes:
+        components.insert(1, buffers)  # beside the weights: the model holds both for its whole life
     timeline = _activation_timeline(arch, request, stage, stage_layers)
     activations = timeline.component
     components.append(activations)
@@ -477,8 +481,8 @@ def _stage_memory(arch: Architecture, params: ParamCount, layers: tuple[LayerPar
     components.append(_overhead(request, activations.bytes))
     if request.mode == Mode.INFERENCE:
         peak = _all_at_once(components, "prefill")
-        peak = replace(peak, formula="prefill: weights + the whole prompt's KV cache + one layer's live tensors "
-                                     "+ logits, all alive together")
+        peak = replace(peak, formula="prefill: weights" + (" and buffers" if buffers.bytes else "")
+                       + " + the whole prompt's KV cache + one layer's live tensors + logits, all alive together")
     else:
         peak = _training_peak(arch, request, stage, components, timeline, resident)
     return DeviceMemory(stage=stage.index, layers=len(stage_layers), params=resident.total,
@@ -490,6 +494,40 @@ def _all_at_once(components: list[Component], phase: str) -> PeakMoment:
     per_category = {c.name: c.bytes for c in components if c.name != "overhead"}
     return PeakMoment(bytes=sum(per_category.values()), phase=phase, per_category=per_category,
                       formula="every category at its own maximum at once")
+
+
+def model_dtype_bytes(request: FitRequest) -> int:
+    """Bytes per element of the dtype the model's floating tensors are made in: fp32 for an fp32 model (--recipe
+    fp32, hf-amp's fp32 weights under autocast, fp32/tf32 inference weights), else 16-bit (2 B)."""
+    return 4 if activation_precision(request) in ("fp32", "amp") else 2
+
+
+def _buffers(arch: Architecture, request: FitRequest, stage_layers: range) -> Component:
+    """The model's buffers on one device (tutor.theory.models.model_buffers): tensors registered as buffers,
+    persistent or not, alive for the model's whole life in their own dtype. A decoder layer's go with the layer's
+    stage; the model's own (the rotary embedding every layer reads) are on every stage; tensor parallelism
+    replicates them (no rank holds a part of a mask or a frequency table)."""
+    element = model_dtype_bytes(request)
+    n_bytes = 0
+    groups: dict[tuple, list] = {}  # buffers alike in shape, dtype, persistence and holders: one phrase
+    for kind in model_buffers(arch):
+        holders = sum(1 for index in kind.layers if index in stage_layers) if kind.layers else 1
+        if not holders:
+            continue
+        n_bytes += holders * kind.bytes_each(element)
+        key = (kind.shape, kind.dtype, kind.element_bytes, kind.persistent, bool(kind.layers), holders)
+        groups.setdefault(key, []).append(kind)
+    words = []
+    for (shape, dtype, element_bytes, persistent, in_layers, holders), kinds in groups.items():
+        meaning = ", ".join(kind.meaning for kind in kinds if kind.meaning)
+        size = " x ".join(map(str, shape)) or "1"
+        what = (f"{' and '.join(kind.name for kind in kinds)}{f' ({meaning})' if meaning else ''} "
+                f"[{size} {dtype if element_bytes else f'in the model dtype ({element} B)'}"
+                f"{' each' if len(kinds) > 1 else ''}, {'persistent' if persistent else 'non-persistent'}]")
+        group_bytes = holders * sum(kind.bytes_each(element) for kind in kinds)
+        words.append((f"{holders} layers x {what}" if in_layers else what) + f": {group_bytes:,} B")
+    return Component("buffers", n_bytes, " + ".join(words) + (" (replicated on every tp rank)" if request.tp > 1 else "")
+                     if words else "no buffers")
 
 
 def _stored_weights(resident: _StageParams, fmt_name: str) -> Component:
@@ -898,6 +936,7 @@ def _training_peak(arch: Architecture, request: FitRequest, stage, components: l
     of backward (every gradient, activations freed layer by layer) and optimizer.step()."""
     by_name = {c.name: c.bytes for c in components}
     weights, grads, states = by_name.get("weights", 0), by_name.get("gradients", 0), by_name.get("optimizer", 0)
+    buffers = by_name.get("buffers", 0)  # alive at every moment, beside the weights
     temporaries, why = _optimizer_temporaries(arch, request, resident)
     # End of backward: the layers' and the loss head's tensors are freed; the embedding's (token ids)
     # go last, with the embedding backward. A tied embedding is used twice, so autograd holds the
@@ -928,8 +967,8 @@ def _training_peak(arch: Architecture, request: FitRequest, stage, components: l
                         + (f" + the {rerun.weight_copies:,} B of autocast weight copies still alive"
                            if rerun.weight_copies is not None and alive != weights else "")))
     phase, acts, grad_bytes, temp, weight_bytes, formula = max(moments, key=lambda m: m[1] + m[2] + m[3] + m[4])
-    per_category = {"weights": weight_bytes, "gradients": grad_bytes, "optimizer": states, "activations": acts,
-                    "kv_cache": 0, "optimizer_temporaries": temp}
+    per_category = {"weights": weight_bytes, "buffers": buffers, "gradients": grad_bytes, "optimizer": states,
+                    "activations": acts, "kv_cache": 0, "optimizer_temporaries": temp}
     if request.zero >= ZeroStage.GRADIENTS and request.dp > 1:
         formula += f"; gradients sharded over dp {request.dp} (ZeRO-{request.zero}), buckets not counted"
     return PeakMoment(bytes=sum(per_category.values()), phase=phase, per_category=per_category, formula=formula)

@@ -42,7 +42,7 @@ from tutor.theory.activations import TOKEN_ID_BYTES, hf_attention_mask_bytes, hf
 from tutor.theory.models import Architecture, count_parameters, parameters_per_layer
 from tutor.theory.parallel import pipeline_stages
 
-CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache", "optimizer_temporaries")
+CATEGORIES = ("weights", "buffers", "gradients", "optimizer", "activations", "kv_cache", "optimizer_temporaries")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ def training_timeline(arch: Architecture, request: FitRequest) -> tuple[Timeline
     timeline = _activation_timeline(arch, request, stage, stage_layers)
     by_name = {c.name: c.bytes for c in worst.components}
     weights, grads, states = by_name.get("weights", 0), by_name.get("gradients", 0), by_name.get("optimizer", 0)
+    buffers = by_name.get("buffers", 0)
     masters = weights - _autocast_copy_bytes(request, resident)
     temporaries, _why = _optimizer_temporaries(arch, request, resident)
 
@@ -94,8 +95,8 @@ def training_timeline(arch: Architecture, request: FitRequest) -> tuple[Timeline
 
     def moment(phase: str, name: str, layer: int | None, acts: int, grad: int, temp: int = 0,
                weight: int = weights) -> TimelineMoment:
-        return TimelineMoment(phase, name, layer, {"weights": weight, "gradients": grad, "optimizer": states,
-                                                   "activations": acts, "kv_cache": 0,
+        return TimelineMoment(phase, name, layer, {"weights": weight, "buffers": buffers, "gradients": grad,
+                                                   "optimizer": states, "activations": acts, "kv_cache": 0,
                                                    "optimizer_temporaries": temp})
 
     moments = [moment("forward", "start of forward: the batch", None, embedding, 0)]
@@ -192,6 +193,7 @@ def prefill_timeline(arch: Architecture, request: FitRequest) -> tuple[TimelineM
     stage_layers = range(start, start + stage.layers)
     by_name = {c.name: c.bytes for c in worst.components}
     weights, kv, live = by_name.get("weights", 0), by_name.get("kv_cache", 0), by_name.get("activations", 0)
+    buffers = by_name.get("buffers", 0)
     held = _prefill_held_bytes(arch, request, stage_layers)
     count = max(len(stage_layers), 1)
 
@@ -199,7 +201,8 @@ def prefill_timeline(arch: Architecture, request: FitRequest) -> tuple[TimelineM
         return math.ceil(Fraction(kv * layers_done, count))
 
     def moment(name: str, layer: int | None, acts: int, kv_bytes: int) -> TimelineMoment:
-        return TimelineMoment("prefill", name, layer, {"weights": weights, "gradients": 0, "optimizer": 0,
+        return TimelineMoment("prefill", name, layer, {"weights": weights, "buffers": buffers, "gradients": 0,
+                                                       "optimizer": 0,
                                                        "activations": acts, "kv_cache": kv_bytes,
                                                        "optimizer_temporaries": 0})
 

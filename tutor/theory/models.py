@@ -12,6 +12,7 @@ config as a dict. Standard library only, no file access.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -46,6 +47,38 @@ class MeasuredLayer:
 
 
 @dataclass(frozen=True)
+class BufferKind:
+    """One buffer of a transformers model: a tensor registered with nn.Buffer (register_buffer), persistent or
+    not, held in memory beside the parameters for the model's whole life, in its own dtype.
+
+    name: its name in the module that holds it (in a decoder layer, relative to the layer: `attn.attention.bias`);
+    dtype: torch's name for it, or MODEL_DTYPE for one made in the model's dtype (its bytes follow the dtype the
+    model runs in); element_bytes: bytes per element (0 for MODEL_DTYPE); persistent: saved in the state_dict (and
+    so in a checkpoint) or not; layers: the decoder layers that each hold one (empty: the model holds one, outside
+    its layers); meaning: what it is, where known (the hand profiles say; a meta build knows only names).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    element_bytes: int
+    persistent: bool
+    layers: tuple[int, ...] = ()
+    meaning: str = ""
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    def bytes_each(self, model_element_bytes: int) -> int:
+        """Bytes of one copy, a MODEL_DTYPE buffer at `model_element_bytes` per element."""
+        return self.elements * (self.element_bytes or model_element_bytes)
+
+
+MODEL_DTYPE = "model dtype"
+
+
+@dataclass(frozen=True)
 class MeasuredParams:
     """Parameter counts read off the real transformers model class of a config, built on the meta
     device (`sum(p.numel() for p in model.parameters())`, tied tensors once): exact by construction.
@@ -64,6 +97,7 @@ class MeasuredParams:
     largest: int
     buffers: int = 0
     model_class: str = ""
+    buffer_kinds: tuple[BufferKind, ...] = ()  # every buffer of the meta build, persistent or not (BufferKind)
 
 
 @dataclass(frozen=True)
@@ -126,6 +160,7 @@ class Architecture:
     hidden_act: str = ""
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
+    partial_rotary_factor: float = 1.0  # the share of head_dim RoPE rotates, where transformers' code applies it
     measured: MeasuredParams | None = None            # calibrated-trace: the real model's counts
     calibration: Any = None                           # calibrated-trace: tutor.theory.calibrated.Calibration
 
@@ -363,6 +398,7 @@ def architecture_from_config(config: dict, name: str = "") -> Architecture:
     if not fields["num_experts"]:
         fields.update(dense_layers=fields["num_layers"], dense_layer_indices=tuple(range(fields["num_layers"])))
     fields.update(code_mechanisms(config))
+    fields["partial_rotary_factor"] = _partial_rotary_factor(config, model_type)
     arch = Architecture(name=name, model_type=model_type, **fields)
     _check_consistency(arch)
     return arch
@@ -385,6 +421,26 @@ def code_mechanisms(config: dict) -> dict[str, Any]:
         caps[key] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
             and 0 < value < float("inf") else None
     return dict(hidden_act=act[:40], **caps)
+
+
+def _partial_rotary_factor(config: dict, model_type: str) -> float:
+    """The share of each head's dims RoPE rotates (`partial_rotary_factor`, top level or in rope_parameters /
+    rope_scaling), where transformers' code reads it: Phi-3's own default RoPE (modeling_phi3.py
+    `compute_default_rope_parameters`: dim = int(head_dim * partial_rotary_factor)) and every non-default rope type
+    (modeling_rope_utils.py `_compute_*_parameters`); the other families' default RoPE rotates the whole head."""
+    params: dict = {}
+    for key in ("rope_scaling", "rope_parameters"):
+        if isinstance(config.get(key), dict):
+            params.update(config[key])
+    rope_type = params.get("rope_type", params.get("type")) or "default"
+    if model_type != "phi3" and rope_type == "default":
+        return 1.0
+    value = config.get("partial_rotary_factor", params.get("partial_rotary_factor"))
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise _bad("partial_rotary_factor", f"must be a share of the head above 0 and at most 1, got {value!r}"[:200])
+    return float(value)
 
 
 def _no_moe() -> dict[str, Any]:
@@ -820,6 +876,45 @@ def _measured_count(arch: Architecture, measured: MeasuredParams) -> ParamCount:
         mlp=sum(layer.mlp for layer in layers), router_per_layer=moe[0].router if moe else 0,
         router=sum(layer.router for layer in layers),
         norms=sum(layer.norms for layer in layers) + measured.other, mtp=0, buffers=measured.buffers)
+
+
+# Families whose input embedding scales its output by sqrt(hidden) from a 0-d buffer in the model's dtype
+# (transformers modeling_gemma.py / modeling_gemma2.py: GemmaTextScaledWordEmbedding's embed_scale).
+SCALED_EMBEDDING_TYPES = ("gemma", "gemma2")
+# Families whose router holds a score-correction bias buffer whatever the config's topk_method (transformers 5
+# modeling_deepseek_v3.py DeepseekV3TopkRouter registers it unconditionally; a checkpoint stores it for noaux_tc).
+CORRECTED_ROUTER_TYPES = ("deepseek_v3",)
+
+
+def model_buffers(arch: Architecture) -> tuple[BufferKind, ...]:
+    """Every buffer the transformers model of `arch` holds in memory, persistent or not, in the dtype it holds it.
+
+    A calibrated-trace architecture's are read off its meta build (MeasuredParams.buffer_kinds). The hand profiles
+    follow transformers 5's modelling code: a RoPE model's rotary embedding keeps `inv_freq` and a clone,
+    `original_inv_freq` (what dynamic RoPE restores), both non-persistent and fp32 even in a 16-bit model (computed
+    with dtype=torch.float; from_pretrained(dtype=...) leaves buffers as built), of len(arange(0, dim, 2)) elements
+    for the rotated dim (MLA: qk_rope_head_dim; modeling_llama.py LlamaRotaryEmbedding); Gemma's embedding keeps
+    its scale, one value in the model's dtype (SCALED_EMBEDDING_TYPES); DeepSeek-V3's noaux_tc router keeps
+    `e_score_correction_bias`, E fp32 values per MoE layer, persistent (CORRECTED_ROUTER_TYPES).
+    GPT-2 keeps none (its learned positions are a parameter; transformers 5 builds the causal mask per call).
+    """
+    if arch.measured is not None:
+        return arch.measured.buffer_kinds
+    kinds: list[BufferKind] = []
+    if not arch.learned_positions:
+        dim = arch.qk_rope_head_dim if arch.uses_mla else int(arch.head_dim * arch.partial_rotary_factor)
+        frequencies = (dim + 1) // 2
+        kinds += [BufferKind("rotary_emb.inv_freq", (frequencies,), "float32", 4, False,
+                             meaning="RoPE's inverse frequencies"),
+                  BufferKind("rotary_emb.original_inv_freq", (frequencies,), "float32", 4, False)]
+    if arch.model_type in SCALED_EMBEDDING_TYPES:
+        kinds.append(BufferKind("embed_tokens.embed_scale", (), MODEL_DTYPE, 0, False,
+                                meaning="the embedding's sqrt(hidden) scale"))
+    if arch.model_type in CORRECTED_ROUTER_TYPES and arch.num_experts:
+        moe = tuple(index for index, is_moe in enumerate(arch.layer_is_moe) if is_moe)
+        kinds.append(BufferKind("mlp.gate.e_score_correction_bias", (arch.num_experts,), "float32", 4, True, moe,
+                                meaning="the router's score-correction bias"))
+    return tuple(kinds)
 
 
 def matmul_parameters(arch: Architecture) -> int:

@@ -62,8 +62,10 @@ from tutor.theory.calibrated import (
 from tutor.theory.models import (
     SPELLINGS,
     code_mechanisms,
+    MODEL_DTYPE,
     SUPPORTED_MODEL_TYPES,
     Architecture,
+    BufferKind,
     MeasuredLayer,
     MeasuredParams,
     architecture_from_config,
@@ -73,10 +75,10 @@ from tutor.theory.models import (
 if TYPE_CHECKING:
     from tutor.files.models import ModelConfig
 
-CALIBRATION_FORMAT = 6  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
+CALIBRATION_FORMAT = 7  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
 # code read too (gated MLP, norm kind and count, activation: _layer_code), which the step's operations count; 5: the
 # cache per kind of layer (KV, conv and recurrent state), chunked scans' padding; 6: training moments kept op by op
-# (a region's maximum may move between ops)
+# (a region's maximum may move between ops); 7: every buffer of the meta build (BufferKind), persistent or not
 OP_MARK = "@op"  # in a training moment's name: "<region>@op<n>", the n-th op of the region
 REGION_MAXIMUM = ":maximum"  # "<region>:maximum": the region's largest, kept where no op is in every trace
 CACHE_FOLDER = "calibrations"
@@ -198,6 +200,8 @@ def _architecture_from_entry(entry: dict, config: dict, name: str) -> Architectu
     fields = dict(entry["architecture"])
     measured = fields.pop("measured")
     measured["layers"] = tuple(MeasuredLayer(**layer) for layer in measured["layers"])
+    measured["buffer_kinds"] = tuple(BufferKind(**{**kind, "shape": tuple(kind["shape"]), "layers": tuple(kind["layers"])})
+                                     for kind in measured.get("buffer_kinds", ()))
     for key in ("dense_layer_indices", "sliding_window_layer_indices"):
         fields[key] = tuple(fields[key])
     setups = tuple(_setup_from_json(key, value) for key, value in entry.get("setups", {}).items())
@@ -286,6 +290,38 @@ def _decoder_layers(model, num_layers: int | tuple[int, ...] | None = None):
     return max(candidates, key=lambda item: sum(p.numel() for p in item[1].parameters()))
 
 
+def _buffer_kinds(model, prefix: str, layers, stored: set[str]) -> list[dict]:
+    """Every buffer of the meta build, persistent or not, as tutor.theory.models.BufferKind's fields: one per name
+    within a decoder layer (with the layers holding it) and one per buffer outside them, each tensor once (a buffer
+    shared by several layers counted in the first). The build is bf16 (`_measure`), so a bf16 buffer was made in
+    the model's dtype (its bytes follow the dtype a run uses); any other keeps its own (bool masks, fp32 rotary
+    inv_freq, int64 ids)."""
+    import torch
+
+    seen: set[int] = set()
+    kinds: dict[tuple, dict] = {}
+
+    def add(name: str, tensor, persistent: bool, layer: int | None) -> None:
+        if id(tensor) in seen:
+            return
+        seen.add(id(tensor))
+        follows = tensor.dtype == torch.bfloat16
+        key = (name, tuple(tensor.shape), str(tensor.dtype), persistent, layer is None)
+        kind = kinds.setdefault(key, dict(
+            name=name, shape=list(tensor.shape), dtype=MODEL_DTYPE if follows else str(tensor.dtype).removeprefix("torch."),
+            element_bytes=0 if follows else tensor.element_size(), persistent=persistent, layers=[]))
+        if layer is not None:
+            kind["layers"].append(layer)
+
+    for index, layer in enumerate(layers):
+        for name, tensor in layer.named_buffers():
+            add(name, tensor, f"{prefix}.{index}.{name}" in stored, index)
+    for name, tensor in model.named_buffers():
+        if not name.startswith(f"{prefix}."):
+            add(name, tensor, name in stored, None)
+    return list(kinds.values())
+
+
 def _measure(config: dict) -> dict:
     """Build the model on the meta device and count its parameters; the Architecture's fields."""
     from tutor.trace.memory_trace import TraceSetup, _quiet, build_config, build_model
@@ -335,7 +371,7 @@ def _measure(config: dict) -> dict:
     buffers = sum(b.numel() for n, b in model.named_buffers() if n in stored)
     measured = dict(total=total, embedding=embedding, lm_head=lm_head, positions=positions, other=other,
                     layers=per_layer, largest=max(p.numel() for p in unique.values()), buffers=buffers,
-                    model_class=type(model).__name__)
+                    model_class=type(model).__name__, buffer_kinds=_buffer_kinds(model, prefix, layers, set(stored)))
     hidden = _get(text, SPELLINGS["hidden_size"]) or input_emb.shape[-1]
     heads = _get(text, SPELLINGS["num_attention_heads"], 1)
     kv_heads = _get(text, SPELLINGS["num_key_value_heads"] + ("multi_query_group_num",), heads)

@@ -26,7 +26,7 @@ MIXED_IS_NOT_TRACED = (
     "DeepSpeed and Megatron keep them, which transformers does not build; transformers' Trainer with bf16=True runs "
     "fp32 weights under autocast: trace that with --recipe hf-amp, or pure bf16 with --recipe bf16")
 # The traced categories beside fit's components (fit names the optimizer states "optimizer").
-ROWS = (("weights", "weights"), ("buffers", None), ("gradients", "gradients"), ("optimizer_states", "optimizer"),
+ROWS = (("weights", "weights"), ("buffers", "buffers"), ("gradients", "gradients"), ("optimizer_states", "optimizer"),
         ("optimizer_temporaries", "optimizer_temporaries"), ("activations", "activations"),
         ("kv_cache", "kv_cache"))
 LABELS = {"optimizer_states": "opt. states", "optimizer_temporaries": "opt. temps", "kv_cache": "KV cache"}
