@@ -91,9 +91,12 @@ def test_text_says_which_implementation_and_when_the_peak_happens() -> None:
     assert "sum of categories" in text and "must fit" in text
     peak_line = next(line for line in text.splitlines() if line.startswith("peak:"))
     assert f"{report['peak']['bytes'] / 2**30:,.2f} GiB alive during" in peak_line
+    shares = peak_line.split("(", 1)[1].split(")", 1)[0]
     for name, n in report["peak"]["per_category_bytes"].items():
-        if n:
-            assert name.replace("_", " ") in peak_line
+        if n / report["peak"]["bytes"] >= 0.005:  # a share that rounds to 0% is left out
+            assert name.replace("_", " ") in shares
+        else:
+            assert name.replace("_", " ") not in shares
     assert "fused kernels (Korthikanti" in " ".join(fit_text([*TRAIN, "--impl", "fused"]).split())
 
 
@@ -138,3 +141,10 @@ def test_suggestions_are_one_per_kind_and_text_matches_json() -> None:
     assert "--ep 1" in text
     for suggestion in report["suggestions"]:
         assert f"  {suggestion['change']}: {suggestion['total_bytes'] / 2**30:,.2f} GiB per device" in text
+
+
+def test_buffers_too_small_to_show_are_left_out_of_the_table_not_the_json() -> None:
+    """Llama's RoPE tables (512 B) would be a row of 0.00 GiB: the table leaves them out, --json keeps them."""
+    report = fit_json(TRAIN)
+    assert 0 < report["per_device_bytes"]["buffers"] < 4096
+    assert not any(line.lstrip("│ ").startswith("buffers") for line in fit_text(TRAIN).splitlines())

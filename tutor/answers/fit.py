@@ -480,6 +480,18 @@ def _with_adapter(adapter: PeftAdapter, arch: Architecture, settings: dict[str, 
 
 # ---- suggestions as flags ---------------------------------------------------------------------
 
+NEGLIGIBLE_BUFFERS = 0.001
+"""The share of the sum of components under which a table leaves the buffers row out: a RoPE model's inverse
+frequencies (512 B for Llama-3.1-8B) would print as a row of 0.00 GiB. `--json` keeps every component."""
+
+
+def table_components(memory: fitting.DeviceMemory) -> tuple[fitting.Component, ...]:
+    """The components a table shows (the command line's and the Fit screen's): every one but buffers too small
+    to show (NEGLIGIBLE_BUFFERS); a GPT-Neo's causal-mask tables are shown."""
+    summed = memory.sum_of_components or 1
+    return tuple(c for c in memory.components if c.name != "buffers" or c.bytes / summed >= NEGLIGIBLE_BUFFERS)
+
+
 def change_flags(suggestion: fitting.Suggestion) -> str:
     """A suggestion as the flags that make it: '--recompute full --zero 3 --dp 8 (8 devices)'."""
     words = []

@@ -11,7 +11,7 @@ import click
 
 from tutor.commands.safe_text import markup_safe, plain
 from tutor.errors import UserError
-from tutor.answers.fit import FitAnswer, FitInputs, answer_fit, change_flags
+from tutor.answers.fit import FitAnswer, FitInputs, answer_fit, change_flags, table_components
 from tutor.answers.fields import fit_options
 from tutor.theory import fit as fitting
 from tutor.theory.activations import IMPLEMENTATION_MEANING
@@ -151,7 +151,9 @@ def _phase_words(phase: str) -> str:
 def _peak_line(stage: fitting.DeviceMemory, mode: str) -> str:
     """When the step peaks, what is alive then, and why the sum of categories is larger."""
     peak = stage.peak
-    alive = sorted(((name, n) for name, n in peak.per_category.items() if n), key=lambda item: -item[1])
+    # Shares that round to 0% are left out (a RoPE model's 512 B of buffers).
+    alive = sorted(((name, n) for name, n in peak.per_category.items() if n / (peak.bytes or 1) >= 0.005),
+                   key=lambda item: -item[1])
     shares = ", ".join(f"{name.replace('_', ' ')} {n / (peak.bytes or 1):.0%}" for name, n in alive)
     line = f"peak: {_size(peak.bytes)} GiB alive during {_phase_words(peak.phase)} ({shares})"
     over = stage.sum_of_components - stage.component("overhead") - peak.bytes
@@ -186,7 +188,7 @@ def _memory_table(stage: fitting.DeviceMemory, title: str, mode: str):
         table.add_column("at peak, GiB", justify="right")
     table.add_column("formula", overflow="fold")
     summed = stage.sum_of_components or 1
-    for component in stage.components:
+    for component in table_components(stage):
         at_peak = component.bytes if component.name == "overhead" else peak.per_category.get(component.name, 0)
         table.add_row(component.name.replace("_", " "), _size(component.bytes), _gb(component.bytes),
                       f"{component.bytes / summed:.0%}", *((_size(at_peak),) if training else ()),

@@ -29,7 +29,7 @@ from tutor.calculators import (  # noqa: F401  (REFERENCE_GPU_KEY, KINDS: the ca
     roofline_answer,
 )
 from tutor.errors import UserError
-from tutor.answers.fit import FitAnswer, SuggestionTime
+from tutor.answers.fit import FitAnswer, SuggestionTime, table_components
 from tutor.answers.fields import FIELDS, FIT_SCREEN_FIELDS
 from tutor.formatting import format_bytes, format_duration, format_number, format_percent, format_rate
 from tutor.lessons.calc_fields import DEFAULTS
@@ -169,7 +169,7 @@ def component_table(worst: fitting.DeviceMemory, kind: str) -> Table:
     table.add_column("per device", no_wrap=True)
     table.add_column("GiB", justify="right", no_wrap=True)
     table.add_column("formula", ratio=1)
-    for component in worst.components:
+    for component in table_components(worst):
         if component.bytes or kind != "kv-cache":
             table.add_row(component.name, f"{component.bytes / GiB:,.2f}", Text(component.formula, style="dim"))
     table.add_row(Text("total", style="bold"), Text(f"{worst.total / GiB:,.2f}", style="bold"), "")
@@ -189,7 +189,7 @@ def peak_table(worst: fitting.DeviceMemory) -> Table:
     table.add_column("GiB", justify="right", no_wrap=True)
     table.add_column("at peak", justify="right", no_wrap=True)
     table.add_column("formula", ratio=1)
-    for component in worst.components:
+    for component in table_components(worst):
         at_peak = component.bytes if component.name == "overhead" else peak.per_category.get(component.name, 0)
         table.add_row(component.name, f"{component.bytes / GiB:,.2f}", f"{at_peak / GiB:,.2f}",
                       Text(component.formula, style="dim"))
@@ -207,7 +207,7 @@ def component_bars(worst: fitting.DeviceMemory, capacity: int | None) -> Text:
     """One bar per memory component, on the scale of the capacity (or of the total if larger)."""
     scale = max(worst.total, capacity or 0, 1)
     text = Text()
-    for component in worst.components:
+    for component in table_components(worst):
         if component.bytes:
             text.append(f"{component.name:<12}", style="bold")
             text.append(bar_text(component.bytes / scale, 40), style="magenta")
