@@ -422,7 +422,12 @@ def hf_attention_backend(attention: str, *, gpu: bool, dropout: bool, head_dim: 
       (torch/backends/cuda/__init__.py: flash_sdp_enabled / mem_efficient_sdp_enabled default on).
     - "sdpa" on a CPU: the CPU flash kernel, unless dropout is on (GPT-2 training) or the V head
       dim differs from Q/K's (DeepSeek-V3 MLA): then the math kernel, which stores s x s
-      (measured: torch 2.13 CPU saves the softmax and a dropout mask there).
+      (measured: torch 2.13 CPU saves the softmax and a dropout mask there). The rule is torch's
+      (aten/src/ATen/native/transformers/sdp_utils_cpp.cpp, `use_flash_attention_cpp`): the CPU flash
+      kernel refuses dropout > 0 (check_for_dropout) and q, k, v of unequal last dims
+      (check_head_dim_size_cpp); it takes a boolean or float mask of a broadcastable shape
+      (check_attn_mask_shape), grouped KV heads and fp32, bf16 and fp16, so transformers' masks, GQA
+      and dtypes keep it. `torch._fused_sdp_choice` answers the same on torch 2.13 (tested).
     """
     _choice(attention, "attention implementation", ATTENTION_KINDS)
     if attention == "eager" or (attention == "sdpa" and model_type == "gemma2"):
@@ -640,6 +645,75 @@ _SQUARE_TERMS = ("softmax output", "softmax output (fp32)", "soft-capped scores 
 
 
 @lru_cache(maxsize=512)
+def hf_attention_core_terms(
+    shape: HfLayerShape,
+    *,
+    seq_len: int,
+    batch: int,
+    precision: str = "bf16",
+    backend: str = "flash",
+    gpu: bool = True,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+) -> tuple[ActivationTerm, ...]:
+    """What one transformers decoder layer holds at the end of its attention core in forward, when
+    SDPA runs torch's math kernel (backend "math", `hf_attention_backend`); () for any other backend.
+
+    The math kernel (aten/src/ATen/native/transformers/attention.cpp,
+    `_scaled_dot_product_attention_math`) is composite: its C++ locals live until it returns, so at
+    its last op (`attn.to(origin_dtype)`) it holds, besides what it saves for backward (the scaled Q
+    and K, the softmax, V's contiguous copy for the bmm; with dropout its mask and output):
+    - 16-bit inputs on a CPU: the fp32 copies of Q, K and V (query_acc, key_acc, value_acc), the
+      output cast back to 16 bits and the probabilities cast back (the second result);
+    - the bmm's output, in the kernel's dtype;
+    - under is_causal (transformers passes no mask when it can say is_causal), the (s, s) mask it
+      builds, in the kernel's dtype, once for the batch.
+    On top of that, what the layer saved before its core (its norms, the projections' inputs) and
+    the tensors its Python code holds as it calls SDPA: the query, key and value it hands over (in
+    the model dtype); MLA (DeepSeek-V3's DeepseekV3Attention) holds the q_b output (q_states; its
+    nope and rotary parts are views), the kv_a output (compressed_kv), the rotated q and k parts,
+    the concatenated query, the kv_b output (value_states is a view of it) and the key it fills.
+    Measured on transformers 5.25 / torch 2.13 (CPU), each tensor by shape and dtype: DeepSeek-V3
+    narrowed (8 heads, Q/K 192, V 128), 2 x 296 tokens, 52,870,336 B in its last layer, this sum.
+    """
+    s = positive_int(seq_len, "seq_len")
+    b = positive_int(batch, "batch")
+    t = positive_int(tp, "tensor-parallel size (tp)")
+    _choice(precision, "activation precision", PRECISIONS)
+    _choice(backend, "attention backend", ATTENTION_BACKENDS)
+    if backend != "math":
+        return ()
+    saved = hf_layer_activation_terms(shape, seq_len=s, batch=b, precision=precision, backend=backend, gpu=gpu,
+                                      tp=t, sequence_parallel=sequence_parallel, recompute="none")
+    before = tuple(term for term in saved if term.block == "attention" and not term.name.startswith(_AFTER_THE_CORE))
+    tokens = s * b
+    v = 4 if precision == "fp32" else 2
+    upcast = v < 4 and not gpu
+    c = 4 if upcast else v
+    a = _heads_per_rank(shape.heads, t)
+    g = kv_heads_per_rank(shape.kv_heads, t)
+    d, dv = shape.head_dim, shape.v_head_dim
+    held: list[tuple[str, Fraction | int, str]] = []
+    if shape.kv_lora_rank:
+        rope = shape.rope_dim
+        nope = d - rope
+        held += [("q_b projection output (q_states)", v * a * d, "attention"),
+                 ("kv_a projection output (compressed_kv)", v * (shape.kv_lora_rank + rope), "attention"),
+                 ("rotated q and k parts", v * (a + 1) * rope, "attention"),
+                 ("query handed to SDPA (q parts concatenated)", v * a * d, "attention"),
+                 ("kv_b projection output (value_states is a view)", v * a * (nope + dv), "attention"),
+                 ("key handed to SDPA (filled from k parts)", v * a * d, "attention")]
+    else:
+        held.append(("query, key and value handed to SDPA", v * (a * d + g * d + g * dv), "attention"))
+    if upcast:
+        held += [("math SDPA: fp32 copies of query, key and value", 4 * (a * d + g * d + g * dv), "attention"),
+                 ("math SDPA: output and probabilities cast back to 16 bits", v * a * (dv + s), "attention")]
+    held.append(("math SDPA: the bmm output (probabilities x V)", c * a * dv, "attention"))
+    causal = ActivationTerm("math SDPA: its causal mask (s x s)", Fraction(c * s * s), "attention")
+    return before + _per_token(held, tokens) + (causal,)
+
+
+@lru_cache(maxsize=512)
 def hf_rerun_layer_moments(
     shape: HfLayerShape,
     *,
@@ -674,6 +748,8 @@ def hf_rerun_layer_moments(
       probabilities beside the probabilities, the mask and the dropped copy) can be larger. Plus the
       gradients of the residual stream, of the attention output and of V. Flash kernels keep no
       s x s tensor: the gradients of Q, K, V and of the output.
+    - "attention core, re-run forward" (math SDPA): the re-run forward at the end of its attention
+      core (`hf_attention_core_terms`) beside the gradient of the layer output.
     """
     saved = hf_layer_activation_terms(shape, seq_len=seq_len, batch=batch, precision=precision, backend=backend,
                                       gpu=gpu, tp=tp, sequence_parallel=sequence_parallel, recompute="none")
@@ -747,6 +823,11 @@ def hf_rerun_layer_moments(
                                         + " + the gradient arriving at softmax and softmax's own gradient",
                                         at_softmax, "attention"))
     moments["attention backward"] = attention_saved + tuple(extra)
+    if backend == "math":
+        # The re-run forward reaches the attention core with the gradient of the layer output waiting.
+        moments["attention core, re-run forward"] = hf_attention_core_terms(
+            shape, seq_len=s, batch=b, precision=precision, backend=backend, gpu=gpu, tp=t,
+            sequence_parallel=sequence_parallel) + (incoming,)
     return moments
 
 

@@ -30,12 +30,14 @@ from tutor.theory.activations import (
     RECOMPUTE_MODES,
     activation_bytes_per_layer,
     hf_attention_backend,
+    hf_attention_core_terms,
     hf_layer_activation_terms,
     hf_layer_shape,
     hf_loss_backward_extra_bytes,
     hf_loss_forward_extra_bytes,
     hf_model_activation_terms,
     hf_attention_mask_bytes,
+    hf_prefill_held_bytes,
     hf_prefill_moments,
     hf_rerun_layer_moments,
     input_ids_bytes,
@@ -678,6 +680,7 @@ class _ActivationTimeline:
     head: int = 0        # stored bytes of the loss head (final norm, lm_head input, log-softmax ...):
                          # freed by the head's backward, before any checkpointed layer is re-run
     reruns: tuple = ()   # full recompute (hf): the `_RerunMoment`s inside the re-run layers' backward
+    core_forward: int = 0  # math SDPA: the activations at the end of the last layer's attention core
 
 
 def _calibration_key(arch: Architecture, request: FitRequest) -> str:
@@ -785,14 +788,44 @@ def _hf_training_activations(arch: Architecture, request: FitRequest, stage, sta
         loss_forward = hf_loss_forward_extra_bytes(seq_len=s, batch=b, vocab=arch.vocab_size, precision=precision, tp=t)
         loss_backward = hf_loss_backward_extra_bytes(seq_len=s, batch=b, vocab=arch.vocab_size, tp=t)
         formula += " + final norm, lm_head input, fp32 log-softmax (4 s b V) and 2 fp32 s b V loss gradients"
+    core_forward = 0
+    if request.recompute != Recompute.FULL and len(stage_layers):
+        core_forward = _hf_core_forward_bytes(arch, request, stage, stage_layers, common,
+                                              before=stored - head - _hf_layer_bytes(
+                                                  arch, flags[stage_layers[-1]], common, request.recompute))
+        if core_forward:
+            formula += " + the last layer's math-SDPA attention core in forward"
     reruns: tuple[_RerunMoment, ...] = ()
     if request.recompute == Recompute.FULL and len(stage_layers):
         reruns = _hf_rerun_moments(arch, request, stage, stage_layers, common, precision, backend,
                                    other=stored - layers_part - head, layers_part=layers_part)
         formula += " + the re-run layer's tensors and gradients in its backward"
-    component = Component("activations", max([stored + max(loss_forward, loss_backward)]
+    component = Component("activations", max([stored + max(loss_forward, loss_backward), core_forward]
                                              + [m.activations for m in reruns]), formula)
-    return _ActivationTimeline(component, stored, loss_forward, loss_backward, layers_part, head, reruns)
+    return _ActivationTimeline(component, stored, loss_forward, loss_backward, layers_part, head, reruns, core_forward)
+
+
+def _hf_core_forward_bytes(arch: Architecture, request: FitRequest, stage, stage_layers: range, common: dict, *,
+                           before: int) -> int:
+    """Math SDPA (`hf_attention_core_terms`): activations at the end of the stage's last layer's attention
+    core in forward, 0 for another backend. `before`: what the earlier layers and the embedding saved (the
+    stored bytes less the head's and this layer's); the model's forward also holds the embedding output,
+    the layer's input, the position ids and RoPE's cos and sin (`hf_prefill_held_bytes`, its token ids
+    already in `before`; the residual stream fp32 under autocast), one tensor where the layer's input is
+    the embedding output itself."""
+    shape = hf_layer_shape(arch, moe_layer=arch.layer_is_moe[stage_layers[-1]])
+    core = hf_attention_core_terms(shape, **common)
+    if not core:
+        return 0
+    s, b = request.seq_len, request.batch
+    precision = common["precision"]
+    masks = hf_attention_mask_bytes(seq_len=s, batch=b, backend=common["backend"], precision=precision,
+                                    model_type=arch.model_type)
+    held = hf_prefill_held_bytes(shape, seq_len=s, batch=b, precision="fp32" if precision == "amp" else precision,
+                                 mask_bytes=masks) - input_ids_bytes(s, b)
+    if stage.input_embedding and len(stage_layers) == 1:
+        held -= (4 if precision in ("fp32", "amp") else 2) * s * b * arch.hidden_size
+    return before + held + math.ceil(sum(term.bytes for term in core))
 
 
 @dataclass(frozen=True)
@@ -948,6 +981,9 @@ def _training_peak(arch: Architecture, request: FitRequest, stage, components: l
     moments = [
         ("forward", timeline.stored + timeline.loss_forward, 0, 0, weights,
          "end of forward: every layer's saved tensors + the loss head running forward"),
+        ("forward", timeline.core_forward, 0, 0, weights,
+         "forward, the last layer's attention core (math SDPA): the earlier layers' saved tensors + its own "
+         "up to the core + the kernel's fp32 copies, scores and casts"),
         ("backward", timeline.stored + timeline.loss_backward, 0, 0, weights,
          "start of backward: every layer's saved tensors + the loss head's fp32 gradients, no parameter gradient yet"),
         ("backward", remaining, grads, 0, masters,

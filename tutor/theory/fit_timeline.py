@@ -102,6 +102,10 @@ def training_timeline(arch: Architecture, request: FitRequest) -> tuple[Timeline
     moments = [moment("forward", "start of forward: the batch", None, embedding, 0)]
     alive = embedding
     for i in stage_layers:
+        if timeline.core_forward and i == stage_layers[-1]:
+            # Math SDPA: the kernel's temporaries inside the last layer (the peak's forward moment).
+            # Inside a layer, not at its boundary: no layer index.
+            moments.append(moment("forward", f"layer {i}'s attention core (math SDPA)", None, timeline.core_forward, 0))
         alive += per_layer[i]
         moments.append(moment("forward", f"after layer {i}", i, alive, 0))
     moments.append(moment("forward", "loss head, forward", None, timeline.stored + timeline.loss_forward, 0))
