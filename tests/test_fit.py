@@ -260,3 +260,19 @@ def test_a_suggestion_is_its_changes_applied_one_per_kind(name: str, request_: f
         assert {kind.split(":")[0] for kind in suggestion.kind} == {c.field for c in suggestion.changes}
         assert suggestion.changes_layout == bool(suggestion.kind & {"dp", "tp", "pp"})
     assert len({s.kind for s in found}) == len(found)
+
+
+def test_cpu_adam_temporaries_take_the_largest_parameter_the_model_has() -> None:
+    """A DeepSeek-V3 config that names 256 experts but makes every layer dense (first_k_dense_replace at its
+    layer count) has no (E, 2f, h) expert tensor: single-tensor AdamW's two temporaries are of its largest real
+    parameter, the embedding here."""
+    config = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1024, "q_lora_rank": 64,
+              "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+              "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1, "moe_intermediate_size": 2048,
+              "first_k_dense_replace": 2, "n_group": 8, "topk_group": 4}
+    arch = architecture_from_config(config)
+    assert not arch.is_moe
+    request = fitting.FitRequest(mode="train", batch=1, seq_len=64, recipe="bf16", optimizer="adamw", gpu=False)
+    temporaries, why = fitting._optimizer_temporaries(arch, request, fitting._StageParams(0, 0, 0, 0))
+    assert f"({1024 * 256:,} elements)" in why

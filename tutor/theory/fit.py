@@ -936,7 +936,9 @@ def _optimizer_temporaries(arch: Architecture, request: FitRequest, resident: _S
     h = arch.hidden_size
     largest = arch.measured.largest if arch.measured is not None else max(
         arch.vocab_size * h, arch.intermediate_size * h,
-        2 * arch.num_experts * arch.moe_intermediate_size * h)  # grouped experts: one (E, 2f, h) tensor
+        # grouped experts: one (E, 2f, h) tensor, where a layer has experts (a config may name experts and
+        # make every layer dense: DeepSeek-V3 with first_k_dense_replace past its layer count)
+        2 * arch.num_experts * arch.moe_intermediate_size * h if arch.is_moe else 0)
     largest = math.ceil(Fraction(largest, request.tp))
     return (math.ceil(2 * largest * state_bytes),
             f"single-tensor AdamW (CPU): sqrt(v) and sqrt(v)/c of the largest parameter ({largest:,} elements)")
