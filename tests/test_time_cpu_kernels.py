@@ -1,0 +1,138 @@
+"""What a CPU core pays beyond an op's bytes: transcendental functions evaluated per element (timed at their measured
+rates, the op bound by the slower roof) and memory written on freshly mapped pages (page faults, counted by glibc's
+rules and checked against the faults a real AdamW step takes)."""
+
+from __future__ import annotations
+
+import platform
+import resource
+import sys
+
+import pytest
+
+from tutor.bench.ceilings import measured_ceilings
+from tutor.bench.notebook import append_run, read_notebook
+from tutor.files.models import resolve_model
+from tutor.theory.fit import FitRequest
+from tutor.theory.step_operations import (
+    ADAMW_TEMPORARIES,
+    ELEMENTWISE_FUNCTIONS,
+    FRESH_MAPPING_BYTES,
+    fresh_block,
+    fresh_page_operations,
+    parameter_tensors,
+    training_operations,
+)
+from tutor.theory.models import count_parameters
+from tutor.theory.step_time import BandwidthPoint, Ceilings, GemmPoint, Sourced, operation_seconds
+
+TRAIN = FitRequest(mode="train", recipe="fp32", dtype="fp32", optimizer="adamw", batch=4, seq_len=128, gpu=False)
+
+
+def _ceilings(**extra) -> Ceilings:
+    return Ceilings(device="cpu", dtype="fp32", gemm_points=(GemmPoint(512, 512, 512, 1e11),), gemm_source="test",
+                    bandwidth_points=(BandwidthPoint(1 << 30, 40e9),), bandwidth_source="test", **extra)
+
+
+def _ops(name: str, request: FitRequest = TRAIN):
+    arch = resolve_model(name)[0]
+    return arch, training_operations(arch, request, params_on_device=count_parameters(arch).total).operations
+
+
+def test_each_op_names_the_functions_torch_evaluates_forward_and_backward() -> None:
+    _, ops = _ops("gemma-2-2b")
+    by = {(op.phase, op.name): op for op in ops}
+    activation = next(op for (phase, name), op in by.items() if phase == "forward" and "(gate) * up" in name)
+    assert [f for f, _ in activation.functions] == ["gelu tanh"]  # gemma-2: gelu_pytorch_tanh
+    backward = by[("backward", activation.name)]
+    assert [f for f, _ in backward.functions] == ["gelu tanh backward"]
+    assert by[("forward", "cross-entropy (fp32 logits)")].functions[0][0] == "log_softmax"
+    assert by[("backward", "cross-entropy (fp32 logits)")].functions[0][0] == "log_softmax backward"
+    assert by[("forward", "logit soft-capping")].functions[0][0] == "tanh"
+    assert by[("backward", "logit soft-capping")].functions == ()  # 1 - tanh², from the saved output: memory
+    named = {f for op in ops for f, _ in op.functions}
+    assert named <= set(ELEMENTWISE_FUNCTIONS)
+    _, llama = _ops("llama-3.2-1b")
+    assert {f for op in llama for f, _ in op.functions} == {"silu", "silu backward", "log_softmax",
+                                                             "log_softmax backward"}
+
+
+def test_an_elementwise_op_takes_the_longer_of_its_bytes_and_its_functions() -> None:
+    _, ops = _ops("gemma-2-2b")
+    capping = next(op for op in ops if op.name == "logit soft-capping" and op.phase == "forward")
+    (_, elements), = capping.functions
+    plain = _ceilings()
+    slow = _ceilings(elementwise_rates=(("tanh", 0.5e9),), elementwise_source="test")
+    fast = _ceilings(elementwise_rates=(("tanh", 1e15),), elementwise_source="test")
+    assert operation_seconds(plain, capping) == pytest.approx(capping.calls * capping.bytes / 40e9)
+    assert operation_seconds(slow, capping) == pytest.approx(capping.calls * elements / 0.5e9)
+    assert operation_seconds(fast, capping) == operation_seconds(plain, capping)  # the bytes bound it
+    assert "elementwise_functions" in slow.sources() and "elementwise_functions" not in plain.sources()
+
+
+def test_blocks_on_fresh_pages_follow_glibcs_thresholds() -> None:
+    assert fresh_block(FRESH_MAPPING_BYTES, largest_other=1 << 40)  # always mapped fresh from 32 MiB
+    assert fresh_block(8 << 20, largest_other=4 << 20)  # the step's largest block: the heap's top is trimmed
+    assert not fresh_block(4 << 20, largest_other=8 << 20)  # a larger block keeps the heap's top mapped
+    # A large model: every weight matrix from 32 MiB up has its AdamW temporaries on fresh pages; its gradient is
+    # its dW GEMM's output, counted on the GEMM.
+    arch, ops = _ops("llama-3.1-8b", FitRequest(mode="train", recipe="fp32", dtype="fp32", optimizer="adamw",
+                                                batch=1, seq_len=2048, gpu=False))
+    (temporaries,) = [op for op in ops if op.phase == "optimizer"]
+    per_tensor = [4 * n * count for _, n, count in parameter_tensors(arch) if 4 * n >= FRESH_MAPPING_BYTES]
+    assert temporaries.fresh_bytes == ADAMW_TEMPORARIES * sum(per_tensor) > 0
+    gate = next(op for op in ops if op.name == "gate_proj dW")
+    assert gate.fresh_bytes == 4096 * 14336 * 4  # the gradient, a new block of 224 MiB
+    lm_head = next(op for op in ops if op.name == "lm_head" and op.phase == "forward")
+    assert lm_head.fresh_bytes == 2048 * 128256 * 4  # the logits
+    touch = _ceilings(first_touch=Sourced(3e9, "B/s", "test"))
+    assert operation_seconds(touch, temporaries) == pytest.approx(operation_seconds(_ceilings(), temporaries)
+                                                                  + temporaries.fresh_bytes / 3e9)
+    assert fresh_page_operations(arch, FitRequest(mode="train", recipe="lora", dtype="fp32", batch=1, seq_len=64,
+                                                  gpu=False), [], fused=False) == ([], 0)
+
+
+ADAMW_FAULTS = """
+import resource, sys, torch
+elements = int(sys.argv[1]) // 4
+param = torch.nn.Parameter(torch.zeros(elements))
+param.grad = torch.ones(elements)
+optimizer = torch.optim.AdamW([param], lr=1e-4)
+optimizer.step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+optimizer.step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc rules")
+def test_a_real_adamw_step_faults_in_the_temporaries_counted_for_a_32_mib_tensor() -> None:
+    """In a process of its own, as a training run is (a long-lived process may have moved malloc's thresholds)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", ADAMW_FAULTS, str(FRESH_MAPPING_BYTES)], capture_output=True,
+                          text=True, timeout=120, check=True)
+    pages = ADAMW_TEMPORARIES * FRESH_MAPPING_BYTES // resource.getpagesize()
+    assert 0.9 * pages <= int(done.stdout.split()[-1]) <= 1.2 * pages
+
+
+def test_the_bench_measures_every_function_the_ops_name_and_time_reads_them(tmp_path) -> None:
+    from tutor.bench.elementwise import elementwise_rates, function_calls
+
+    import torch
+
+    assert set(function_calls(torch)) == set(ELEMENTWISE_FUNCTIONS)
+    assert elementwise_rates("cuda:0") == []
+    results = [r.to_json() for r in elementwise_rates("cpu")]
+    assert {r["function"] for r in results if r["kind"] == "elementwise"} == set(ELEMENTWISE_FUNCTIONS)
+    header = {"date": "2026-12-05T10:00:00Z", "cancelled": False}
+    base = [{"kind": "matmul", "device": "cpu", "dtype": "fp32", "backend": "torch/mkl", "m": 512, "n": 512, "k": 512,
+             "tflops_median": 0.1, "peak_tflops": 0.2, "peak_source": "test", "headline": True},
+            {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 40.0}]
+    assert append_run(header, base + results, tmp_path / "results.jsonl") is None
+    ceilings = measured_ceilings("cpu", "fp32", read_notebook(tmp_path / "results.jsonl"))
+    assert {name for name, _ in ceilings.elementwise_rates} == set(ELEMENTWISE_FUNCTIONS)
+    assert "bench run 1" in ceilings.elementwise_source
+    if any(r["kind"] == "first_touch" for r in results):
+        assert ceilings.first_touch is not None and "bench run 1" in ceilings.first_touch.source
+        assert "first_touch" in ceilings.sources()
