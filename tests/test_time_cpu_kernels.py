@@ -147,3 +147,43 @@ def test_a_real_linear_faults_in_the_output_counted_for_it() -> None:
         pages = op.fresh_bytes // resource.getpagesize()
         assert 0.9 * pages <= faults <= 1.2 * pages + 16
     assert gemm("up_proj", "forward", 4096, 2048, 2048, calls=1, element_bytes=4).fresh_bytes == FRESH_MAPPING_BYTES
+
+
+def test_fused_attention_runs_at_the_kernels_measured_rate_by_sequence_and_mlas_math_path_on_the_whole_square() -> None:
+    from tutor.theory.step_operations import SDPA_KERNEL, SDPA_MATH
+
+    _, ops = _ops("mistral-7b", FitRequest(mode="train", recipe="fp32", dtype="fp32", optimizer="adamw", batch=1,
+                                           seq_len=1024, attention="sdpa", gpu=False))
+    scores = next(op for op in ops if op.name.startswith("attention scores") and op.phase == "forward")
+    backward = next(op for op in ops if op.name.startswith("attention scores") and op.phase == "backward")
+    assert scores.kernel == backward.kernel == SDPA_KERNEL and scores.m == 1024
+    curve = (("forward", 128, 30e9), ("forward", 2048, 60e9), ("backward", 128, 20e9), ("backward", 2048, 40e9))
+    measured = _ceilings(attention_rates=curve, attention_source="test")
+    between = 30e9 * 2 ** 0.75  # log-log: 1024 is 3/4 of the way from 128 to 2048 in log2, the rate doubles over it
+    assert operation_seconds(measured, scores) == pytest.approx(scores.calls * scores.flops / between)
+    assert operation_seconds(measured, backward) == pytest.approx(backward.calls * backward.flops / (between * 2 / 3))
+    assert operation_seconds(_ceilings(), scores) == pytest.approx(scores.calls * scores.flops / 1e11)  # the curve
+    assert "attention_kernel" in measured.sources()
+    # DeepSeek-V3's MLA (query/key 192 wide, values 128): SDPA falls back to its math path, the whole square.
+    _, mla = _ops("deepseek-v3", FitRequest(mode="train", recipe="fp32", dtype="fp32", optimizer="adamw", batch=1,
+                                            seq_len=256, attention="sdpa", gpu=False))
+    square = next(op for op in mla if op.name.startswith("attention scores") and op.phase == "forward")
+    assert square.kernel == SDPA_MATH and square.flops == 2 * 256 * 256 * 192 * square.batch
+    assert operation_seconds(measured, square) == operation_seconds(_ceilings(), square)  # plain bmm: the curve
+    assert any(op.name == "sdpa math: mask + softmax" for op in mla)
+
+
+def test_the_bench_times_the_attention_kernel_forward_and_backward_by_sequence(tmp_path) -> None:
+    from tutor.bench.attention import SEQUENCES, attention_rates
+
+    assert attention_rates("cuda:0") == []
+    results = [r.to_json() for r in attention_rates("cpu")]
+    assert sorted((r["phase"], r["seq"]) for r in results) == sorted(
+        (phase, seq) for phase in ("forward", "backward") for seq in SEQUENCES)
+    header = {"date": "2026-12-05T10:00:00Z", "cancelled": False}
+    base = [{"kind": "matmul", "device": "cpu", "dtype": "fp32", "backend": "torch/mkl", "m": 512, "n": 512, "k": 512,
+             "tflops_median": 0.1, "peak_tflops": 0.2, "peak_source": "test", "headline": True},
+            {"kind": "bandwidth", "device": "cpu", "op": "triad", "bytes": 3 * 2**27, "gbps_median": 40.0}]
+    assert append_run(header, base + results, tmp_path / "results.jsonl") is None
+    ceilings = measured_ceilings("cpu", "fp32", read_notebook(tmp_path / "results.jsonl"))
+    assert len(ceilings.attention_rates) == 2 * len(SEQUENCES) and "bench run 1" in ceilings.attention_source

@@ -301,6 +301,14 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
     first_touch = None if touch is None else Sourced(
         touch * 1e9, "B/s", f"measured first touch of freshly mapped memory, {touch:.3g} GB/s beyond the write itself "
                             f"(a new {FIRST_TOUCH_MIB} MiB tensor filled against a mapped one), {label}")
+    attention = tuple(sorted((str(r["phase"]), int(r["seq"]), rate * 1e12) for r in run.results
+                             if r.get("kind") == "attention" and r.get("device") == device
+                             and r.get("phase") in ("forward", "backward") and isinstance(r.get("seq"), int)
+                             and not isinstance(r.get("seq"), bool) and r["seq"] > 0
+                             and (rate := _positive(r.get("tflops_median"))) is not None))
+    attention_source = ("measured torch SDPA causal kernel, " + "; ".join(
+        f"{phase} " + ", ".join(f"{rate / 1e9:.3g} GFLOP/s at s = {seq}" for p, seq, rate in attention if p == phase)
+        for phase in ("forward", "backward")) + f", {label}") if attention else ""
     graph_kernel = None
     if device.startswith("cuda"):
         graph_kernel = Sourced(GRAPH_KERNEL, "s", GRAPH_KERNEL_SOURCE)
@@ -321,7 +329,8 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
         link_latency=None, devices_per_node=1 if device == "cpu" else 8,
         host_overlaps=device.startswith("cuda"), graph_kernel=graph_kernel,
         decode_matmul=tuple(skinny), decode_matmul_source=skinny_source,
-        elementwise_rates=functions, first_touch=first_touch,
+        elementwise_rates=functions, first_touch=first_touch, attention_rates=attention,
+        attention_source=attention_source,
         elementwise_source=("measured elements/s in the caches: " + ", ".join(f"{name} {rate / 1e9:.3g} G/s"
                                                                              for name, rate in functions)
                             + f", {label}") if functions else "",

@@ -185,6 +185,11 @@ def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: S
 
             cases.append(BenchCase(name="elementwise functions", kind="bandwidth", weight=0.1,
                                    run=lambda budget, cancel: elementwise_rates(device)))
+            # and the causal attention kernel's rate by sequence length (tutor.bench.attention, ~0.5 s)
+            from tutor.bench.attention import attention_rates
+
+            cases.append(BenchCase(name="attention kernel", kind="matmul", weight=0.2,
+                                   run=lambda budget, cancel: attention_rates(device)))
     if "transfer" in kinds:
         cases.append(BenchCase(
             name="transfer", kind="transfer", weight=1.0,

@@ -86,6 +86,9 @@ class Operation:
     # Bytes per call written into memory freshly mapped from the operating system (fresh_block): each page faulted
     # in and zeroed by the kernel on first touch, at the measured first-touch rate.
     fresh_bytes: int = 0
+    # The attention kernel a GEMM of attention runs in, where it is not a plain matmul: SDPA_KERNEL (timed at the
+    # fused kernel's measured rate) or SDPA_MATH (SDPA's unfused fallback: plain matmuls on the whole square).
+    kernel: str = ""
 
     @property
     def total_flops(self) -> int:
@@ -115,6 +118,14 @@ def gemm(name: str, phase: str, m: int, n: int, k: int, *, calls: int, element_b
     return Operation(name, phase, GEMM, calls, flops, traffic, m, n, k, batch,
                      formula or f"2·{m}·{n}·{k}" + (f" x {batch}" if batch > 1 else ""),
                      fresh_bytes=output if output >= FRESH_MAPPING_BYTES else 0)
+
+
+SDPA_KERNEL = "sdpa"
+SDPA_MATH = "sdpa math"
+"""torch's SDPA on a CPU runs its fused flash kernel (aten _scaled_dot_product_flash_attention_for_cpu), except where
+the query/key and value head widths differ (MLA: 192 against 128 in DeepSeek-V3), where it falls back to
+_scaled_dot_product_attention_math: q·kᵀ over the whole square, the causal mask added, _safe_softmax, then ·v
+(torch/nn/attention and aten/src/ATen/native/transformers/attention.cpp; checked with torch.profiler)."""
 
 
 LAYER_CODE = "decoder layer code (Python, dispatch)"
@@ -340,7 +351,11 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
         rope_width = (a + (1 if arch.uses_mla else g)) * (arch.qk_rope_head_dim if arch.uses_mla else d)
         ops.append(memory_op("rope", "forward", T * rope_width, 10, e, calls=calls, kernels=10,
                              formula="q·cos + rotate_half(q)·sin for q and k: 10 accesses per element"))
-    fraction = causal_attention_fraction(attention, shape.causal) if shape.queries > 1 else 1.0
+    # SDPA on MLA's unequal head widths runs unfused (SDPA_MATH): the whole square, like eager, and its own softmax.
+    math_path = attention == "sdpa" and dv != d and shape.queries > 1
+    kernel = SDPA_MATH if math_path else SDPA_KERNEL if attention == "sdpa" and shape.queries > 1 else ""
+    fraction = causal_attention_fraction("eager" if math_path else attention, shape.causal) \
+        if shape.queries > 1 else 1.0
     heads = shape.batch * a
     if cache_copy and shape.queries < shape.context and not training:
         # transformers' DynamicCache appends the new keys and values with torch.cat: each decode step
@@ -352,7 +367,13 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     kv_read = e * shape.batch * g * shape.context * d
     scores = gemm("attention scores q·kᵀ", "forward", shape.queries, shape.context, d, calls=calls,
                   element_bytes=e, batch=heads, fraction=fraction)
-    ops.append(replace(scores, bytes=e * heads * (shape.queries * d + shape.queries * shape.context) + kv_read))
+    ops.append(replace(scores, bytes=e * heads * (shape.queries * d + shape.queries * shape.context) + kv_read,
+                       kernel=kernel))
+    if math_path:
+        # _scaled_dot_product_attention_math: the mask added in place (read 2, write 1), _safe_softmax (softmax, read
+        # and write, and its all-masked-rows check: isneginf, all, where over the scores, read 4, write 2): 9 accesses.
+        ops.append(memory_op("sdpa math: mask + softmax", "forward", heads * shape.queries * shape.context, 9, e,
+                             calls=calls, kernels=5, function="softmax"))
     if attention == "eager" and g < a:
         # eager_attention_forward's repeat_kv: each key and value head copied out for the a/g query heads sharing it.
         copies = 2 * shape.batch * a * shape.context * d
@@ -368,7 +389,7 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     context = gemm("attention context p·v", "forward", shape.queries, dv, shape.context, calls=calls,
                    element_bytes=e, batch=heads, fraction=fraction)
     ops.append(replace(context, bytes=e * heads * (shape.queries * shape.context + shape.queries * dv)
-                       + e * shape.batch * g * shape.context * dv))
+                       + e * shape.batch * g * shape.context * dv, kernel=kernel))
     ops.append(memory_op("heads to rows (contiguous)", "forward", T * a * dv, 2, e, calls=calls))
     name, out, inp = projections[-1]
     ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
@@ -503,7 +524,7 @@ def backward_of(ops: list[Operation], attention: str) -> list[Operation]:
                                formula=f"2 x forward ({op.formula})"))
             continue
         if op.name.startswith("attention"):
-            ratio = FLASH_BACKWARD_RATIO if attention in ("sdpa", "flash") else 2
+            ratio = FLASH_BACKWARD_RATIO if attention in ("sdpa", "flash") and op.kernel != SDPA_MATH else 2
             out.append(replace(op, phase="backward", flops=round(op.flops * ratio), bytes=op.bytes * 2,
                                formula=f"{ratio:g} x forward ({op.formula})"))
             continue

@@ -41,6 +41,7 @@ from tutor.theory.parallel import (
 from tutor.theory.memory import training_recipe
 from tutor.theory.step_operations import (
     FRAMEWORK,
+    SDPA_KERNEL,
     adapter_params_on_device,
     GEMM,
     Operation,
@@ -158,6 +159,17 @@ class Ceilings:
     elementwise_source: str = ""
     # Bytes per second of writing freshly mapped memory beyond writing memory already mapped (page faults, zeroing).
     first_touch: Sourced | None = None
+    # Measured FLOP/s of the fused causal attention kernel (SDPA) by pass and sequence length: (phase, s, FLOP/s).
+    attention_rates: tuple[tuple[str, int, float], ...] = ()
+    attention_source: str = ""
+
+    def attention_rate(self, op: Operation) -> float | None:
+        """The fused attention kernel's FLOP/s for this op's pass at its sequence length (op.m, the queries):
+        log-log between the measured lengths, flat beyond them; None where not measured."""
+        points = sorted((float(seq), rate) for phase, seq, rate in self.attention_rates if phase == op.phase)
+        if op.kernel != SDPA_KERNEL or not points:
+            return None
+        return _interpolate([s for s, _ in points], [r for _, r in points], op.m)
 
     def function_seconds(self, op: Operation) -> float:
         """One call's evaluation of the op's transcendental functions at their measured rates (0 where unmeasured)."""
@@ -183,6 +195,7 @@ class Ceilings:
                "kernel_overhead": self.kernel_overhead.source,
                **({"decode_matmul": self.decode_matmul_source} if self.decode_matmul else {}),
                **({"elementwise_functions": self.elementwise_source} if self.elementwise_rates else {}),
+               **({"attention_kernel": self.attention_source} if self.attention_rates else {}),
                "framework": self.host.source if self.host is not None else self.framework_source}
         if self.peak_flops is not None:
             out["peak_flops"] = self.peak_flops.source
@@ -272,6 +285,9 @@ def operation_seconds(ceilings: Ceilings, op: Operation) -> float:
     exact = exact_gemm_rate(ceilings, op) if op.kind == GEMM else None
     if exact is not None:
         return op.calls * op.flops / exact
+    fused = ceilings.attention_rate(op) if op.kind == GEMM else None
+    if fused is not None:  # the fused kernel's own measured rate, its launches and blocking included
+        return op.calls * (op.flops / fused + ceilings.fresh_seconds(op))
     skinny = decode_matmul_bandwidth(ceilings, op) if op.kind == GEMM else None
     per_call = op.bytes / (skinny if skinny is not None else memory_bandwidth(ceilings, op.bytes))
     if op.kind == GEMM:
