@@ -12,14 +12,18 @@ a config.json:
   - measured: the real model (random weights, fp32, the attention transformers runs it with) on one thread
     (torch.set_num_threads(1)), timed on this thread's CPU time: training steps by phase (forward with the loss,
     backward, AdamW step + zero_grad), a prefill (logits of the last position) and decode steps on its cache.
-Everything is repeated in rounds (medians). Prints measured / predicted per phase; goal: step, forward, backward,
-optimizer and prefill within 20%. The load average is printed, since the machine may be shared.
+Everything is repeated in rounds (medians). Each family runs in a process of its own, as a user's training or
+`time --verify` does: glibc's malloc adapts its thresholds to the largest blocks a process has freed (mallopt(3)), so a
+family measured after a larger one in the same process finds its blocks on recycled pages where a process of its own
+page-faults them in (tutor.theory.step_operations.fresh_block). Prints measured / predicted per phase; goal: step,
+forward, backward, optimizer and prefill within 20%. The load average is printed, since the machine may be shared.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -121,6 +125,30 @@ def predict(path: Path, *, batch: int, seq: int, attention: str) -> dict:
 PHASES = ("step", "forward", "backward", "optimizer", "prefill", "decode")
 
 
+def measure_family(name: str, size: str, rounds: int) -> dict:
+    """One family's prediction and measurement, in the process of its own that main starts for it."""
+    import torch
+    import transformers
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(1)
+    from tutor.trace.step_verify import SIZES, build_as_run, sized_config
+
+    layers, hidden, heads, seq, batch, vocab = SIZES[size]
+    try:
+        config = sized_config(family_config(name), layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab)
+        folder = Path(tempfile.mkdtemp(prefix="tt-arch-"))
+        (folder / "config.json").write_text(json.dumps(config))
+        attention = build_as_run(torch, sized_config(config, layers=1, hidden=64, heads=2, seq=8, vocab=64),
+                                 torch.float32)[1]._attn_implementation
+        predicted = predict(folder / "config.json", batch=batch, seq=seq, attention=attention)
+        measured = measure(torch, config, batch=batch, seq=seq, rounds=rounds)
+    except Exception as error:  # one family that fails must not hide the others
+        return {"failed": f"{type(error).__name__}: {error}"}
+    return {"measured": measured, "predicted": predicted}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=DEFAULT_MODELS)
@@ -137,32 +165,23 @@ def main() -> None:
     if not args.no_bench:
         subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "tutor", "bench", "--quick", "--json"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
-    import torch
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    torch.set_num_threads(1)
-    from tutor.trace.step_verify import SIZES, build_as_run, sized_config
+    from tutor.trace.step_verify import SIZES
 
     layers, hidden, heads, seq, batch, vocab = SIZES[args.size]
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; size {args.size}: {layers} layers, "
           f"hidden {hidden}, batch {batch} x {seq}; data {os.environ['TENSOR_TUTOR_DATA_DIR']}")
     print(f"{'model':<20}" + "".join(f" {p:>9}" for p in PHASES) + "   (measured / predicted)")
     rows = []
+    spawn = multiprocessing.get_context("spawn")
     for name in args.models.split(","):
         started = time.perf_counter()
-        try:
-            config = sized_config(family_config(name), layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab)
-            folder = Path(tempfile.mkdtemp(prefix="tt-arch-"))
-            (folder / "config.json").write_text(json.dumps(config))
-            attention = build_as_run(torch, sized_config(config, layers=1, hidden=64, heads=2, seq=8, vocab=64),
-                                     torch.float32)[1]._attn_implementation
-            predicted = predict(folder / "config.json", batch=batch, seq=seq, attention=attention)
-            measured = measure(torch, config, batch=batch, seq=seq, rounds=args.rounds)
-        except Exception as error:  # one family that fails must not hide the others
-            print(f"{name:<20} failed: {type(error).__name__}: {str(error)[:200]}")
-            rows.append({"model": name, "failed": str(error)[:300]})
+        with spawn.Pool(1) as pool:
+            outcome = pool.apply(measure_family, (name, args.size, args.rounds))
+        if "failed" in outcome:
+            print(f"{name:<20} failed: {outcome['failed'][:200]}")
+            rows.append({"model": name, "failed": outcome["failed"][:300]})
             continue
+        measured, predicted = outcome["measured"], outcome["predicted"]
         ratios = {p: measured[p] / predicted[p] for p in PHASES}
         rows.append({"model": name, "measured": measured, "predicted": predicted, "ratios": ratios})
         print(f"{name:<20}" + "".join(f" {ratios[p]:9.3f}" for p in PHASES)

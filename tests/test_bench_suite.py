@@ -136,7 +136,8 @@ def test_plan_orders_fp32_first_and_default_kinds() -> None:
     # The fixed-size fp32 square comes first: short, and the one figure every two runs compare at one size.
     # Then each dtype's matrix-vector products (a decode step's matmuls, which `time` reads for inference).
     assert [c.name for c in cases] == ["matmul fp32 1024²", "matmul fp32", "matmul bf16", "decode matmul fp32",
-                                       "decode matmul bf16", "bandwidth", "collective x2"]
+                                       "decode matmul bf16", "bandwidth", "elementwise functions", "attention kernel",
+                                       "collective x2"]
     assert [c.name for c in plan_suite(("matmul",), device="cpu", machine=machine, dtypes=("bf16",))] == [
         "matmul bf16", "decode matmul bf16"]
     # On CUDA the kernel launch costs too (the eager and graphs engines).

@@ -11,7 +11,7 @@ import pytest
 
 from tutor.theory.fit import FitRequest
 from tutor.theory.models import architecture_from_config, count_parameters
-from tutor.theory.step_operations import GEMM, MEMORY, training_operations
+from tutor.theory.step_operations import GEMM, MEMORY, SDPA_MATH, training_operations
 from tutor.files.models import read_model_config
 
 # One preset per hand-profiled family, and families without a hand profile (transformers' default config of the
@@ -74,9 +74,9 @@ def test_the_step_counts_the_gemm_flops_the_real_model_runs(name: str, tmp_path,
         loss.backward()
     for phase, counter in (("forward", forward), ("backward", backward)):
         real = counter.get_flop_counts()["Global"]
-        # SDPA's CPU kernels are not counted by flop_counter (and its math path, for MLA's unequal head widths, is a
-        # bmm): the linear layers are compared there, eager attention's matmuls as well.
-        eager = attention == "eager"
+        # SDPA's fused CPU kernel is not counted by flop_counter: the linear layers are compared there; eager
+        # attention's matmuls and SDPA's math path (MLA's unequal head widths: bmm on the whole square) as well.
+        eager = attention == "eager" or any(op.kernel == SDPA_MATH for op in ops)
         counted[phase] = sum(v for k, v in real.items() if eager or "bmm" not in str(k))
         predicted = sum(op.total_flops for op in ops if op.phase == phase and op.kind == GEMM
                         and (eager or not op.name.startswith("attention")))

@@ -80,6 +80,7 @@ GRAPH_KERNEL_SOURCE = ("a graph of 20 short kernels replayed at 3.4 µs per kern
 INTRA_NODE_LINKS: dict[str, tuple[str, int]] = {
     card.key: (card.intra_node_link.kind, card.intra_node_link.generation) for card in CARDS
     if card.intra_node_link is not None}
+FIRST_TOUCH_MIB = 64  # tutor.bench.elementwise.FIRST_TOUCH_BYTES (that module imports torch)
 BENCH_HINT = "run `tensor-tutor bench --quick` (about 20 s) to measure this machine, or pass --device h100"
 
 
@@ -292,6 +293,22 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
         f"{m} row(s): " + ", ".join(f"{rate / 1e9:.3g} GB/s at {nbytes / 2**20:.3g} MiB" for mm, nbytes, rate in skinny
                                     if mm == m) for m in rows_measured)
         + f" (weights past the caches), {label}" if skinny else "")
+    functions = tuple((str(r["function"]), rate) for r in run.results
+                      if r.get("kind") == "elementwise" and r.get("device") == device and isinstance(r.get("function"), str)
+                      and (rate := _positive(r.get("elements_per_s"))) is not None)
+    touch = next((rate for r in run.results if r.get("kind") == "first_touch" and r.get("device") == device
+                  and (rate := _positive(r.get("gbps_median"))) is not None), None)
+    first_touch = None if touch is None else Sourced(
+        touch * 1e9, "B/s", f"measured first touch of freshly mapped memory, {touch:.3g} GB/s beyond the write itself "
+                            f"(a new {FIRST_TOUCH_MIB} MiB tensor filled against a mapped one), {label}")
+    attention = tuple(sorted((str(r["phase"]), int(r["seq"]), rate * 1e12) for r in run.results
+                             if r.get("kind") == "attention" and r.get("device") == device
+                             and r.get("phase") in ("forward", "backward") and isinstance(r.get("seq"), int)
+                             and not isinstance(r.get("seq"), bool) and r["seq"] > 0
+                             and (rate := _positive(r.get("tflops_median"))) is not None))
+    attention_source = ("measured torch SDPA causal kernel, " + "; ".join(
+        f"{phase} " + ", ".join(f"{rate / 1e9:.3g} GFLOP/s at s = {seq}" for p, seq, rate in attention if p == phase)
+        for phase in ("forward", "backward")) + f", {label}") if attention else ""
     graph_kernel = None
     if device.startswith("cuda"):
         graph_kernel = Sourced(GRAPH_KERNEL, "s", GRAPH_KERNEL_SOURCE)
@@ -312,6 +329,11 @@ def measured_ceilings(device: str = "cpu", dtype: str = "fp32", notebook: Notebo
         link_latency=None, devices_per_node=1 if device == "cpu" else 8,
         host_overlaps=device.startswith("cuda"), graph_kernel=graph_kernel,
         decode_matmul=tuple(skinny), decode_matmul_source=skinny_source,
+        elementwise_rates=functions, first_touch=first_touch, attention_rates=attention,
+        attention_source=attention_source,
+        elementwise_source=("measured elements/s in the caches: " + ", ".join(f"{name} {rate / 1e9:.3g} G/s"
+                                                                             for name, rate in functions)
+                            + f", {label}") if functions else "",
     )
 
 

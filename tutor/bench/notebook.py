@@ -176,9 +176,9 @@ class Notebook:
 RESULT_FIGURES: dict[str, Kind] = {
     **dict.fromkeys(("tflops_median", "tflops_best", "tflops_mean", "peak_tflops", "gbps_median", "gbps_best",
                      "gbps", "peak_gbps", "busbw_gbps", "algbw_gbps", "time_median_s", "time_best_s",
-                     "graph_kernel_s", "eager_launch_s"), POSITIVE_NUMBER),
+                     "graph_kernel_s", "eager_launch_s", "elements_per_s"), POSITIVE_NUMBER),
     **dict.fromkeys(("spread", "percent_of_peak"), NUMBER),
-    **dict.fromkeys(("m", "n", "k", "ranks", "threads", "kernels"), POSITIVE_WHOLE),
+    **dict.fromkeys(("m", "n", "k", "ranks", "threads", "kernels", "seq", "heads", "head_dim"), POSITIVE_WHOLE),
     **dict.fromkeys(("bytes", "array_bytes", "size_bytes", "iters"), WHOLE),
     "sweep": OBJECTS,
 }

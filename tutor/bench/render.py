@@ -105,6 +105,12 @@ def render_results(results: Sequence[Any], header: dict[str, Any], console: Cons
         console.print(f"kernel launch on {r.device}: eager {format_duration(r.eager_launch_s)} per tiny kernel "
                       f"(host), CUDA graph replay {graph} per kernel ({r.kernels} kernels)")
 
+    if "elementwise" in by_kind:
+        console.print("elementwise functions in the caches, elements/s: " + ", ".join(
+            f"{escape(r.function)} {r.elements_per_s / 1e9:.3g} G" for r in by_kind["elementwise"]))
+    for r in by_kind.get("first_touch", ()):
+        console.print(f"first touch of freshly mapped memory on {r.device}: {_rate(r.gbps_median, 'GB/s')} beyond the "
+                      "write itself (page faults and zeroing)")
     for kind, title in (("bandwidth", "STREAM-like bandwidth (bytes counted / t), fp64 arrays"),
                         ("transfer", "host <-> device bandwidth, buffer counted once")):
         if kind not in by_kind:

@@ -178,6 +178,18 @@ def plan_suite(kinds: Sequence[str], *, device: str, machine: Machine, dtypes: S
         cases.append(BenchCase(
             name="bandwidth", kind="bandwidth", weight=2.0,
             run=lambda budget, cancel: memory_bandwidth(device, budget_s=budget, machine=machine, cancel=cancel)))
+        if device == "cpu" and "matmul" in kinds:
+            # A run of this CPU's ceilings (bare bench, --quick, the app's Bench) also measures what `time` needs for
+            # an elementwise kernel beyond its bytes (tutor.bench.elementwise, ~0.2 s); `bench bandwidth` stays STREAM.
+            from tutor.bench.elementwise import elementwise_rates
+
+            cases.append(BenchCase(name="elementwise functions", kind="bandwidth", weight=0.1,
+                                   run=lambda budget, cancel: elementwise_rates(device)))
+            # and the causal attention kernel's rate by sequence length (tutor.bench.attention, ~0.5 s)
+            from tutor.bench.attention import attention_rates
+
+            cases.append(BenchCase(name="attention kernel", kind="matmul", weight=0.2,
+                                   run=lambda budget, cancel: attention_rates(device)))
     if "transfer" in kinds:
         cases.append(BenchCase(
             name="transfer", kind="transfer", weight=1.0,

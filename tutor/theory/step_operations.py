@@ -80,6 +80,15 @@ class Operation:
     batch: int = 1
     formula: str = ""
     kernels: int = 1  # kernel launches per call (a memory op written as several torch ops)
+    # (function, elements per call) of the transcendental functions its kernels evaluate (ELEMENTWISE_FUNCTIONS):
+    # timed at the function's measured rate where that is slower than its bytes (compute-bound on a CPU core).
+    functions: tuple[tuple[str, int], ...] = ()
+    # Bytes per call written into memory freshly mapped from the operating system (fresh_block): each page faulted
+    # in and zeroed by the kernel on first touch, at the measured first-touch rate.
+    fresh_bytes: int = 0
+    # The attention kernel a GEMM of attention runs in, where it is not a plain matmul: SDPA_KERNEL (timed at the
+    # fused kernel's measured rate) or SDPA_MATH (SDPA's unfused fallback: plain matmuls on the whole square).
+    kernel: str = ""
 
     @property
     def total_flops(self) -> int:
@@ -105,8 +114,18 @@ def gemm(name: str, phase: str, m: int, n: int, k: int, *, calls: int, element_b
     flops = round(2 * m * n * k * batch * fraction)
     b_bytes = element_bytes if weight_bytes is None else weight_bytes
     traffic = math.ceil(batch * (element_bytes * (m * k + m * n) + b_bytes * k * n))
+    output = batch * m * n * element_bytes  # a new tensor: on fresh pages from FRESH_MAPPING_BYTES up
     return Operation(name, phase, GEMM, calls, flops, traffic, m, n, k, batch,
-                     formula or f"2·{m}·{n}·{k}" + (f" x {batch}" if batch > 1 else ""))
+                     formula or f"2·{m}·{n}·{k}" + (f" x {batch}" if batch > 1 else ""),
+                     fresh_bytes=output if output >= FRESH_MAPPING_BYTES else 0)
+
+
+SDPA_KERNEL = "sdpa"
+SDPA_MATH = "sdpa math"
+"""torch's SDPA on a CPU runs its fused flash kernel (aten _scaled_dot_product_flash_attention_for_cpu), except where
+the query/key and value head widths differ (MLA: 192 against 128 in DeepSeek-V3), where it falls back to
+_scaled_dot_product_attention_math: q·kᵀ over the whole square, the causal mask added, _safe_softmax, then ·v
+(torch/nn/attention and aten/src/ATen/native/transformers/attention.cpp; checked with torch.profiler)."""
 
 
 LAYER_CODE = "decoder layer code (Python, dispatch)"
@@ -123,11 +142,48 @@ def framework_op(name: str, phase: str, calls: int) -> Operation:
 
 
 def memory_op(name: str, phase: str, elements: int, accesses: float, element_bytes: float, *, calls: int,
-              kernels: int = 1, formula: str = "") -> Operation:
-    """A memory-bound op over `elements` values, each read or written `accesses` times in total."""
+              kernels: int = 1, formula: str = "", function: str | None = None) -> Operation:
+    """A memory-bound op over `elements` values, each read or written `accesses` times in total; `function`: the
+    transcendental function (ELEMENTWISE_FUNCTIONS) its kernel evaluates once per element, if any."""
     traffic = math.ceil(elements * accesses * element_bytes)
     return Operation(name, phase, MEMORY, calls, 0, traffic, kernels=kernels,
-                     formula=formula or f"{elements:,} x {accesses:g} accesses x {element_bytes:g} B")
+                     formula=formula or f"{elements:,} x {accesses:g} accesses x {element_bytes:g} B",
+                     functions=((function, elements),) if function else ())
+
+
+ELEMENTWISE_FUNCTIONS = ("silu", "silu backward", "gelu", "gelu backward", "gelu tanh", "gelu tanh backward", "tanh",
+                         "log_softmax", "log_softmax backward", "softmax")
+"""The functions whose evaluation, not their bytes, can bound an elementwise kernel on a CPU core (exp, erf and tanh
+are tens of instructions per element): torch's F.silu, F.gelu (erf), F.gelu(approximate="tanh"), torch.tanh,
+F.log_softmax and F.softmax over rows, and the backward kernels autograd runs for them (aten silu_backward,
+gelu_backward, _log_softmax_backward_data). Each one's elements per second is measured (tutor.bench.elementwise):
+on one core of the dev machine tanh ran at 0.5 G elements/s and log_softmax at 2.5, where a unary op's bytes at the
+STREAM triad's 38 GB/s would allow 4.75."""
+BACKWARD_FUNCTIONS = {"silu": "silu backward", "gelu": "gelu backward", "gelu tanh": "gelu tanh backward",
+                      "log_softmax": "log_softmax backward"}
+"""The backward kernel of each function, where it evaluates a transcendental again (tanh's and softmax's backward
+read their saved output: memory-bound, none)."""
+ACTIVATION_FUNCTIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu tanh",
+                        "gelu_new": "tanh"}
+"""The function each transformers activation (ACT2FN) evaluates per element: SiLUActivation, GELUActivation (erf),
+PytorchGELUTanh, NewGELUActivation (its one tanh among eight kernels)."""
+
+
+FRESH_MAPPING_BYTES = 32 * 2**20
+"""glibc malloc's DEFAULT_MMAP_THRESHOLD_MAX on a 64-bit system (malloc/malloc.c; mallopt(3), M_MMAP_THRESHOLD): a
+block at least this large is always mapped fresh with mmap and unmapped when freed, so every allocation of it
+faults its pages in again. torch's CPU allocator takes its blocks from malloc (c10 alloc_cpu: posix_memalign)."""
+
+
+def fresh_block(nbytes: int, largest_other: int) -> bool:
+    """Whether a block of `nbytes`, allocated and freed once per step, lands on freshly mapped pages every time
+    (glibc malloc, mallopt(3)): at least FRESH_MAPPING_BYTES; or, below that, when it is larger than every other
+    block of the step (`largest_other`): the dynamic mmap threshold rises to the largest block freed, the heap's
+    top is returned to the system once twice that lies free there, and the largest block with its twin (AdamW's
+    two temporaries) reaches it. Measured on this machine (ru_minflt of real steps): Qwen2-MoE scaled small, its
+    22.5 MiB expert stack the largest block, 11,521 faults per AdamW step = its two temporaries; Mistral, its
+    4 MiB matrices under an 8 MiB logits block, none; DeepSeek-V3, two 32 MiB stacks, 36,868 (4 x 8,192 counted)."""
+    return nbytes >= FRESH_MAPPING_BYTES or nbytes > largest_other
 
 
 def activation_bytes(request: FitRequest) -> int:
@@ -295,7 +351,11 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
         rope_width = (a + (1 if arch.uses_mla else g)) * (arch.qk_rope_head_dim if arch.uses_mla else d)
         ops.append(memory_op("rope", "forward", T * rope_width, 10, e, calls=calls, kernels=10,
                              formula="q·cos + rotate_half(q)·sin for q and k: 10 accesses per element"))
-    fraction = causal_attention_fraction(attention, shape.causal) if shape.queries > 1 else 1.0
+    # SDPA on MLA's unequal head widths runs unfused (SDPA_MATH): the whole square, like eager, and its own softmax.
+    math_path = attention == "sdpa" and dv != d and shape.queries > 1
+    kernel = SDPA_MATH if math_path else SDPA_KERNEL if attention == "sdpa" and shape.queries > 1 else ""
+    fraction = causal_attention_fraction("eager" if math_path else attention, shape.causal) \
+        if shape.queries > 1 else 1.0
     heads = shape.batch * a
     if cache_copy and shape.queries < shape.context and not training:
         # transformers' DynamicCache appends the new keys and values with torch.cat: each decode step
@@ -307,7 +367,13 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
     kv_read = e * shape.batch * g * shape.context * d
     scores = gemm("attention scores q·kᵀ", "forward", shape.queries, shape.context, d, calls=calls,
                   element_bytes=e, batch=heads, fraction=fraction)
-    ops.append(replace(scores, bytes=e * heads * (shape.queries * d + shape.queries * shape.context) + kv_read))
+    ops.append(replace(scores, bytes=e * heads * (shape.queries * d + shape.queries * shape.context) + kv_read,
+                       kernel=kernel))
+    if math_path:
+        # _scaled_dot_product_attention_math: the mask added in place (read 2, write 1), _safe_softmax (softmax, read
+        # and write, and its all-masked-rows check: isneginf, all, where over the scores, read 4, write 2): 9 accesses.
+        ops.append(memory_op("sdpa math: mask + softmax", "forward", heads * shape.queries * shape.context, 9, e,
+                             calls=calls, kernels=5, function="softmax"))
     if attention == "eager" and g < a:
         # eager_attention_forward's repeat_kv: each key and value head copied out for the a/g query heads sharing it.
         copies = 2 * shape.batch * a * shape.context * d
@@ -317,13 +383,13 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
         score_elements = heads * shape.queries * shape.context
         # transformers eager_attention_forward: + mask, softmax in fp32, cast back.
         ops.append(memory_op("eager softmax", "forward", score_elements, 3 * e + 2 * FP32 + FP32 + e, 1, calls=calls,
-                             kernels=3))
+                             kernels=3, function="softmax"))
     if attention == "eager" and arch.attn_logit_softcapping:
         ops.append(softcap_op("score soft-capping", heads * shape.queries * shape.context, e, calls))
     context = gemm("attention context p·v", "forward", shape.queries, dv, shape.context, calls=calls,
                    element_bytes=e, batch=heads, fraction=fraction)
     ops.append(replace(context, bytes=e * heads * (shape.queries * shape.context + shape.queries * dv)
-                       + e * shape.batch * g * shape.context * dv))
+                       + e * shape.batch * g * shape.context * dv, kernel=kernel))
     ops.append(memory_op("heads to rows (contiguous)", "forward", T * a * dv, 2, e, calls=calls))
     name, out, inp = projections[-1]
     ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
@@ -341,7 +407,7 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
             ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
         accesses, _, kernels, what = activation_accesses(arch)
         ops.append(memory_op(what, "forward", T * arch.intermediate_size // tp, accesses, e, calls=calls,
-                             kernels=kernels))
+                             kernels=kernels, function=ACTIVATION_FUNCTIONS.get(activation_name(arch))))
         name, out, inp = mlp_projections(arch, arch.intermediate_size, tp)[-1]
         ops.append(gemm(name, "forward", T, out, inp, calls=calls, element_bytes=e))
     ops.append(memory_op("residual add", "forward", T * h, 3, e, calls=calls))
@@ -354,7 +420,7 @@ def layer_forward(arch: Architecture, *, moe_layer: bool, shape: PassShape, tp: 
 def softcap_op(name: str, elements: int, e: int, calls: int) -> Operation:
     """Gemma-2's soft-capping, `x = x / cap; x = tanh(x); x = x * cap` (Gemma2Attention's eager scores and
     Gemma2ForCausalLM's logits): three elementwise passes, a read and a write each."""
-    return memory_op(name, "forward", elements, 6, e, calls=calls, kernels=3,
+    return memory_op(name, "forward", elements, 6, e, calls=calls, kernels=3, function="tanh",
                      formula=f"{elements:,} x (divide, tanh, multiply): 6 accesses x {e} B")
 
 
@@ -374,7 +440,8 @@ def _moe_forward(arch: Architecture, T: int, tp: int, ep: int, e: int, calls: in
     # The rows spread evenly over the touched experts, `extra` of them one row more: exactly T·k rows in all.
     rows, extra = divmod(routed_rows, touched)
     ops = [gemm("router", "forward", T, arch.num_experts, h, calls=calls, element_bytes=e),
-           memory_op("router softmax + top-k", "forward", T * arch.num_experts, 4, FP32, calls=calls, kernels=3),
+           memory_op("router softmax + top-k", "forward", T * arch.num_experts, 4, FP32, calls=calls, kernels=3,
+                     function="softmax"),
            # transformers' grouped_mm experts (integrations/moe.py grouped_mm_experts_forward, the default where
            # torch has grouped_mm): the T·k (token, expert) rows gathered in expert order, each output row scaled by
            # its routing weight, put back in token order, then summed over the k experts of a token: three passes
@@ -386,13 +453,15 @@ def _moe_forward(arch: Architecture, T: int, tp: int, ep: int, e: int, calls: in
     groups = [(count, m) for count, m in ((touched - extra, rows), (extra, rows + 1)) if count and m]
     ops += [gemm("experts gate_up", "forward", m, width, h, calls=calls * count, element_bytes=e) for count, m in groups]
     ops.append(memory_op("experts activation", "forward", routed_rows * f, activation_accesses(arch)[0], e,
-                         calls=calls, kernels=activation_accesses(arch)[2]))
+                         calls=calls, kernels=activation_accesses(arch)[2],
+                         function=ACTIVATION_FUNCTIONS.get(activation_name(arch))))
     ops += [gemm("experts down", "forward", m, h, f, calls=calls * count, element_bytes=e) for count, m in groups]
     if arch.shared_expert_intermediate_size:
         fs = arch.shared_expert_intermediate_size // tp
         ops += [gemm("shared expert gate", "forward", T, fs, h, calls=calls, element_bytes=e),
                 gemm("shared expert up", "forward", T, fs, h, calls=calls, element_bytes=e),
-                memory_op("shared expert activation", "forward", T * fs, 5, e, calls=calls, kernels=2),
+                memory_op("shared expert activation", "forward", T * fs, 5, e, calls=calls, kernels=2,
+                          function=ACTIVATION_FUNCTIONS.get(activation_name(arch))),
                 gemm("shared expert down", "forward", T, h, fs, calls=calls, element_bytes=e)]
         # The shared expert's output added to the routed experts' (Qwen2MoeSparseMoeBlock, DeepseekV3MoE), after
         # Qwen2-MoE's sigmoid gate (an h -> 1 linear, its sigmoid, and the multiply over T·h).
@@ -428,8 +497,13 @@ def model_ends_forward(arch: Architecture, *, shape: PassShape, tp: int, e: int,
             ops.append(softcap_op("logit soft-capping", rows * vocab, e, calls))
         if loss:
             upcast = 0 if e == FP32 else e + FP32
-            ops.append(memory_op("cross-entropy (fp32 logits)", "forward", rows * vocab, upcast + 3 * FP32, 1,
-                                 calls=calls, kernels=3))
+            loss_op = memory_op("cross-entropy (fp32 logits)", "forward", rows * vocab, upcast + 3 * FP32, 1,
+                                calls=calls, kernels=3, function="log_softmax")
+            # log_softmax writes a new block of the logits' size (and its backward another): on fresh pages when it
+            # is the step's largest block (fresh_block), as the logits of a small model are.
+            largest_weight = max(n for _, n, _ in parameter_tensors(arch, tp)) * FP32
+            log_probs = rows * vocab * FP32
+            ops.append(replace(loss_op, fresh_bytes=log_probs if fresh_block(log_probs, largest_weight) else 0))
     return ops
 
 
@@ -445,11 +519,12 @@ def backward_of(ops: list[Operation], attention: str) -> list[Operation]:
             out.append(replace(op, phase="backward"))
             continue
         if op.kind == MEMORY:
-            out.append(replace(op, phase="backward", bytes=op.bytes * BACKWARD_MEMORY_RATIO,
+            functions = tuple((BACKWARD_FUNCTIONS[f], n) for f, n in op.functions if f in BACKWARD_FUNCTIONS)
+            out.append(replace(op, phase="backward", bytes=op.bytes * BACKWARD_MEMORY_RATIO, functions=functions,
                                formula=f"2 x forward ({op.formula})"))
             continue
         if op.name.startswith("attention"):
-            ratio = FLASH_BACKWARD_RATIO if attention in ("sdpa", "flash") else 2
+            ratio = FLASH_BACKWARD_RATIO if attention in ("sdpa", "flash") and op.kernel != SDPA_MATH else 2
             out.append(replace(op, phase="backward", flops=round(op.flops * ratio), bytes=op.bytes * 2,
                                formula=f"{ratio:g} x forward ({op.formula})"))
             continue
@@ -459,6 +534,76 @@ def backward_of(ops: list[Operation], attention: str) -> list[Operation]:
         out.append(gemm(f"{op.name} dW", "backward", op.n, op.k, op.m, calls=op.calls, element_bytes=e,
                         batch=op.batch))
     return out
+
+
+def parameter_tensors(arch: Architecture, tp: int = 1, ep: int = 1) -> list[tuple[str, int, int]]:
+    """(name, elements, count) of the model's weight tensors on one device as transformers holds them: the token
+    table, the LM head where untied, and per decoder layer each attention and MLP projection (one tensor per
+    nn.Linear, fused where the module is), the router and transformers 5's stacked experts (gate_up_proj (E, 2f, h)
+    and down_proj (E, h, f): MixtralExperts, Qwen2MoeExperts) with the shared experts. Norms and biases are left
+    out: they are small, and the blocks that matter here are the large ones (fresh_block)."""
+    h = arch.hidden_size
+    vocab = math.ceil(arch.vocab_size / tp)
+    out = [("embed_tokens", vocab * h, 1)]
+    if not arch.tie_word_embeddings:
+        out.append(("lm_head", vocab * h, 1))
+    moe = arch.moe_layers
+    for name, o, i in attention_projections(arch, tp):
+        out.append((name, o * i, arch.num_layers))
+    if arch.num_layers - moe:
+        out += [(name, o * i, arch.num_layers - moe) for name, o, i in mlp_projections(arch, arch.intermediate_size, tp)]
+    if moe:
+        f = arch.moe_intermediate_size // tp
+        local = max(1, arch.num_experts // ep)
+        out += [("router", arch.num_experts * h, moe),
+                ("experts gate_up", local * (2 if arch.gated_mlp else 1) * f * h, moe),
+                ("experts down", local * h * f, moe)]
+        if arch.shared_expert_intermediate_size:
+            out += [(f"shared expert {name}", o * i, moe)
+                    for name, o, i in mlp_projections(arch, arch.shared_expert_intermediate_size, tp)]
+    return out
+
+
+GRADIENTS_NOT_FROM_ONE_GEMM = ("embed_tokens", "experts gate_up", "experts down")
+"""Parameter tensors whose gradient is not one GEMM's output: the embedding's (embedding_dense_backward) and the
+stacked experts' (grouped_mm's backward into the (E, ...) stack)."""
+
+ADAMW_TEMPORARIES = 2
+"""Blocks of a parameter's size that torch's single-tensor AdamW allocates per step: exp_avg_sq.sqrt(), then its
+division by the bias correction (torch/optim/adamw.py, _single_tensor_adam: denom = (exp_avg_sq.sqrt() /
+bias_correction2_sqrt).add_(eps)); the foreach and fused paths are not what a CPU runs by default."""
+
+
+def fresh_page_operations(arch: Architecture, request: FitRequest, forward: list[Operation], *,
+                          fused: bool) -> tuple[list[Operation], int]:
+    """(backward operations, AdamW bytes): what a training step writes on freshly mapped pages (fresh_block) beyond
+    the blocks its operations allocate themselves (a GEMM's output, counted in gemm). The gradients of the parameter
+    tensors of at least FRESH_MAPPING_BYTES that no single GEMM writes (GRADIENTS_NOT_FROM_ONE_GEMM; zero_grad frees
+    them, the backward allocates them again), as operations with no bytes of their own, only `fresh_bytes`; and the
+    bytes of AdamW's temporaries there, those of each such tensor and of the largest tensor when it is larger than
+    every activation (the biggest GEMM output: the logits), which the optimizer step carries. Nothing for LoRA
+    (small adapters) or ZeRO (sharded state); other optimizers allocate no temporaries."""
+    if request.adapter or request.zero >= 1:
+        return [], 0
+    state = 2 if request.recipe == "bf16" else FP32
+    tensors = parameter_tensors(arch, request.tp, request.ep)
+    largest_activation = max((op.batch * op.m * op.n * activation_bytes(request) for op in forward
+                              if op.kind == GEMM), default=0)
+    big = [(name, n * state, count) for name, n, count in tensors if n * state >= FRESH_MAPPING_BYTES]
+    ops = []
+    written = [(name, nbytes, count) for name, nbytes, count in big if name in GRADIENTS_NOT_FROM_ONE_GEMM]
+    gradients = sum(nbytes * count for _, nbytes, count in written)
+    if gradients:
+        ops.append(Operation("gradients on fresh pages", "backward", MEMORY, 1, 0, 0, kernels=0, fresh_bytes=gradients,
+                             formula=f"tensors of at least {FRESH_MAPPING_BYTES >> 20} MiB: "
+                                     + ", ".join(f"{count} x {name}" for name, _, count in written)))
+    temporaries = 0
+    if request.optimizer.lower() in ("adam", "adamw") and not fused:
+        _, n, _ = max(tensors, key=lambda t: t[1])
+        temporaries = sum(nbytes * count for _, nbytes, count in big)
+        if n * state < FRESH_MAPPING_BYTES and fresh_block(n * state, largest_activation):
+            temporaries += n * state  # one tensor: its pair of temporaries leaves the heap's top to be trimmed
+    return ops, ADAMW_TEMPORARIES * temporaries
 
 
 def optimizer_accesses(optimizer: str, *, fused: bool = False) -> int:
@@ -621,7 +766,12 @@ def training_operations(arch: Architecture, request: FitRequest, *, params_on_de
         backward = [replace(op, phase="backward", name=f"recompute {op.name}") for op in forward
                     if op.name.startswith("attention")] + backward
     optimizer = optimizer_operation(params_on_device, request, fused=fused_optimizer)
-    return StepOperations(tuple(forward + backward + [optimizer]), layers, microbatches, shape.tokens, e)
+    fresh, temporaries = fresh_page_operations(arch, request, forward, fused=fused_optimizer) if request.pp == 1 \
+        else ([], 0)
+    if temporaries:
+        optimizer = replace(optimizer, fresh_bytes=temporaries,
+                            formula=optimizer.formula + f"; {temporaries:,} B of temporaries on fresh pages")
+    return StepOperations(tuple(forward + backward + fresh + [optimizer]), layers, microbatches, shape.tokens, e)
 
 
 def inference_operations(arch: Architecture, request: FitRequest, *, queries: int, context: int,

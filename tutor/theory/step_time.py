@@ -41,6 +41,7 @@ from tutor.theory.parallel import (
 from tutor.theory.memory import training_recipe
 from tutor.theory.step_operations import (
     FRAMEWORK,
+    SDPA_KERNEL,
     adapter_params_on_device,
     GEMM,
     Operation,
@@ -152,6 +153,32 @@ class Ceilings:
     # weights stream at it, by their row count and size.
     decode_matmul: tuple[tuple[int, int, float], ...] = ()
     decode_matmul_source: str = ""
+    # Measured elements per second of the transcendental functions (step_operations.ELEMENTWISE_FUNCTIONS) on data in
+    # the caches: an elementwise op takes the longer of its bytes and its functions' evaluation.
+    elementwise_rates: tuple[tuple[str, float], ...] = ()
+    elementwise_source: str = ""
+    # Bytes per second of writing freshly mapped memory beyond writing memory already mapped (page faults, zeroing).
+    first_touch: Sourced | None = None
+    # Measured FLOP/s of the fused causal attention kernel (SDPA) by pass and sequence length: (phase, s, FLOP/s).
+    attention_rates: tuple[tuple[str, int, float], ...] = ()
+    attention_source: str = ""
+
+    def attention_rate(self, op: Operation) -> float | None:
+        """The fused attention kernel's FLOP/s for this op's pass at its sequence length (op.m, the queries):
+        log-log between the measured lengths, flat beyond them; None where not measured."""
+        points = sorted((float(seq), rate) for phase, seq, rate in self.attention_rates if phase == op.phase)
+        if op.kernel != SDPA_KERNEL or not points:
+            return None
+        return _interpolate([s for s, _ in points], [r for _, r in points], op.m)
+
+    def function_seconds(self, op: Operation) -> float:
+        """One call's evaluation of the op's transcendental functions at their measured rates (0 where unmeasured)."""
+        rates = dict(self.elementwise_rates)
+        return sum(elements / rates[name] for name, elements in op.functions if rates.get(name))
+
+    def fresh_seconds(self, op: Operation) -> float:
+        """One call's first touch of the freshly mapped memory it writes (0 without a measured rate)."""
+        return op.fresh_bytes / self.first_touch.value if op.fresh_bytes and self.first_touch is not None else 0.0
 
     def named_rate(self, op: Operation) -> float | None:
         """The measured rate of this very operation, when the ceilings hold one."""
@@ -167,10 +194,13 @@ class Ceilings:
         out = {"matmul": self.gemm_source, "memory_bandwidth": self.bandwidth_source,
                "kernel_overhead": self.kernel_overhead.source,
                **({"decode_matmul": self.decode_matmul_source} if self.decode_matmul else {}),
+               **({"elementwise_functions": self.elementwise_source} if self.elementwise_rates else {}),
+               **({"attention_kernel": self.attention_source} if self.attention_rates else {}),
                "framework": self.host.source if self.host is not None else self.framework_source}
         if self.peak_flops is not None:
             out["peak_flops"] = self.peak_flops.source
-        for name in ("intra_node_link", "inter_node_link", "link_latency", "clock_fraction", "graph_kernel"):
+        for name in ("intra_node_link", "inter_node_link", "link_latency", "clock_fraction", "graph_kernel",
+                     "first_touch"):
             figure = getattr(self, name)
             if figure is not None:
                 out[name] = figure.source
@@ -241,7 +271,11 @@ def memory_bandwidth(ceilings: Ceilings, nbytes: int) -> float:
 
 def operation_seconds(ceilings: Ceilings, op: Operation) -> float:
     """All calls of one operation: roofline time per call plus its kernel launches. An operation whose own
-    rate was measured (a named memory-bound op, a GEMM at its exact shape) already includes its launches."""
+    rate was measured (a named memory-bound op, a GEMM at its exact shape) already includes its launches (and the
+    first touch of what it writes). The roofline of an elementwise op has two roofs, its bytes at the bandwidth
+    and its transcendental functions at their measured rates (Williams et al. 2009: the longer one bounds); memory
+    it writes on freshly mapped pages adds its first touch (page faults and zeroing, which the kernel runs before
+    the op can write: not overlapped)."""
     if op.kind == FRAMEWORK:
         key = f"{op.phase}:{op.name}"
         return op.calls * next((seconds for name, seconds in ceilings.named_seconds if name == key), 0.0)
@@ -251,10 +285,16 @@ def operation_seconds(ceilings: Ceilings, op: Operation) -> float:
     exact = exact_gemm_rate(ceilings, op) if op.kind == GEMM else None
     if exact is not None:
         return op.calls * op.flops / exact
+    fused = ceilings.attention_rate(op) if op.kind == GEMM else None
+    if fused is not None:  # the fused kernel's own measured rate, its launches and blocking included
+        return op.calls * (op.flops / fused + ceilings.fresh_seconds(op))
     skinny = decode_matmul_bandwidth(ceilings, op) if op.kind == GEMM else None
     per_call = op.bytes / (skinny if skinny is not None else memory_bandwidth(ceilings, op.bytes))
     if op.kind == GEMM:
         per_call = max(per_call, op.flops / gemm_rate(ceilings, op))
+    elif op.functions:
+        per_call = max(per_call, ceilings.function_seconds(op))
+    per_call += ceilings.fresh_seconds(op)
     return op.calls * (per_call + op.kernels * ceilings.kernel_overhead.value)
 
 
