@@ -130,7 +130,10 @@ async def test_the_fit_csv_gives_memory_in_the_screens_gib(data_dir):
     rows = list(csv.DictReader(io.StringIO(next((data_dir / "exports").glob("fit-*.csv")).read_text())))
     assert rows[0]["model"] == "Llama-3.2-1B" and rows[0]["mode"] == "inference"
     for row in rows:
-        line = next(line for line in shown.splitlines() if line.strip().startswith(row["component"] + " "))
+        line = next((line for line in shown.splitlines() if line.strip().startswith(row["component"] + " ")), None)
+        if line is None:  # the export keeps what the table leaves out as too small to show: Llama's RoPE buffers
+            assert row["component"] == "buffers" and float(row["memory_gib"]) < 0.001, row
+            continue
         assert f"{float(row['memory_gib']):,.2f}" in line.split(), (row, line)  # the screen's GiB column
 
 

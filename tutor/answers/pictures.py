@@ -221,6 +221,10 @@ def link_from_machine_json(machine: dict[str, Any] | None) -> tuple[str, float] 
     return None
 
 
+VISIBLE_SHARE = 0.001
+"""The share of a timeline's peak a category must reach somewhere to be drawn as a line."""
+
+
 def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str, Any]] = (),
                    traced_peak: int | None = None, *, peak_mark: bool = False) -> Chart | None:
     """Bytes alive over one training step or one prefill, moment by moment in order (the `timeline`
@@ -236,8 +240,11 @@ def timeline_chart(timeline: Sequence[dict[str, Any]], traced: Sequence[dict[str
 
     series = [Series("alive", tuple(Point(float(i), float(entry["bytes"]), name(entry))
                                     for i, entry in enumerate(timeline)))]
+    # A category drawn where it reaches a pixel's worth of the peak (a line at 0 tells nothing: Llama's 512 B of
+    # RoPE buffers); the data (`fit --timeline`) keeps every one.
+    visible = max(float(entry["bytes"]) for entry in timeline) * VISIBLE_SHARE
     categories = [c for c in (timeline[0].get("per_category_bytes") or {})
-                  if any((entry.get("per_category_bytes") or {}).get(c) for entry in timeline)]
+                  if any(((entry.get("per_category_bytes") or {}).get(c) or 0) > visible for entry in timeline)]
     for category in categories:
         series.append(Series(category.replace("_", " "), tuple(
             Point(float(i), float(entry["per_category_bytes"].get(category, 0)), name(entry))
