@@ -193,7 +193,7 @@ def test_a_model_whose_code_fails_at_fewer_layers_is_traced_whole_at_the_shape(m
 
     traced = []
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None, ends=(1, 1)):
         traced.append((layers, batch, seq_len))
         if layers != 4:
             raise IndexError("list index out of range")  # what the looped model's code raised
@@ -210,7 +210,7 @@ def test_a_model_whose_code_fails_at_fewer_layers_is_traced_whole_at_the_shape(m
 
 
 def test_a_model_that_fails_at_its_own_depth_is_still_refused_in_one_line(monkeypatch) -> None:
-    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None, ends=(1, 1)):
         raise IndexError("list index out of range")
 
     monkeypatch.setattr(arch_calibration, "_measure_shape", synthetic)
