@@ -215,7 +215,7 @@ def test_a_check_the_fit_misses_refits_with_square_terms(monkeypatch) -> None:
     multi-query path) is caught by the check shape: the fit is redone with b·s² terms."""
     traced = []
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None, ends=(1, 1)):
         traced.append((layers, batch, seq_len))
         bs = batch * seq_len
         return {"activations@attention": 4096 + 7 * batch + layers * (50 * bs + 3 * bs * seq_len), "kv_cache": 0}
@@ -233,7 +233,7 @@ def test_a_check_the_fit_misses_refits_with_square_terms(monkeypatch) -> None:
 def test_a_check_the_fit_passes_traces_no_square_shape(monkeypatch) -> None:
     traced = []
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None, ends=(1, 1)):
         traced.append((layers, batch, seq_len))
         return {"activations@attention": 4096 + 7 * batch + layers * 50 * batch * seq_len, "kv_cache": 0}
 
@@ -251,7 +251,7 @@ def test_what_a_trace_assumed_is_kept_with_its_setup_and_said_in_the_answer(monk
     """A stand-in for values a fake tensor lacks (an even routing) reaches the answer's notes."""
     from dataclasses import replace
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None, ends=(1, 1)):
         assumptions.append("tokens routed evenly")
         return {"activations@attention": 4096 + layers * 50 * batch * seq_len, "kv_cache": 0}
 
@@ -272,7 +272,7 @@ def test_a_region_whose_maximum_moves_between_ops_is_kept_op_by_op(monkeypatch) 
     one fit of it (a parabola through the traced points) was ~4x off at 1 x 1024 tokens."""
     weight_gradient = 262_144
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None, ends=(1, 1)):
         bs = batch * seq_len
         stored = layers * 3872 * bs
         logits, weight = stored + 7192 * bs, stored + weight_gradient + 1304 * bs
@@ -342,7 +342,7 @@ def test_a_region_whose_ops_differ_between_traces_keeps_its_maximum(monkeypatch)
     """Where no op of a region is in every trace (a code path that changes with the prompt), its
     maximum is fitted as one quantity, as before ops were told apart."""
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None, ends=(1, 1)):
         value = layers * 100 * batch * seq_len + 4096
         return {f"activations@backward-head@op{seq_len}": value, f"gradient_elements@backward-head@op{seq_len}": 0,
                 "activations@backward-head:maximum": value, "gradient_elements@backward-head:maximum": 0}

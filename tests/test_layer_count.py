@@ -96,7 +96,7 @@ def test_each_traced_depth_has_every_kind_and_the_per_layer_term_is_their_mean(m
     per-layer term is the model's own mean (5 x 1 + 5) / 6, and each traced model has both kinds."""
     seen = []
 
-    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None):
+    def synthetic(model, optimizer, setup, batch, seq_len, layers, assumptions=None, ends=(1, 1)):
         kinds = model.config.layer_types
         seen.append((layers, tuple(kinds)))
         per_token = sum(5 if kind == "full_attention" else 1 for kind in kinds)

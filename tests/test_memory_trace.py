@@ -70,6 +70,56 @@ def test_tracker_counts_each_storage_once_and_frees_it(fake: bool) -> None:
         assert measured.peak.phase == "forward" and measured.peak.op == "empty.memory_format"
 
 
+def _experts_by_where(x, ids, layers: int = 3):
+    """DBRX's experts in small: per layer a temporary, and the tokens of one expert picked by torch.where on
+    values the token ids decide (aten.nonzero: sized by values, answered from FakeValues' copies on fake
+    tensors)."""
+    for _ in range(layers):
+        temporary = x * 2
+        tokens = torch.where(ids % 4 == 0)[0]
+        x = x + temporary[tokens].sum()
+    return x
+
+
+def _value_sized_step(fake: bool, layers: int) -> tuple[int, int]:
+    """(bytes alive after `_experts_by_where`, the activations' maximum), tracked with the cycle collector off."""
+    import gc
+
+    from tutor.trace.memory_trace import _fake_tensor_workarounds
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with FakeTensorMode() if fake else contextlib.nullcontext():
+            x = torch.empty(64, 128)
+            ids = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(1))  # give_token_ids' values
+            with _fake_tensor_workarounds(fake) as values:
+                if values is not None:
+                    values.give_token_ids(ids, 256)
+                for _first_time_too in range(2):  # the second step is measured: torch imports modules on first use
+                    gc.collect()
+                    tracker = storage_tracker_class()()
+                    tracker.register([x, ids], "activations")
+                    with tracker:
+                        tracker.set_phase("forward")
+                        out = _experts_by_where(x, ids, layers)
+                        left = tracker.live_bytes
+                        del out
+        return left, tracker.measurement().max_per_category["activations"]
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def test_a_value_sized_op_on_fake_tensors_frees_what_the_real_code_frees() -> None:
+    """A fake op sized by values raises inside torch and FakeValues answers it from copies; the exception,
+    kept, held the frames of every caller (each layer's temporary) until Python's cycle collector ran.
+    With the collector off, the fake step holds what the real one holds, whatever its depth."""
+    real = _value_sized_step(fake=False, layers=3)
+    assert _value_sized_step(fake=True, layers=3) == real
+    assert _value_sized_step(fake=True, layers=6) == real
+
+
 def test_the_peak_is_a_moment_with_its_op_and_what_was_alive() -> None:
     tracker = storage_tracker_class()()
     with tracker:

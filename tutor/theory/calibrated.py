@@ -20,7 +20,9 @@ This module holds the fitted coefficients and evaluates them: pure data, no torc
 Quantities (bytes unless named elements):
     train       for each region of the step (TRAIN_REGIONS: the forward; backward before any layer,
                 the loss head's; inside the top layer's backward, the first gone back through, its
-                re-run with full recompute; inside the bottom layer's; the embedding's), at the ops
+                re-run with full recompute; inside the bottom layer's; the embedding's; for layers of
+                several kinds, top and bottom are a whole repeat of their pattern: the highest and the
+                lowest layer of each kind), at the ops
                 of the region that can hold its maximum ("<region>@op<n>": the n-th op of the region,
                 counted from the forward's end, from a backward region's start):
                 "activations@<moment>", "gradient_elements@<moment>" (parameter gradients alive

@@ -75,10 +75,12 @@ from tutor.theory.models import (
 if TYPE_CHECKING:
     from tutor.files.models import ModelConfig
 
-CALIBRATION_FORMAT = 7  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
+CALIBRATION_FORMAT = 8  # 3: per-layer lists rebuilt at each traced depth, depths of whole patterns; 4: the layer's
 # code read too (gated MLP, norm kind and count, activation: _layer_code), which the step's operations count; 5: the
 # cache per kind of layer (KV, conv and recurrent state), chunked scans' padding; 6: training moments kept op by op
-# (a region's maximum may move between ops); 7: every buffer of the meta build (BufferKind), persistent or not
+# (a region's maximum may move between ops); 7: every buffer of the meta build (BufferKind), persistent or not;
+# 8: a model that mixes kinds of layers has its backward's top and bottom regions over a whole repeat of its
+# pattern (the highest and lowest layer of each kind)
 OP_MARK = "@op"  # in a training moment's name: "<region>@op<n>", the n-th op of the region
 REGION_MAXIMUM = ":maximum"  # "<region>:maximum": the region's largest, kept where no op is in every trace
 CACHE_FOLDER = "calibrations"
@@ -570,6 +572,21 @@ def traced_depths(config: dict) -> tuple[int, int]:
     return low, low + plan.pattern_layers
 
 
+def end_layers(config: dict) -> tuple[int, int]:
+    """(bottom, top): how many of the lowest and of the highest decoder layers the backward's bottom and top
+    regions cover. Alike layers: one each (what is alive in backward is linear in the layer's position, so
+    its largest is at an end). A model that mixes kinds of layers: the top repeat of its pattern, and the
+    lead layers with the first repeat, so that the highest and the lowest layer of every kind is one
+    (Jamba's Mamba layers keep more for their backward than its attention layers: with the top layer
+    an attention one, the step's largest moment is inside the Mamba layer below it)."""
+    from tutor.trace.layer_count import class_view
+
+    _, plan = class_view(config)
+    if plan is None or (plan.pattern_layers == 1 and not plan.lead):
+        return 1, 1
+    return len(plan.lead) + plan.pattern_layers, plan.pattern_layers
+
+
 def layer_config(config: dict, layers: int) -> dict:
     """`config` with `layers` decoder layers, every per-layer list, index list and pattern rebuilt for that
     count by repeating the model's own pattern of layer kinds (tutor.trace.layer_count.config_at_depth)."""
@@ -578,7 +595,8 @@ def layer_config(config: dict, layers: int) -> dict:
     return config_at_depth(config, layers)
 
 
-def _timeline_quantities(tracker, element_bytes: int, layers: int, starts: dict[int, int]) -> dict[str, float]:
+def _timeline_quantities(tracker, element_bytes: int, layers: int, starts: dict[int, int],
+                         ends: tuple[int, int] = (1, 1)) -> dict[str, float]:
     """Training, per region of the step (TRAIN_REGIONS: the forward; backward before any layer, the
     loss head's; inside the backward of the top layer, the first one gone back through; inside the
     bottom layer's; the embedding's after it), at every op of the region that makes a tensor: the
@@ -587,7 +605,10 @@ def _timeline_quantities(tracker, element_bytes: int, layers: int, starts: dict[
     three at another: its ops are counted from its end and named with the number of layers that
     start after them, "forward@top<t>@op<n>" (`starts`: the forward's op count at each layer's start),
     so that one name is one piece of code at both depths (the top layer and the head are t = 0).
-    One op is the same code at every shape, so each is linear in layers, b·s and b·s², where a
+    `ends` (end_layers: bottom, top): where layers differ in kind, the top region is the backward of
+    the top `top` layers, layer k below the top one named "backward-top@down<k>@op<n>", and the bottom
+    region that of the lowest `bottom`, layer i "backward-bottom@up<i>@op<n>": the same code at both
+    depths. One op is the same code at every shape, so each is linear in layers, b·s and b·s², where a
     region's maximum may move from one op to another (`_fit_setup` keeps those that are the largest
     somewhere). Also the activations alive when the gradients peak (the end of backward)."""
     live: dict[str, int] = {}
@@ -608,7 +629,10 @@ def _timeline_quantities(tracker, element_bytes: int, layers: int, starts: dict[
             g_max, a_at_g = grads, acts
         if phase.startswith("backward-layer:"):
             layer = int(phase.split(":")[1])
-            regions = [r for r, hit in (("backward-top", layer == layers - 1), ("backward-bottom", layer == 0)) if hit]
+            down = layers - 1 - layer
+            regions = [r for r, hit in (("backward-top" + (f"@down{down}" if down else ""), down < ends[1]),
+                                        ("backward-bottom" + (f"@up{layer}" if layer else ""), layer < ends[0]))
+                       if hit]
         elif phase in ("backward", "backward-embedding"):
             regions = ["backward-head" if phase == "backward" else phase]
         elif phase == "forward":
@@ -749,9 +773,10 @@ def _forward_backward(model, ids, labels, tracker) -> None:
 
 
 def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: int,
-                   assumptions: list[str] | None = None) -> dict[str, float]:
+                   assumptions: list[str] | None = None, ends: tuple[int, int] = (1, 1)) -> dict[str, float]:
     """One traced step (training: forward and backward; inference: a prefill) at one shape: its quantities.
-    `assumptions` gets what the trace took as given for values fake tensors lack (FakeValues)."""
+    `assumptions` gets what the trace took as given for values fake tensors lack (FakeValues); `ends`:
+    the layers the backward's bottom and top regions cover (end_layers)."""
     import torch
 
     from tutor.trace.memory_trace import (
@@ -785,7 +810,7 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
             finally:
                 for handle in handles:
                     handle.remove()
-            return _timeline_quantities(tracker, element, layers, starts)
+            return _timeline_quantities(tracker, element, layers, starts, ends)
         from transformers import DynamicCache
 
         handles = _region_hooks(model, layers, tracker)
@@ -1097,6 +1122,7 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
     setup = TraceSetup(mode=mode, dtype=dtype, autocast=precision == "amp", recompute=recompute == "full",
                        attention=attention, optimizer="adamw", foreach=None, fake=True)
     depths = traced_depths(config)
+    ends = end_layers(config)
     check_layers = depths[1]
     measured: dict[int, dict[tuple[int, int], dict[str, float]]] = {layers: {} for layers in depths}
     assumptions: list[str] = []
@@ -1122,7 +1148,8 @@ def calibrate(config: dict, key: str, *, mode: str, precision: str, attention: s
                         if run.recompute:
                             enable_recompute(model)
                     for shape in shapes:
-                        measured[layers][shape] = _measure_shape(model, None, run, *shape, layers, assumptions)
+                        measured[layers][shape] = _measure_shape(model, None, run, *shape, layers, assumptions,
+                                                                 ends=ends)
             except UserError as error:
                 limit = fake_tensor_limit(error)
                 if limit is None:
