@@ -35,6 +35,9 @@ class _Stubborn:
 
 def test_a_lab_still_running_after_the_grace_is_reported_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lab_command, "CANCEL_GRACE_S", 0.01)
+    # A shell starts a background job (`.ci/run &`) with SIGINT ignored, and interrupt_main() then does nothing:
+    # Python's own handler, as an interactive run has it, for the length of the test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     probe = _Stubborn()
     cancel = threading.Event()
     caught: list[BaseException] = []
@@ -51,6 +54,7 @@ def test_a_lab_still_running_after_the_grace_is_reported_as_such(monkeypatch: py
         caught.append(error)
     finally:
         probe.release.set()
+        signal.signal(signal.SIGINT, previous)
     assert cancel.is_set() and caught and isinstance(caught[0], lab_command.LabStillRunning)
 
 
