@@ -35,8 +35,8 @@ class _Stubborn:
 
 def test_a_lab_still_running_after_the_grace_is_reported_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lab_command, "CANCEL_GRACE_S", 0.01)
-    # A shell starts a background job (`.ci/run &`) with SIGINT ignored, and interrupt_main() then does nothing:
-    # Python's own handler, as an interactive run has it, for the length of the test.
+    # interrupt_main() does nothing where SIGINT is ignored (a shell's background job starts so, and a test run
+    # before this one in the same worker may leave another handler): Python's own, for the length of the test.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     probe = _Stubborn()
     cancel = threading.Event()
