@@ -36,3 +36,20 @@ def test_the_real_prefill_sits_beside_fit() -> None:
     assert rows["buffers"].measured > 0 and rows["buffers"].within  # RoPE's fp32 inv_freq and its copy
     assert rows["parameters"].measured == rows["parameters"].theory  # the hand profile counts exactly
     assert rows["kv_cache"].measured > 0 and rows["kv_cache"].within
+
+
+def test_a_model_with_a_cache_of_its_own_is_measured_as_generate_runs_it() -> None:
+    """MiniMax refuses a DynamicCache (generate() lets it make its own MiniMaxCache): the measured prefill, the
+    one `fit --trace` makes, runs it that way and counts that cache."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tutor.trace.memory_trace import measure_prefill, supports_default_cache, token_ids
+
+    config, how = unseen.narrow_config("minimax")
+    assert config is not None, how
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model("minimax", **{
+        k: v for k, v in config.items() if k != "model_type"}), dtype=torch.bfloat16)
+    assert not supports_default_cache(model)
+    measured = measure_prefill(model, token_ids(model.config.vocab_size, 1, 64))
+    assert measured.max_per_category["kv_cache"] > 0

@@ -784,6 +784,7 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
         cache_tensors,
         register_model_states,
         storage_tracker_class,
+        supports_default_cache,
         token_ids,
         cache_argument,
     )
@@ -819,7 +820,7 @@ def _measure_shape(model, optimizer, setup, batch: int, seq_len: int, layers: in
                 tracker.set_phase("prefill")
                 cache: object = None
                 use_cache = True
-                if _default_cache(model):
+                if supports_default_cache(model):
                     try:
                         cache = DynamicCache(config=model.config.get_text_config(decoder=True))
                     except AttributeError:
@@ -880,13 +881,6 @@ def _refusal(config: dict, reason: str) -> str:
     classes = config.get("architectures")
     named = f" ({shown(classes[0])})" if isinstance(classes, list) and classes and isinstance(classes[0], str) else ""
     return f"fit cannot calibrate model_type {shown(model_type)!r}{named}, which has no hand profile: {reason}"
-
-
-def _default_cache(model) -> bool:
-    """Whether generate() gives this model a DynamicCache (GenerationMixin._supports_default_dynamic_cache,
-    transformers/generation/utils.py): MiniMax, RWKV, xLSTM, XLNet and Reformer keep a cache of their own."""
-    supports = getattr(model, "_supports_default_dynamic_cache", None)
-    return bool(supports()) if callable(supports) else True
 
 
 def basis_terms(config: dict, mode: str, attention: str, beyond_window: int = 0) -> tuple[str, ...]:

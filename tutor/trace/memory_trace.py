@@ -729,6 +729,13 @@ def measure_prefill_timeline(model, ids) -> tuple[tuple[TimelineMoment, ...], St
     return _replay(tracker, marks), tracker.measurement(notes)
 
 
+def supports_default_cache(model) -> bool:
+    """Whether generate() gives this model a DynamicCache (GenerationMixin._supports_default_dynamic_cache,
+    transformers/generation/utils.py): MiniMax, RWKV, xLSTM, XLNet and Reformer keep a cache of their own."""
+    supports = getattr(model, "_supports_default_dynamic_cache", None)
+    return bool(supports()) if callable(supports) else True
+
+
 def _traced_prefill(model, ids, mark_layers: bool):
     torch = _torch()
     from transformers import DynamicCache
@@ -750,8 +757,13 @@ def _traced_prefill(model, ids, mark_layers: bool):
     try:
         with tracker, torch.no_grad():
             tracker.set_phase("prefill")
-            cache = DynamicCache(config=model.config)
-            out = model(input_ids=ids, **{cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
+            cache: object
+            if supports_default_cache(model):
+                cache = DynamicCache(config=model.config)
+                out = model(input_ids=ids, **{cache_argument(model): cache}, use_cache=True, logits_to_keep=1)
+            else:  # as generate() leaves it: the model makes its own cache (MiniMax's MiniMaxCache)
+                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                cache = getattr(out, "past_key_values", None)
             next_token_logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
             marks.append(("prefill", "end of prefill: the next token's logits", None, len(tracker.events)))
     finally:
