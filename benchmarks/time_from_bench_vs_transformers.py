@@ -54,7 +54,7 @@ def family_config(name: str) -> dict:
 
 def measure(torch, config: dict, *, batch: int, seq: int, rounds: int) -> dict:
     """Medians over rounds of the real model's phases, on this thread's CPU time."""
-    from tutor.trace.step_verify import CLOCK, build_as_run
+    from tutor.trace.step_verify import CLOCK, build_as_run, timed_training_step
 
     model, hf = build_as_run(torch, config, torch.float32)
     vocab = config["vocab_size"]
@@ -64,18 +64,11 @@ def measure(torch, config: dict, *, batch: int, seq: int, rounds: int) -> dict:
     for round_index in range(rounds):
         model.train()
         for index in range((WARMUP if round_index == 0 else 0) + 2):
-            t0 = CLOCK()
-            loss = model(input_ids=ids, labels=ids).loss
-            t1 = CLOCK()
-            loss.backward()
-            t2 = CLOCK()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            t3 = CLOCK()
+            forward, backward, step = timed_training_step(model, ids, optimizer)
             if index >= (WARMUP if round_index == 0 else 0):
-                phases["forward"].append(t1 - t0)
-                phases["backward"].append(t2 - t1)
-                phases["optimizer"].append(t3 - t2)
+                phases["forward"].append(forward)
+                phases["backward"].append(backward)
+                phases["optimizer"].append(step)
         model.eval()
         with torch.no_grad():
             for index in range(3):

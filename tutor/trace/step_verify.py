@@ -194,6 +194,20 @@ CLOCK = time.thread_time
 wall-clock time counts the other programs' turns too (and a multi-threaded kernel waits for its slowest,
 descheduled thread), CPU time counts the work. Wall-clock figures are reported beside it."""
 CLOCK_RESOLUTION = time.get_clock_info("thread_time").resolution
+
+
+def timed_training_step(model, ids, optimizer) -> tuple[float, float, float]:
+    """One training step as a user's loop runs it (the loss on `ids` as labels, backward, the optimizer's step and
+    zero_grad), each phase on CLOCK: (forward with the loss, backward, optimizer) seconds."""
+    t0 = CLOCK()
+    loss = model(input_ids=ids, labels=ids).loss
+    t1 = CLOCK()
+    loss.backward()
+    t2 = CLOCK()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    t3 = CLOCK()
+    return t1 - t0, t2 - t1, t3 - t2
 ROTATE_BYTES = 64 * 2**20  # GEMM operands rotate over copies this large, so weights come from DRAM as in a step
 
 
@@ -798,18 +812,11 @@ def _run(torch, config: dict, size: str, decode: bool, recipe: str) -> dict:
         warmup = WARMUP_STEPS if round_index == 0 else 0
         for index in range(warmup + STEPS_PER_ROUND):
             wall = time.perf_counter()
-            t0 = CLOCK()
-            loss = model(input_ids=ids, labels=ids).loss
-            t1 = CLOCK()
-            loss.backward()
-            t2 = CLOCK()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            t3 = CLOCK()
+            forward, backward, step = timed_training_step(model, ids, optimizer)
             if index >= warmup:
-                phases["forward"].append(t1 - t0)
-                phases["backward"].append(t2 - t1)
-                phases["optimizer"].append(t3 - t2)
+                phases["forward"].append(forward)
+                phases["backward"].append(backward)
+                phases["optimizer"].append(step)
                 walls.append(time.perf_counter() - wall)
     predicted = _median_phases(predictions)
     measured = {name: statistics.median(values) for name, values in phases.items()}
